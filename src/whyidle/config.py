@@ -1,0 +1,71 @@
+"""Every threshold whyidle uses, in one place, with its unit in its name and its origin beside it.
+
+Analyses take a :class:`Config` argument; nothing reads thresholds from the environment or from
+files. ``Config()`` is the default; ``dataclasses.replace(cfg, min_gap_ns=...)`` changes one value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Config"]
+
+
+@dataclass(frozen=True)
+class Config:
+    # --- window ------------------------------------------------------------------------------
+    # Steps to drop from the start of the window (cold start). 0 keeps every captured step:
+    # torch.profiler's schedule already has a warm-up phase, and dropping steps silently would
+    # change the TensorBoard-comparable window.
+    skip_first_steps: int = 0
+    # Explicit selection of ProfilerStep numbers (None: all that remain after skip_first_steps).
+    steps: tuple[int, ...] | None = None
+    # Samples per step when the trace does not say (None: derive from the trace if possible).
+    batch_size: int | None = None
+
+    # --- gaps ----------------------------------------------------------------------------------
+    # Idle intervals shorter than this between work that was already queued are the device's
+    # own per-kernel start-up cost (about 1-4 us between back-to-back kernels on NVIDIA GPUs,
+    # measured in the shared V100/A100 traces). They are counted as idle and attributed to
+    # kernel boundaries (underfilled work), never to the host.
+    kernel_boundary_max_ns: int = 5_000
+    # A host sync is taken to have drained the device queue when the launching thread was inside
+    # the sync call this close to the moment the device went idle. Host wake-up after a device
+    # completion is typically 5-20 us; 2021-schema traces have 1 us resolution.
+    sync_wake_tolerance_ns: int = 20_000
+    # Host time on the launching thread with no traced op open. Shorter stretches between two ops
+    # are the Python interpreter between framework calls (typically 5-50 us per op); longer ones
+    # are untraced work (I/O, logging, another library, GIL contention) that the trace cannot
+    # name, so they stay unattributed rather than being forced onto a cause.
+    python_overhead_max_ns: int = 1_000_000
+
+    # --- findings ------------------------------------------------------------------------------
+    # A problem finding must explain at least this share of the window. 5% follows the
+    # TensorBoard plugin's input-pipeline advice, which fires when DataLoader time exceeds 5% of
+    # the step; below it a fix is not worth the user's time.
+    min_finding_share_of_window: float = 0.05
+    # Number of example time ranges and gaps listed in each finding's evidence.
+    evidence_examples: int = 5
+    # Largest gaps carried with their full CPU context into the report.
+    report_top_gaps: int = 50
+
+    # --- kernels -----------------------------------------------------------------------------
+    # A kernel shorter than this is "short": it cannot amortise its own launch cost (a
+    # cudaLaunchKernel takes 5-10 us of host time; the TensorBoard plugin and HTA both use
+    # ~10 us as the small-kernel boundary).
+    short_kernel_ns: int = 10_000
+    # The FP32-math finding fires when FP32 GEMM/convolution kernels take at least this share of
+    # kernel time on a device with tensor cores (compute capability >= 7.0).
+    fp32_math_min_share_of_kernel_time: float = 0.20
+
+    # --- trace quality -----------------------------------------------------------------------
+    # A single runtime call longer than this among first-call costs (context creation, module
+    # loading, first kernel launches) marks a cold start. Warm launches take 5-50 us.
+    cold_call_min_ns: int = 1_000_000
+    # Cold-start calls covering more than this share of device idle make the capture a cold
+    # start: the report says so instead of blaming a cause.
+    cold_start_max_share_of_idle: float = 0.5
+
+    # --- CI gates (CLI) ----------------------------------------------------------------------
+    fail_on_groups: tuple[str, ...] = field(default_factory=tuple)
+    min_busy_fraction: float | None = None

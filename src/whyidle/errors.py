@@ -1,0 +1,62 @@
+"""The exceptions whyidle raises.
+
+Every message is a sentence that names the file, what was expected and what was found::
+
+    WhyidleError                 base class; never raised itself
+    ├── InputError               the input cannot be read as a profile (CLI exit status 2)
+    │   ├── TraceFormatError     readable bytes, but not the format they claim to be
+    │   └── UnsupportedInputError a kind of file whyidle does not read (yet)
+    ├── UsageError               options that contradict each other or select nothing (exit 2)
+    └── MissingExtraError        an optional dependency is not installed; says what to install
+
+Analyses never raise for odd data: they record a quality note instead.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "WhyidleError",
+    "InputError",
+    "TraceFormatError",
+    "UnsupportedInputError",
+    "UsageError",
+    "MissingExtraError",
+]
+
+
+class WhyidleError(Exception):
+    """Base class of every error whyidle raises on purpose."""
+
+
+class InputError(WhyidleError):
+    """The input file cannot be read as a profile."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class TraceFormatError(InputError):
+    """The bytes were readable but are not a valid trace of the expected format."""
+
+
+class UnsupportedInputError(InputError):
+    """A kind of input whyidle does not read."""
+
+
+class UsageError(WhyidleError):
+    """Options that contradict each other or select nothing."""
+
+
+class MissingExtraError(WhyidleError):
+    """An optional dependency is missing; the message carries the install command."""
+
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        self.feature = feature
+        self.extra = extra
+        self.module = module
+        super().__init__(
+            f"{feature} needs the optional dependency '{module}', which is not installed; "
+            f"install it with: pip install 'whyidle[{extra}]'"
+        )

@@ -1,0 +1,145 @@
+"""TimelineBuilder: how sources assemble a Timeline without knowing its storage."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from whyidle.timeline.model import Kind, Lane, LaneKind, Timeline, TimelineMeta
+
+__all__ = ["TimelineBuilder"]
+
+
+class TimelineBuilder:
+    """Collects columns as Python lists (or whole arrays) and freezes them into a Timeline.
+
+    Sources call :meth:`intern` and :meth:`lane_id` for the small tables, then either
+    :meth:`add` per event (simple sources, tests) or :meth:`add_columns` with whole arrays
+    (fast sources). :meth:`build` sorts the rows by start time.
+    """
+
+    def __init__(self, meta: TimelineMeta) -> None:
+        self.meta = meta
+        self._strings: list[str] = []
+        self._string_ids: dict[str, int] = {}
+        self._lanes: list[Lane] = []
+        self._lane_ids: dict[tuple[LaneKind, int, str, str], int] = {}
+        self._chunks: list[dict[str, np.ndarray]] = []
+        self._rows: dict[str, list[float | int]] = {c: [] for c in Timeline.COLUMNS}
+
+    # -- tables -----------------------------------------------------------------------------
+    def intern(self, s: str) -> int:
+        i = self._string_ids.get(s)
+        if i is None:
+            i = len(self._strings)
+            self._strings.append(s)
+            self._string_ids[s] = i
+        return i
+
+    def intern_many(self, values: Sequence[str]) -> np.ndarray:
+        get = self._string_ids.get
+        out = np.empty(len(values), dtype=np.int32)
+        for j, s in enumerate(values):
+            i = get(s)
+            if i is None:
+                i = self.intern(s)
+            out[j] = i
+        return out
+
+    def lane_id(self, kind: LaneKind, device: int, pid: str, tid: str, name: str = "") -> int:
+        key = (kind, device, pid, tid)
+        i = self._lane_ids.get(key)
+        if i is None:
+            i = len(self._lanes)
+            self._lanes.append(Lane(kind, device, pid, tid, name))
+            self._lane_ids[key] = i
+        elif name and not self._lanes[i].name:
+            old = self._lanes[i]
+            self._lanes[i] = Lane(old.kind, old.device, old.pid, old.tid, name)
+        return i
+
+    def name_lane(self, pid: str, tid: str, name: str) -> None:
+        """Give a name to the CPU-thread lane (pid, tid) if it exists."""
+        i = self._lane_ids.get((LaneKind.CPU_THREAD, -1, pid, tid))
+        if i is not None and not self._lanes[i].name:
+            ln = self._lanes[i]
+            self._lanes[i] = Lane(ln.kind, ln.device, ln.pid, ln.tid, name)
+
+    # -- rows -------------------------------------------------------------------------------
+    def add(
+        self,
+        start_ns: int,
+        end_ns: int,
+        lane: int,
+        kind: Kind,
+        name: str,
+        *,
+        corr: int = -1,
+        stack: str | None = None,
+        shape0: int = -1,
+        blocks_per_sm: float = float("nan"),
+        occupancy: float = float("nan"),
+        nbytes: int = -1,
+    ) -> None:
+        r = self._rows
+        r["start_ns"].append(start_ns)
+        r["end_ns"].append(end_ns)
+        r["lane"].append(lane)
+        r["kind"].append(int(kind))
+        r["name"].append(self.intern(name))
+        r["corr"].append(corr)
+        r["stack"].append(self.intern(stack) if stack else -1)
+        r["shape0"].append(shape0)
+        r["blocks_per_sm"].append(blocks_per_sm)
+        r["occupancy"].append(occupancy)
+        r["nbytes"].append(nbytes)
+
+    def add_columns(self, **cols: np.ndarray) -> None:
+        """Add many rows at once; missing optional columns get their 'unknown' value."""
+        n = len(cols["start_ns"])
+        defaults = {
+            "corr": (-1, np.int64),
+            "stack": (-1, np.int32),
+            "shape0": (-1, np.int64),
+            "blocks_per_sm": (np.nan, np.float32),
+            "occupancy": (np.nan, np.float32),
+            "nbytes": (-1, np.int64),
+        }
+        chunk: dict[str, np.ndarray] = {}
+        for c in Timeline.COLUMNS:
+            if c in cols:
+                chunk[c] = np.asarray(cols[c])
+            else:
+                value, dtype = defaults[c]
+                chunk[c] = np.full(n, value, dtype=dtype)
+        self._chunks.append(chunk)
+
+    def build(self) -> Timeline:
+        dtypes = {
+            "start_ns": np.int64,
+            "end_ns": np.int64,
+            "lane": np.int32,
+            "kind": np.int8,
+            "name": np.int32,
+            "corr": np.int64,
+            "stack": np.int32,
+            "shape0": np.int64,
+            "blocks_per_sm": np.float32,
+            "occupancy": np.float32,
+            "nbytes": np.int64,
+        }
+        parts: dict[str, list[np.ndarray]] = {c: [] for c in Timeline.COLUMNS}
+        if self._rows["start_ns"]:
+            for c in Timeline.COLUMNS:
+                parts[c].append(np.asarray(self._rows[c], dtype=dtypes[c]))
+        for chunk in self._chunks:
+            for c in Timeline.COLUMNS:
+                parts[c].append(chunk[c].astype(dtypes[c], copy=False))
+        cols = {
+            c: (np.concatenate(parts[c]) if parts[c] else np.empty(0, dtype=dtypes[c])) for c in Timeline.COLUMNS
+        }
+        # Sort by start, longest first on ties, so enclosing ranges precede what they enclose.
+        order = np.lexsort((-(cols["end_ns"] - cols["start_ns"]), cols["start_ns"]))
+        cols = {c: v[order] for c, v in cols.items()}
+        return Timeline(**cols, lanes=list(self._lanes), strings=list(self._strings), meta=self.meta)

@@ -1,0 +1,177 @@
+"""The Timeline: parallel numpy arrays of equal length, one row per event.
+
+Every source (a Kineto trace, an Nsight Systems export, a live capture) produces this, and every
+analysis reads only this. Times are integer nanoseconds on the trace's own clock, converted once
+at the source.
+
+Columns
+    start_ns, end_ns  int64   interval [start, end)
+    lane              int32   index into ``lanes`` (a GPU stream, a CPU thread, a counter)
+    kind              int8    :class:`Kind`
+    name              int32   index into ``strings``
+    corr              int64   launch <-> device-work correlation id, -1 if none
+    stack             int32   index into ``strings`` of the Python call stack, -1 if none
+    shape0            int64   leading dimension of the op's first input, -1 if unknown
+    blocks_per_sm     float32 kernels: blocks per SM (NaN if unknown)
+    occupancy         float32 kernels: estimated achieved occupancy in % (NaN if unknown)
+    nbytes            int64   copies and memsets: bytes moved, -1 if unknown
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Kind", "LaneKind", "Lane", "TimelineMeta", "Timeline"]
+
+I64 = npt.NDArray[np.int64]
+
+
+class Kind(enum.IntEnum):
+    """What an event is. Device kinds are < 16, host kinds >= 16."""
+
+    KERNEL = 0
+    MEMCPY = 1
+    MEMSET = 2
+    COLLECTIVE = 3  # a communication kernel (NCCL/RCCL/...): device work, but communication
+    GPU_ANNOTATION = 4  # gpu_user_annotation: a range drawn on a stream; not work
+    CPU_OP = 16
+    RUNTIME = 17  # CUDA/HIP runtime or driver API call on the host
+    SYNC = 18  # a host-side synchronisation record (cuda_sync, or a synchronize API call)
+    STEP = 19  # ProfilerStep#N or another step range
+    ANNOTATION = 20  # user_annotation / NVTX range
+    PYTHON = 21  # python_function frame
+
+
+DEVICE_WORK_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.COLLECTIVE)
+
+
+class LaneKind(str, enum.Enum):
+    GPU_STREAM = "gpu_stream"
+    CPU_THREAD = "cpu_thread"
+    COUNTER = "counter"
+
+
+@dataclass(frozen=True)
+class Lane:
+    """A row of the timeline: one GPU stream or one CPU thread of one process."""
+
+    kind: LaneKind
+    device: int  # GPU index for streams, -1 for CPU threads
+    pid: str
+    tid: str  # stream id for GPU lanes, thread id for CPU lanes
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        if self.kind is LaneKind.GPU_STREAM:
+            return f"GPU {self.device} stream {self.tid}"
+        return self.name or f"thread {self.tid} (pid {self.pid})"
+
+
+@dataclass
+class TimelineMeta:
+    """What a source knows about the capture besides the events."""
+
+    source_format: str
+    source_version: str = ""
+    path: str = ""
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    rank: int | None = None
+    world_size: int | None = None
+    rank_basis: str = ""  # where the rank came from: "distributedInfo", "file name", ""
+    quality: list[str] = field(default_factory=list)  # notes the source made while reading
+
+    @property
+    def min_compute_capability(self) -> tuple[int, int] | None:
+        caps = [
+            (int(d["computeMajor"]), int(d.get("computeMinor", 0)))
+            for d in self.devices
+            if isinstance(d.get("computeMajor"), (int, float))
+        ]
+        return min(caps) if caps else None
+
+
+@dataclass
+class Timeline:
+    start_ns: I64
+    end_ns: I64
+    lane: npt.NDArray[np.int32]
+    kind: npt.NDArray[np.int8]
+    name: npt.NDArray[np.int32]
+    corr: I64
+    stack: npt.NDArray[np.int32]
+    shape0: I64
+    blocks_per_sm: npt.NDArray[np.float32]
+    occupancy: npt.NDArray[np.float32]
+    nbytes: I64
+    lanes: list[Lane]
+    strings: list[str]
+    meta: TimelineMeta
+
+    COLUMNS = (
+        "start_ns",
+        "end_ns",
+        "lane",
+        "kind",
+        "name",
+        "corr",
+        "stack",
+        "shape0",
+        "blocks_per_sm",
+        "occupancy",
+        "nbytes",
+    )
+
+    def __len__(self) -> int:
+        return int(self.start_ns.shape[0])
+
+    @property
+    def dur_ns(self) -> I64:
+        return self.end_ns - self.start_ns
+
+    def mask(self, *kinds: Kind) -> npt.NDArray[np.bool_]:
+        return np.isin(self.kind, np.array([int(k) for k in kinds], dtype=np.int8))
+
+    def names_of(self, idx: npt.NDArray[np.int64] | list[int]) -> list[str]:
+        s = self.strings
+        return [s[i] for i in self.name[idx]]
+
+    def name_of(self, i: int) -> str:
+        return self.strings[int(self.name[i])]
+
+    def stack_of(self, i: int) -> str:
+        j = int(self.stack[i])
+        return self.strings[j] if j >= 0 else ""
+
+    def name_mask(self, predicate: Any) -> npt.NDArray[np.bool_]:
+        """Rows whose name satisfies ``predicate(str) -> bool`` (evaluated once per distinct name)."""
+        table = np.fromiter((bool(predicate(s)) for s in self.strings), dtype=np.bool_, count=len(self.strings))
+        return table[self.name] if len(self.strings) else np.zeros(len(self), dtype=np.bool_)
+
+    def lane_mask(self, predicate: Any) -> npt.NDArray[np.bool_]:
+        table = np.fromiter((bool(predicate(ln)) for ln in self.lanes), dtype=np.bool_, count=len(self.lanes))
+        return table[self.lane] if self.lanes else np.zeros(len(self), dtype=np.bool_)
+
+    def take(self, rows: npt.NDArray[np.bool_] | npt.NDArray[np.int64]) -> Timeline:
+        """A timeline of the selected rows (same lanes, strings and metadata)."""
+        cols = {c: getattr(self, c)[rows] for c in self.COLUMNS}
+        return Timeline(**cols, lanes=self.lanes, strings=self.strings, meta=self.meta)
+
+    def to_pandas(self) -> Any:
+        """A pandas DataFrame view with names and lanes resolved (needs pandas)."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - depends on environment
+            from whyidle.errors import MissingExtraError
+
+            raise MissingExtraError("Timeline.to_pandas()", "pandas", "pandas") from exc
+        df = pd.DataFrame({c: getattr(self, c) for c in self.COLUMNS})
+        df["kind"] = [Kind(k).name.lower() for k in self.kind]
+        df["name"] = [self.strings[i] for i in self.name]
+        df["lane"] = [self.lanes[i].label for i in self.lane]
+        return df
