@@ -1,0 +1,198 @@
+"""What a host thread was doing, as interval sets per thread.
+
+For every CPU thread that launched device work, the time it spent in each of these activities,
+as normalised :class:`Intervals` (an instant can be in several; the attribution applies a
+priority):
+
+* ``cold``: first-call costs (context creation, module loading, stream/event creation, cuDNN
+  autotuning) and launch calls that took milliseconds;
+* ``dataloader``: inside ``enumerate(DataLoader)...__next__`` or a DataPipe;
+* ``h2d``: inside a copy op (``aten::to``/``aten::_to_copy``/``aten::copy_``) that launched a
+  host-to-device copy;
+* ``sync``: blocked in a synchronising call: ``cuda*Synchronize``, a synchronous ``cudaMemcpy``,
+  ``cuda_sync`` records, ``aten::item``/``_local_scalar_dense``/``nonzero``..., or a copy op that
+  launched a device-to-host copy;
+* ``ops``: inside any traced op or runtime call at all.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from whyidle.analyses.links import Links
+from whyidle.timeline.intervals import Intervals
+from whyidle.timeline.model import Kind, Timeline
+
+__all__ = [
+    "HostSets",
+    "host_sets",
+    "memcpy_direction",
+    "is_dataloader",
+    "is_sync_call",
+    "is_cold_call",
+    "python_line",
+    "SYNC_OPS",
+    "copy_directions",
+    "h2d_copy_rows",
+]
+
+I64 = npt.NDArray[np.int64]
+
+_DATALOADER_RE = re.compile(r"enumerate\(DataLoader\)|DataLoader.*__next__|DataLoaderIter|DataPipe|IterDataPipe|_next_data")
+_SYNC_CALL_RE = re.compile(
+    r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize|^(cuda|hip)Memcpy(2D|3D|Peer)?(_v\d+)?$|^cuMemcpy(DtoH|HtoD|DtoD)?(_v\d+)?$|"
+    r"^(cuda|hip)MemcpyFrom|^(cuda|hip)MemcpyTo|^(cuda|hip)StreamQuery$"
+)
+# Framework ops that block the host until the device has produced a value.
+SYNC_OPS = frozenset(
+    {
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::nonzero",
+        "aten::nonzero_static",
+        "aten::is_nonzero",
+        "aten::equal",
+        "aten::allclose",
+        "aten::masked_select",
+        "aten::_unique2",
+        "aten::unique_consecutive",
+        "aten::unique_dim",
+        "aten::repeat_interleave",
+        "aten::tolist",
+        "cudaDeviceSynchronize",
+    }
+)
+_COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_", "aten::pin_memory", "aten::_copy_from"})
+_COLD_CALL_RE = re.compile(
+    r"^cu(Module|Library)(Load|GetFunction|GetGlobal)|^cuCtxCreate|^cudaStreamCreate|^cudaEventCreate|^cuStreamCreate|"
+    r"^cuEventCreate|^cudaGetDeviceProperties|^cudaFuncGetAttributes|^cudnnCreate|^cublasCreate|^cublasLtCreate|"
+    r"^cudnnFind|^cuDevicePrimaryCtxRetain|^cudaSetDevice$|"
+    r"^hipModuleLoad|^hipStreamCreate|^hipEventCreate"
+)
+# Allocator calls are cheap when warm; when one takes milliseconds the caching allocator is
+# growing (warm-up) or being emptied, a first-call cost of the same kind as module loading.
+_ALLOC_CALL_RE = re.compile(r"^(cuda|hip)(Malloc|Free|HostAlloc|MallocHost|FreeHost|HostRegister)|^cuMem(Alloc|Free|HostAlloc)")
+_LAUNCH_RE = re.compile(r"^(cuda|cu|hip)(Launch|ExtLaunch|GraphLaunch)")
+_PY_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
+_LIBRARY_PATH = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d|<built-in|<frozen|^torch/|^<")
+
+
+def memcpy_direction(name: str) -> str:
+    """'HtoD', 'DtoH', 'DtoD', 'HtoH', 'PtoP' or '' from a copy's name."""
+    for d in ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP"):
+        if d in name:
+            return d
+    return ""
+
+
+def is_dataloader(name: str) -> bool:
+    return bool(_DATALOADER_RE.search(name))
+
+
+def is_sync_call(name: str) -> bool:
+    return bool(_SYNC_CALL_RE.search(name)) or name in SYNC_OPS
+
+
+def is_cold_call(name: str) -> bool:
+    return bool(_COLD_CALL_RE.search(name))
+
+
+def python_line(stack: str) -> str:
+    """The innermost user frame ("train.py:42 in step") of a Kineto call stack, or ''.
+
+    Kineto writes ``Call stack`` innermost first: ``"a.py(3): f;b.py(9): g"``; python_function
+    event names have the same ``file(line): func`` form.
+    """
+    for frame in stack.split(";"):
+        m = _PY_FRAME.match(frame.strip())
+        if not m:
+            continue
+        path, line, func = m.groups()
+        if _LIBRARY_PATH.search(path):
+            continue
+        return f"{path.rsplit('/', 1)[-1]}:{line} in {func}"
+    return ""
+
+
+@dataclass(frozen=True)
+class HostSets:
+    lane: int
+    cold: Intervals
+    dataloader: Intervals
+    h2d: Intervals
+    sync: Intervals
+    ops: Intervals
+    # For evidence: the rows of this thread's ops, sorted by start.
+    rows: I64
+
+
+_HOST_WORK = (int(Kind.CPU_OP), int(Kind.RUNTIME), int(Kind.SYNC))
+
+
+def copy_directions(tl: Timeline, links: Links) -> npt.NDArray[np.object_]:
+    """For each of ``links.device_rows``: 'HtoD', 'DtoH'... for copies, '' otherwise."""
+    direction_of_name = {i: memcpy_direction(s) for i, s in enumerate(tl.strings) if "emcpy" in s}
+    is_copy = tl.kind[links.device_rows] == int(Kind.MEMCPY)
+    names = tl.name[links.device_rows]
+    return np.array([direction_of_name.get(int(n), "") if c else "" for n, c in zip(names, is_copy)], dtype=object)
+
+
+def h2d_copy_rows(tl: Timeline, links: Links, lane: int) -> I64:
+    """Copy ops (``aten::to``...) on ``lane`` that launched a host-to-device copy, by start."""
+    dirs = copy_directions(tl, links)
+    sel = (links.launch_of >= 0) & (dirs == "HtoD")
+    pts = tl.start_ns[links.launch_of[sel]]
+    pts = np.sort(pts[tl.lane[links.launch_of[sel]] == lane])
+    copy_name = tl.name_mask(lambda s: s in _COPY_OPS)
+    rows = np.flatnonzero((tl.lane == lane) & (tl.kind == int(Kind.CPU_OP)) & copy_name)
+    return rows[_rows_containing(tl, rows, pts)]
+
+
+def _rows_containing(tl: Timeline, candidates: I64, points: I64) -> npt.NDArray[np.bool_]:
+    """Which candidate rows contain at least one of ``points`` (sorted) in [start, end]."""
+    if candidates.size == 0 or points.size == 0:
+        return np.zeros(candidates.size, dtype=np.bool_)
+    lo = np.searchsorted(points, tl.start_ns[candidates], side="left")
+    hi = np.searchsorted(points, tl.end_ns[candidates], side="right")
+    return hi > lo
+
+
+def host_sets(tl: Timeline, links: Links, lanes: npt.NDArray[np.int64] | list[int], cfg_cold_call_min_ns: int) -> dict[int, HostSets]:
+    """Activity sets for each of ``lanes`` (CPU-thread lanes that launched device work)."""
+    dl_name = tl.name_mask(is_dataloader)
+    sync_name = tl.name_mask(is_sync_call)
+    cold_name = tl.name_mask(is_cold_call)
+    launch_name = tl.name_mask(lambda s: bool(_LAUNCH_RE.match(s) or _ALLOC_CALL_RE.match(s)))
+    copy_name = tl.name_mask(lambda s: s in _COPY_OPS)
+    dirs = copy_directions(tl, links)
+    has_launch = links.launch_of >= 0
+    result: dict[int, HostSets] = {}
+    for lane in lanes:
+        lane = int(lane)
+        on_lane = tl.lane == lane
+        rows = np.flatnonzero(on_lane & np.isin(tl.kind, (*_HOST_WORK, int(Kind.ANNOTATION), int(Kind.PYTHON))))
+        work = rows[np.isin(tl.kind[rows], _HOST_WORK)]
+        s, e = tl.start_ns, tl.end_ns
+        ops = Intervals.union_of(s[work], e[work])
+        dl_rows = rows[dl_name[rows]]
+        dataloader = Intervals.union_of(s[dl_rows], e[dl_rows])
+        # Copy ops that launched an HtoD / DtoH copy from this thread.
+        launches_here = has_launch & (tl.lane[np.maximum(links.launch_of, 0)] == lane)
+        h2d_pts = np.sort(s[links.launch_of[launches_here & (dirs == "HtoD")]])
+        d2h_pts = np.sort(s[links.launch_of[launches_here & (dirs == "DtoH")]])
+        copy_rows = work[copy_name[work]]
+        h2d_rows = copy_rows[_rows_containing(tl, copy_rows, h2d_pts)]
+        d2h_rows = copy_rows[_rows_containing(tl, copy_rows, d2h_pts)]
+        h2d = Intervals.union_of(s[h2d_rows], e[h2d_rows])
+        sync_rows = np.concatenate((work[sync_name[work] | (tl.kind[work] == int(Kind.SYNC))], d2h_rows))
+        sync = Intervals.union_of(s[sync_rows], e[sync_rows])
+        runtime = work[tl.kind[work] == int(Kind.RUNTIME)]
+        slow_launch = runtime[launch_name[runtime] & ((e[runtime] - s[runtime]) >= cfg_cold_call_min_ns)]
+        cold_rows = np.concatenate((runtime[cold_name[runtime]], slow_launch))
+        cold = Intervals.union_of(s[cold_rows], e[cold_rows])
+        result[lane] = HostSets(lane, cold, dataloader, h2d, sync, ops, rows)
+    return result

@@ -1,0 +1,59 @@
+"""Launch <-> device-work links by correlation id.
+
+Kineto and Nsight both give every runtime launch (``cudaLaunchKernel``, ``cudaMemcpyAsync``...)
+and the device work it queued the same correlation id. Flow arrows are often unpaired in real
+traces, so whyidle joins on the id itself.
+
+Correlation ids are unique per process; the join is done per (host process, id) when the device
+lanes carry a process id that matches a host process, otherwise on the id alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from whyidle.timeline.model import DEVICE_WORK_KINDS, Kind, Timeline
+
+__all__ = ["Links", "link_launches"]
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Links:
+    device_rows: I64  # rows of device work (kernels, copies, memsets, collectives), by start time
+    launch_of: I64  # for each of device_rows: the row of its launch call, -1 if none was found
+    launched: I64  # runtime rows whose correlation matched device work
+    unmatched_launch_rows: I64  # launch-like runtime calls with a correlation but no device work
+
+    @property
+    def n_device_without_launch(self) -> int:
+        return int((self.launch_of < 0).sum())
+
+
+_LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "hipLaunch", "hipExtLaunch", "cudaMemcpy", "cudaMemset", "hipMemcpy", "hipMemset")
+
+
+def link_launches(tl: Timeline) -> Links:
+    device_rows = np.flatnonzero(tl.mask(*DEVICE_WORK_KINDS))
+    runtime_rows = np.flatnonzero((tl.kind == int(Kind.RUNTIME)) & (tl.corr >= 0))
+    launch_of = np.full(device_rows.size, -1, dtype=np.int64)
+    if runtime_rows.size and device_rows.size:
+        rc = tl.corr[runtime_rows]
+        order = np.argsort(rc, kind="stable")
+        rc_sorted = rc[order]
+        dc = tl.corr[device_rows]
+        pos = np.searchsorted(rc_sorted, dc)
+        pos_c = np.minimum(pos, rc_sorted.size - 1)
+        hit = (dc >= 0) & (pos < rc_sorted.size) & (rc_sorted[pos_c] == dc)
+        launch_of[hit] = runtime_rows[order[pos_c[hit]]]
+    launched = np.unique(launch_of[launch_of >= 0])
+    # Launch calls whose work never appeared: dropped device events (buffer overflow, a
+    # capture that ended before the work ran).
+    is_launch_name = tl.name_mask(lambda s: s.startswith(_LAUNCH_PREFIXES))
+    launch_rows = np.flatnonzero((tl.kind == int(Kind.RUNTIME)) & (tl.corr > 0) & is_launch_name)
+    unmatched = np.setdiff1d(launch_rows, launched, assume_unique=False)
+    return Links(device_rows=device_rows, launch_of=launch_of, launched=launched, unmatched_launch_rows=unmatched)

@@ -1,0 +1,202 @@
+"""How busy the device really was, per window and per step.
+
+Definitions (see docs/metrics.md):
+
+* busy fraction = |union over all streams of kernels, copies and memsets in the window| / window
+* kernel busy fraction = the same with kernels only (the TensorBoard plugin's "GPU Utilization")
+* per step, device time is split without double counting, in this priority: compute kernels,
+  communication kernels not hidden under compute (exposed communication), copies not hidden
+  under kernels, memsets not hidden under either, and idle.
+
+With several devices in one trace, every figure is summed over devices and fractions are of
+``window x devices``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from whyidle.analyses.gaps import Gaps
+from whyidle.analyses.hostops import h2d_copy_rows
+from whyidle.analyses.links import Links
+from whyidle.analyses.window import Window
+from whyidle.config import Config
+from whyidle.timeline.intervals import Intervals
+from whyidle.timeline.model import Kind, Timeline
+
+__all__ = ["StepFigures", "Utilization", "measure_utilization"]
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    number: int
+    start_ns: int
+    end_ns: int
+    compute_ns: int
+    communication_ns: int  # exposed: not overlapped by compute
+    memcpy_ns: int
+    memset_ns: int
+    idle_ns: int
+    idle_by_cause_ns: tuple[int, ...]  # aligned with analyses.causes.CAUSES
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class Utilization:
+    window_ns: int
+    n_devices: int
+    busy_ns: int
+    kernel_busy_ns: int
+    compute_ns: int
+    communication_ns: int
+    communication_total_ns: int
+    memcpy_ns: int
+    memset_ns: int
+    idle_ns: int
+    steps: tuple[StepFigures, ...]
+    batch_size: int | None
+    batch_size_basis: str  # "option", "trace (leading dim of the input copied to the device)", ""
+
+    @property
+    def capacity_ns(self) -> int:
+        return self.window_ns * max(self.n_devices, 1)
+
+    @property
+    def busy_fraction(self) -> float:
+        return self.busy_ns / self.capacity_ns if self.capacity_ns else 0.0
+
+    @property
+    def kernel_busy_fraction(self) -> float:
+        return self.kernel_busy_ns / self.capacity_ns if self.capacity_ns else 0.0
+
+    @property
+    def step_times_ns(self) -> I64:
+        return np.array([s.duration_ns for s in self.steps], dtype=np.int64)
+
+    @property
+    def steps_per_s(self) -> float | None:
+        if not self.steps or self.window_ns <= 0:
+            return None
+        return len(self.steps) / (self.window_ns / 1e9)
+
+    @property
+    def samples_per_s(self) -> float | None:
+        sps = self.steps_per_s
+        if sps is None or self.batch_size is None:
+            return None
+        return sps * self.batch_size
+
+
+def _union(tl: Timeline, rows: I64, lo: int, hi: int) -> Intervals:
+    return Intervals.union_of(tl.start_ns[rows], tl.end_ns[rows]).clip(lo, hi)
+
+
+@dataclass(frozen=True)
+class _DeviceSets:
+    compute: Intervals
+    comm: Intervals
+    memcpy: Intervals
+    memset: Intervals
+    busy: Intervals
+
+
+def _device_sets(tl: Timeline, links: Links, lo: int, hi: int) -> list[_DeviceSets]:
+    rows = links.device_rows
+    dev_of_lane = np.array([ln.device for ln in tl.lanes], dtype=np.int64)
+    devices = dev_of_lane[tl.lane[rows]] if rows.size else np.empty(0, dtype=np.int64)
+    out = []
+    for dev in np.unique(devices):
+        r = rows[devices == dev]
+        k = tl.kind[r]
+        compute = _union(tl, r[k == int(Kind.KERNEL)], lo, hi)
+        comm_all = _union(tl, r[k == int(Kind.COLLECTIVE)], lo, hi)
+        kernels = compute | comm_all
+        memcpy = _union(tl, r[k == int(Kind.MEMCPY)], lo, hi)
+        memset = _union(tl, r[k == int(Kind.MEMSET)], lo, hi)
+        out.append(_DeviceSets(compute, comm_all, memcpy - kernels, memset - kernels - memcpy, kernels | memcpy | memset))
+    return out
+
+
+def _derive_batch_size(tl: Timeline, links: Links, window: Window) -> int | None:
+    """Leading dimension of the first tensor copied to the device in each step (the batch)."""
+    if not window.steps:
+        return None
+    lane = int(tl.lane[window.steps[0].row])
+    rows = h2d_copy_rows(tl, links, lane)
+    rows = rows[tl.shape0[rows] > 0]
+    if rows.size == 0:
+        return None
+    starts = tl.start_ns[rows]
+    found = []
+    for st in window.steps:
+        i = np.searchsorted(starts, st.start_ns, side="left")
+        if i < rows.size and starts[i] < st.end_ns:
+            found.append(int(tl.shape0[rows[i]]))
+    if not found:
+        return None
+    values, counts = np.unique(np.array(found), return_counts=True)
+    return int(values[np.argmax(counts)])
+
+
+def _split_gaps_by_step(gaps: Gaps, lo: int, hi: int) -> I64:
+    """Idle ns per cause inside [lo, hi), splitting gaps that straddle the bounds pro rata."""
+    if len(gaps) == 0:
+        return np.zeros(gaps.slices.shape[1], dtype=np.int64)
+    ov = np.maximum(np.minimum(gaps.end_ns, hi) - np.maximum(gaps.start_ns, lo), 0)
+    sel = ov > 0
+    if not sel.any():
+        return np.zeros(gaps.slices.shape[1], dtype=np.int64)
+    dur = gaps.dur_ns[sel]
+    part = (gaps.slices[sel] * (ov[sel] / np.maximum(dur, 1))[:, None]).astype(np.int64)
+    # Put rounding remainders on each gap's largest cause so the parts add up to the overlap.
+    rem = ov[sel] - part.sum(axis=1)
+    part[np.arange(part.shape[0]), np.argmax(gaps.slices[sel], axis=1)] += rem
+    return part.sum(axis=0)
+
+
+def measure_utilization(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: Config) -> Utilization:
+    lo, hi = window.start_ns, window.end_ns
+    sets = _device_sets(tl, links, lo, hi)
+    n_dev = len(sets)
+    busy = sum(s.busy.total() for s in sets)
+    kernel = sum((s.compute | s.comm).total() for s in sets)
+    comm_total = sum(s.comm.total() for s in sets)
+    steps = []
+    for st in window.steps:
+        a, b = st.start_ns, st.end_ns
+        comp = sum(s.compute.clip(a, b).total() for s in sets)
+        comm = sum((s.comm - s.compute).clip(a, b).total() for s in sets)
+        mc = sum(s.memcpy.clip(a, b).total() for s in sets)
+        ms = sum(s.memset.clip(a, b).total() for s in sets)
+        dev_busy = sum(s.busy.clip(a, b).total() for s in sets)
+        idle = (b - a) * max(n_dev, 1) - dev_busy
+        by_cause = _split_gaps_by_step(gaps, a, b)
+        steps.append(StepFigures(st.number, a, b, comp, comm, mc, ms, idle, tuple(int(x) for x in by_cause)))
+    if cfg.batch_size is not None:
+        batch, basis = cfg.batch_size, "option"
+    else:
+        derived = _derive_batch_size(tl, links, window)
+        batch, basis = derived, ("trace: leading dimension of the first tensor copied to the device each step" if derived else "")
+    return Utilization(
+        window_ns=window.duration_ns,
+        n_devices=n_dev,
+        busy_ns=int(busy),
+        kernel_busy_ns=int(kernel),
+        compute_ns=int(sum(s.compute.total() for s in sets)),
+        communication_ns=int(sum((s.comm - s.compute).total() for s in sets)),
+        communication_total_ns=int(comm_total),
+        memcpy_ns=int(sum(s.memcpy.total() for s in sets)),
+        memset_ns=int(sum(s.memset.total() for s in sets)),
+        idle_ns=int(window.duration_ns * max(n_dev, 1) - busy),
+        steps=tuple(steps),
+        batch_size=batch,
+        batch_size_basis=basis,
+    )

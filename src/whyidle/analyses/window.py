@@ -1,0 +1,126 @@
+"""The analysis window and the steps inside it.
+
+With step markers (``ProfilerStep#N``)::
+
+    host   |ProfilerStep#5 ......|ProfilerStep#6 ......|ProfilerStep#7 ....|
+    device   ███ ██ █████   ████   ███ ██ █████   ████   ███ ██ █████   ████████
+           ^ window start                                       window end ^
+           (first selected step starts)   (end of device work launched in the last step)
+
+Steps partition the window: step i runs from its own start to the next step's start; the last
+step runs to the window end. This is the TensorBoard plugin's window, so its "GPU Utilization" and
+whyidle's kernel-only busy fraction agree on the same trace.
+
+Without step markers the window is the span of device activity, and step figures are unavailable.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from whyidle.analyses.links import Links
+from whyidle.config import Config
+from whyidle.errors import UsageError
+from whyidle.timeline.model import Kind, Timeline
+
+__all__ = ["Step", "Window", "select_window"]
+
+_STEP_NUM = re.compile(r"#(\d+)$")
+
+
+@dataclass(frozen=True)
+class Step:
+    number: int
+    start_ns: int
+    end_ns: int  # partition end (next step's start, or the window end)
+    host_end_ns: int  # end of the host-side step range
+    row: int
+
+
+@dataclass(frozen=True)
+class Window:
+    start_ns: int
+    end_ns: int
+    basis: str  # "steps" or "device activity" or "empty"
+    steps: tuple[Step, ...]
+    all_step_numbers: tuple[int, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def duration_ns(self) -> int:
+        return max(self.end_ns - self.start_ns, 0)
+
+
+def _device_span(tl: Timeline, links: Links) -> tuple[int, int] | None:
+    if links.device_rows.size == 0:
+        return None
+    return int(tl.start_ns[links.device_rows].min()), int(tl.end_ns[links.device_rows].max())
+
+
+def select_window(tl: Timeline, links: Links, cfg: Config) -> Window:
+    step_rows = np.flatnonzero(tl.kind == int(Kind.STEP))
+    span = _device_span(tl, links)
+    if step_rows.size == 0:
+        if cfg.steps or cfg.skip_first_steps:
+            raise UsageError("step selection was given, but the trace has no ProfilerStep markers")
+        if span is None:
+            return Window(0, 0, "empty", (), ())
+        return Window(
+            span[0],
+            span[1],
+            "device activity",
+            (),
+            (),
+            ("no ProfilerStep markers: the window is the span of device activity and step figures are unavailable",),
+        )
+    # Steps on the thread that has the most of them (the training loop's thread).
+    lanes, counts = np.unique(tl.lane[step_rows], return_counts=True)
+    main_lane = lanes[np.argmax(counts)]
+    step_rows = step_rows[tl.lane[step_rows] == main_lane]
+    step_rows = step_rows[np.argsort(tl.start_ns[step_rows], kind="stable")]
+    numbers = []
+    for r in step_rows:
+        m = _STEP_NUM.search(tl.name_of(int(r)))
+        numbers.append(int(m.group(1)) if m else -1)
+    all_numbers = tuple(numbers)
+    chosen = list(range(len(step_rows)))
+    if cfg.skip_first_steps:
+        if cfg.skip_first_steps >= len(chosen):
+            raise UsageError(
+                f"--skip-first {cfg.skip_first_steps} drops every step: the trace has {len(chosen)} steps"
+            )
+        chosen = chosen[cfg.skip_first_steps :]
+    if cfg.steps:
+        wanted = set(cfg.steps)
+        chosen = [i for i in chosen if numbers[i] in wanted]
+        if not chosen:
+            raise UsageError(
+                f"--steps selects none of the trace's steps (it has ProfilerStep#{all_numbers[0]}..#{all_numbers[-1]})"
+            )
+        if chosen != list(range(chosen[0], chosen[-1] + 1)):
+            raise UsageError("--steps must select consecutive steps (for example 3-6)")
+    last_row = int(step_rows[chosen[-1]])
+    last_start, last_end = int(tl.start_ns[last_row]), int(tl.end_ns[last_row])
+    # End of the device work launched inside the last selected step.
+    end = last_end
+    launched = links.launch_of >= 0
+    if launched.any():
+        lrows = links.launch_of[launched]
+        ls = tl.start_ns[lrows]
+        inside = (ls >= last_start) & (ls < last_end)
+        if inside.any():
+            end = max(end, int(tl.end_ns[links.device_rows[launched][inside]].max()))
+    first_start = int(tl.start_ns[step_rows[chosen[0]]])
+    steps: list[Step] = []
+    for j, i in enumerate(chosen):
+        r = int(step_rows[i])
+        s = int(tl.start_ns[r])
+        nxt = int(tl.start_ns[step_rows[chosen[j + 1]]]) if j + 1 < len(chosen) else end
+        steps.append(Step(numbers[i], s, max(nxt, s), int(tl.end_ns[r]), r))
+    notes: list[str] = []
+    if cfg.skip_first_steps:
+        notes.append(f"the first {cfg.skip_first_steps} steps were skipped (--skip-first)")
+    return Window(first_start, end, "steps", tuple(steps), all_numbers, tuple(notes))

@@ -1,0 +1,71 @@
+"""The command line: parse arguments, call the API, render, map errors to exit codes.
+
+Exit status: 0 done, 1 a CI gate failed, 2 bad input or usage. Each subcommand lives in
+``whyidle.commands.<name>`` with ``add_parser(subparsers)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from whyidle import __version__
+from whyidle.errors import MissingExtraError, UsageError, WhyidleError
+
+__all__ = ["main", "COMMANDS"]
+
+# Subcommand modules, in the order `whyidle --help` lists them.
+COMMANDS = ("diagnose", "demo")
+
+EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, as for bad input
+        self.exit(EXIT_INPUT, f"whyidle: error: {message} (see whyidle {self.prog.split()[-1]} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="whyidle", description="Why is my GPU idle, and what do I change?")
+    parser.add_argument("--version", action="version", version=f"whyidle {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"whyidle.commands.{name}").add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help(sys.stderr)
+        return EXIT_INPUT
+    try:
+        rc: int = args.run(args)
+        return rc
+    except (UsageError, MissingExtraError, WhyidleError) as exc:
+        print(f"whyidle: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("whyidle: interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("whyidle: error: out of memory while reading the input", file=sys.stderr)
+        return EXIT_INPUT
+    except Exception as exc:  # never a traceback for the user; WHYIDLE_DEBUG=1 shows it
+        if os.environ.get("WHYIDLE_DEBUG"):
+            raise
+        where = f"{getattr(args, 'trace', '')}: " if getattr(args, "trace", None) else ""
+        print(
+            f"whyidle: error: {where}could not be analysed ({type(exc).__name__}: {exc}); "
+            "rerun with WHYIDLE_DEBUG=1 and report the traceback",
+            file=sys.stderr,
+        )
+        return EXIT_INPUT
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""Writing outputs atomically, choosing formats, and the progress indicator."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from whyidle.errors import UsageError
+
+__all__ = ["write_atomic", "format_for", "progress", "RENDERERS"]
+
+
+def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
+    """Write via a temporary file and rename, so a failure never leaves a half-written output."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"cannot write {p}: the folder {parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# format name -> "module:function" rendering a Report to str or bytes
+RENDERERS: dict[str, str] = {
+    "terminal": "whyidle.render.terminal:render_terminal",
+    "json": "whyidle.render.json:render_json",
+}
+_SUFFIXES = {".json": "json", ".txt": "terminal"}
+
+
+def format_for(fmt: str | None, output: str | None) -> str:
+    if fmt:
+        if fmt not in RENDERERS:
+            raise UsageError(f"unknown format {fmt!r}; expected one of {', '.join(RENDERERS)}")
+        return fmt
+    if output:
+        name = output.lower()
+        for suffix, f in sorted(_SUFFIXES.items(), key=lambda kv: -len(kv[0])):
+            if name.endswith(suffix) and f in RENDERERS:
+                return f
+        raise UsageError(f"cannot tell the output format from {output!r}; pass --format ({', '.join(RENDERERS)})")
+    return "terminal"
+
+
+def renderer(fmt: str) -> Callable[..., str | bytes]:
+    import importlib
+
+    mod, fn = RENDERERS[fmt].split(":")
+    return getattr(importlib.import_module(mod), fn)  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def progress(message: str, delay_s: float = 1.0) -> Iterator[None]:
+    """A spinner on stderr, shown only if the work takes longer than ``delay_s`` on a terminal."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    status = console.status(message)
+    started = threading.Event()
+
+    def start() -> None:
+        started.set()
+        status.start()
+
+    timer = threading.Timer(delay_s, start)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        if started.is_set():
+            status.stop()

@@ -1,0 +1,109 @@
+"""whyidle diagnose TRACE: the ranked, evidence-backed diagnosis of one profile."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from whyidle.analyses.causes import GROUPS
+from whyidle.commands._output import format_for, progress, renderer, write_atomic
+from whyidle.config import Config
+from whyidle.errors import UsageError
+
+__all__ = ["add_parser", "run", "parse_steps", "gate"]
+
+
+def parse_steps(text: str) -> tuple[int, ...]:
+    """'3-6' or '3,4,5' -> (3, 4, 5, 6)."""
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out.extend(range(int(a), int(b) + 1))
+            elif part:
+                out.append(int(part))
+    except ValueError:
+        raise UsageError(f"--steps {text!r}: expected step numbers like 3-6 or 3,4,5") from None
+    if not out:
+        raise UsageError(f"--steps {text!r} selects no step")
+    return tuple(out)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("diagnose", help="diagnose a profile: utilisation, idle gaps, causes and fixes")
+    p.add_argument("trace", help="a PyTorch profiler trace (.json, .json.gz) or a folder holding one")
+    p.add_argument("--json", action="store_true", help="print the JSON report to stdout")
+    p.add_argument("-o", "--output", help="write the report here (format from the suffix: .json, .txt)")
+    p.add_argument("--format", help="terminal or json (default: from -o, else terminal)")
+    p.add_argument("--steps", help="ProfilerStep numbers to analyse, e.g. 3-6")
+    p.add_argument("--skip-first", type=int, default=0, metavar="N", help="drop the first N steps (cold start)")
+    p.add_argument("--batch-size", type=int, help="samples per step, when the trace cannot tell")
+    p.add_argument("--fail-on", metavar="GROUP[,GROUP]", help=f"exit 1 if a finding is in these groups ({', '.join(GROUPS)})")
+    p.add_argument("--min-busy", type=float, metavar="FRACTION", help="exit 1 if the device busy fraction is below this (0..1)")
+    p.add_argument("--width", type=int, default=None, help="terminal width (default: the terminal's, at most 100)")
+    p.set_defaults(run=run)
+
+
+def _config(args: argparse.Namespace) -> Config:
+    fail_on: tuple[str, ...] = ()
+    if args.fail_on:
+        fail_on = tuple(g.strip() for g in args.fail_on.split(",") if g.strip())
+        bad = [g for g in fail_on if g not in GROUPS]
+        if bad:
+            raise UsageError(f"--fail-on {','.join(bad)}: expected groups among {', '.join(GROUPS)}")
+    if args.min_busy is not None and not 0.0 <= args.min_busy <= 1.0:
+        raise UsageError(f"--min-busy {args.min_busy}: expected a fraction between 0 and 1")
+    if args.skip_first < 0:
+        raise UsageError("--skip-first must be 0 or more")
+    if args.batch_size is not None and args.batch_size <= 0:
+        raise UsageError("--batch-size must be a positive number of samples")
+    return Config(
+        skip_first_steps=args.skip_first,
+        steps=parse_steps(args.steps) if args.steps else None,
+        batch_size=args.batch_size,
+        fail_on_groups=fail_on,
+        min_busy_fraction=args.min_busy,
+    )
+
+
+def gate(report: Any, cfg: Config) -> list[str]:
+    """The CI gate failures, as sentences."""
+    failures = []
+    for f in report.findings:
+        if f.group in cfg.fail_on_groups:
+            failures.append(f"finding in group {f.group}: {f.title}")
+    if cfg.min_busy_fraction is not None and report.utilization.busy_fraction < cfg.min_busy_fraction:
+        failures.append(f"device busy {report.utilization.busy_fraction:.1%} is below --min-busy {cfg.min_busy_fraction:.1%}")
+    return failures
+
+
+def emit(report: Any, args: argparse.Namespace) -> None:
+    fmt = "json" if args.json and not args.output else format_for(args.format, args.output)
+    render = renderer(fmt)
+    if fmt == "terminal":
+        width = args.width or min(getattr(sys.stdout, "isatty", lambda: False)() and __import__("shutil").get_terminal_size().columns or 80, 100)
+        text = render(report, width=width, color=bool(sys.stdout.isatty()) and not args.output)
+    else:
+        text = render(report)
+    if args.output:
+        write_atomic(args.output, text)
+        if args.json:
+            sys.stdout.write(renderer("json")(report))  # type: ignore[arg-type]
+    else:
+        sys.stdout.write(text if isinstance(text, str) else text.decode())
+
+
+def run(args: argparse.Namespace) -> int:
+    from whyidle.diagnose import diagnose
+
+    cfg = _config(args)
+    with progress(f"whyidle: reading {args.trace}"):
+        report = diagnose(args.trace, cfg)
+    emit(report, args)
+    failures = gate(report, cfg)
+    for msg in failures:
+        print(f"whyidle: gate failed: {msg}", file=sys.stderr)
+    return 1 if failures else 0

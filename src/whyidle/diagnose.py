@@ -1,0 +1,126 @@
+"""The pipeline: source -> Timeline -> analyses -> findings -> Report.
+
+``diagnose(path_or_timeline)`` is the whole of ``whyidle diagnose`` without the rendering.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import numpy as np
+
+from whyidle.analyses import causes as C
+from whyidle.analyses.context import ThreadIndex, gap_context
+from whyidle.analyses.gaps import find_gaps
+from whyidle.analyses.kernels import kernel_stats
+from whyidle.analyses.links import link_launches
+from whyidle.analyses.quality import assess_quality
+from whyidle.analyses.utilization import measure_utilization
+from whyidle.analyses.window import select_window
+from whyidle.config import Config
+from whyidle.findings.model import GapRecord, Report, SourceInfo, WindowInfo
+from whyidle.findings.rules import Analyses, build_findings
+from whyidle.timeline.model import Timeline
+
+__all__ = ["diagnose", "analyse"]
+
+
+def analyse(tl: Timeline, cfg: Config | None = None) -> Analyses:
+    """Run every analysis on a timeline (pure: no I/O, no printing)."""
+    cfg = cfg or Config()
+    links = link_launches(tl)
+    window = select_window(tl, links, cfg)
+    gaps = find_gaps(tl, links, window, cfg)
+    util = measure_utilization(tl, links, window, gaps, cfg)
+    kern = kernel_stats(tl, links, window, cfg)
+    quality = assess_quality(tl, links, window, gaps, cfg)
+    return Analyses(tl, window, gaps, util, kern, quality, ThreadIndex(tl))
+
+
+def _gap_records(a: Analyses, cfg: Config) -> tuple[GapRecord, ...]:
+    g = a.gaps
+    if len(g) == 0:
+        return ()
+    order = np.argsort(-g.dur_ns, kind="stable")[: cfg.report_top_gaps]
+    out = []
+    for i in order:
+        i = int(i)
+        parts = [(C.CAUSES[c].key, int(ns)) for c, ns in enumerate(g.slices[i]) if ns > 0]
+        parts.sort(key=lambda kv: -kv[1])
+        primary = C.CAUSES[int(np.argmax(g.slices[i]))]
+        ctx = gap_context(a.tl, g, i, a.index)
+        nxt = a.tl.name_of(int(g.next_row[i])) if g.next_row[i] >= 0 else ""
+        out.append(
+            GapRecord(
+                start_ns=int(g.start_ns[i]),
+                end_ns=int(g.end_ns[i]),
+                device=int(g.device[i]),
+                group=primary.group,
+                cause=primary.cause,
+                causes_ns=tuple(parts),
+                next_work=nxt,
+                thread=ctx.thread,
+                before=ctx.before,
+                during=ctx.during,
+                outermost=ctx.outermost,
+                innermost=ctx.innermost,
+                runtime_call=ctx.runtime_call,
+                python_line=ctx.python_line,
+                drained_by_sync=bool(g.drained_by_sync[i]),
+            )
+        )
+    return tuple(out)
+
+
+def report_from(a: Analyses, cfg: Config) -> Report:
+    findings, skipped = build_findings(a, cfg)
+    tl = a.tl
+    totals = a.gaps.total_by_cause()
+    idle_by_cause = {c.key: int(totals[i]) for i, c in enumerate(C.CAUSES)}
+    devices = tuple(str(d.get("name", "")) for d in tl.meta.devices)
+    return Report(
+        source=SourceInfo(
+            path=tl.meta.path,
+            format=tl.meta.source_format,
+            version=tl.meta.source_version,
+            devices=devices,
+            rank=tl.meta.rank,
+            world_size=tl.meta.world_size,
+            training=a.gaps.training,
+        ),
+        window=WindowInfo(
+            a.window.start_ns,
+            a.window.end_ns,
+            a.window.basis,
+            tuple(s.number for s in a.window.steps),
+            a.window.all_step_numbers,
+        ),
+        utilization=a.utilization,
+        kernels=a.kernels,
+        idle_by_cause_ns=idle_by_cause,
+        gap_count=len(a.gaps),
+        findings=findings,
+        skipped=skipped,
+        gaps=_gap_records(a, cfg),
+        quality=a.quality.notes,
+        cold_start=a.quality.cold_start,
+        no_device_activity=a.quality.no_device_activity,
+    )
+
+
+def diagnose(source: str | os.PathLike[str] | Timeline, config: Config | None = None, **overrides: object) -> Report:
+    """Diagnose a profile (a path to any supported input, or a Timeline) and return the Report.
+
+    Keyword overrides replace fields of ``config``: ``diagnose(path, skip_first_steps=2)``.
+    """
+    cfg = config or Config()
+    if overrides:
+        cfg = replace(cfg, **overrides)  # type: ignore[arg-type]
+    if isinstance(source, Timeline):
+        tl = source
+    else:
+        from whyidle.sources import load
+
+        tl = load(source)
+    return report_from(analyse(tl, cfg), cfg)

@@ -1,0 +1,156 @@
+"""The diagnosis as typed objects: Finding, Evidence, Fix, Skipped, GapRecord, Report.
+
+A Report is what every renderer (terminal, JSON, HTML, Perfetto) takes; it holds measured numbers
+only, in nanoseconds and fractions, never pre-formatted text for a particular output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from whyidle.analyses.kernels import KernelStats
+from whyidle.analyses.utilization import Utilization
+
+__all__ = ["Fix", "Evidence", "Finding", "Skipped", "GapRecord", "SourceInfo", "WindowInfo", "Report"]
+
+
+@dataclass(frozen=True)
+class Fix:
+    summary: str  # the lever, one sentence
+    steps: tuple[str, ...]  # what to change, in order
+    code: str  # a short snippet
+    verify: str  # how to check that it worked
+    expected: str  # the expected effect, from the measured numbers
+    docs: str  # docs page
+
+
+@dataclass(frozen=True)
+class Evidence:
+    gap_count: int
+    idle_ns: int
+    per_step_idle_ns: float | None  # mean over the selected steps
+    share_of_step: float | None  # per-step idle of this cause / mean step time
+    top_ops: tuple[tuple[str, int, int], ...]  # (op, ns overlapping these gaps, gaps)
+    python_lines: tuple[tuple[str, int], ...]  # (file:line in func, gaps)
+    examples: tuple[tuple[int, int, int], ...]  # (start_ns, end_ns, ns of this cause)
+    facts: tuple[tuple[str, Any], ...] = ()  # other measured values, (name, value)
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    group: str
+    cause: str
+    title: str
+    idle_ns: int  # device-idle time this cause explains: an upper bound on what the fix recovers
+    share_of_idle: float
+    share_of_window: float
+    evidence: Evidence
+    fix: Fix
+    variant: str = ""  # e.g. "single_process" for the input pipeline
+    affected_busy_ns: int = 0  # for findings about busy time (FP32 math)
+
+    @property
+    def key(self) -> str:
+        return f"{self.group}/{self.cause}"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    rule: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class GapRecord:
+    start_ns: int
+    end_ns: int
+    device: int
+    group: str
+    cause: str
+    causes_ns: tuple[tuple[str, int], ...]  # every cause holding part of the gap, largest first
+    next_work: str
+    thread: str
+    before: str
+    during: str
+    outermost: str
+    innermost: str
+    runtime_call: str
+    python_line: str
+    drained_by_sync: bool
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    path: str
+    format: str
+    version: str
+    devices: tuple[str, ...]
+    rank: int | None
+    world_size: int | None
+    training: bool
+
+
+@dataclass(frozen=True)
+class WindowInfo:
+    start_ns: int
+    end_ns: int
+    basis: str
+    steps: tuple[int, ...]
+    all_steps: tuple[int, ...]
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class Report:
+    source: SourceInfo
+    window: WindowInfo
+    utilization: Utilization
+    kernels: KernelStats
+    idle_by_cause_ns: dict[str, int]
+    gap_count: int
+    findings: tuple[Finding, ...]
+    skipped: tuple[Skipped, ...]
+    gaps: tuple[GapRecord, ...]  # the largest gaps, with their CPU context
+    quality: tuple[str, ...]
+    cold_start: bool
+    no_device_activity: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def idle_ns(self) -> int:
+        return self.utilization.idle_ns
+
+    @property
+    def idle_by_group_ns(self) -> dict[str, int]:
+        from whyidle.analyses.causes import GROUPS
+
+        out = {g: 0 for g in GROUPS}
+        for key, ns in self.idle_by_cause_ns.items():
+            out[key.split("/", 1)[0]] += ns
+        return out
+
+    @property
+    def problems(self) -> tuple[Finding, ...]:
+        return self.findings
+
+    def to_dict(self) -> dict[str, Any]:
+        from whyidle.render.json import report_to_dict
+
+        return report_to_dict(self)
+
+    def _repr_html_(self) -> str:
+        try:
+            from whyidle.render.html import render_html
+
+            return render_html(self)
+        except ImportError:  # pragma: no cover - the HTML renderer is part of the package
+            return f"<pre>{self!r}</pre>"

@@ -1,0 +1,177 @@
+"""The JSON report: a stable, versioned schema for scripts and CI (see docs/json-schema.md).
+
+Times are integer nanoseconds (``*_ns``), fractions are 0..1 (``*_fraction``, ``share_*``).
+Fields are only added within a major schema version, never renamed or removed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from whyidle import __version__
+from whyidle.analyses import causes as C
+from whyidle.findings.model import Finding, GapRecord, Report
+
+__all__ = ["SCHEMA_VERSION", "report_to_dict", "render_json"]
+
+SCHEMA_VERSION = "1.0"
+
+
+def _pct(values: np.ndarray, q: float) -> int | None:
+    return int(np.percentile(values, q, method="nearest")) if values.size else None
+
+
+def _finding(f: Finding) -> dict[str, Any]:
+    e = f.evidence
+    return {
+        "id": f.id,
+        "group": f.group,
+        "cause": f.cause,
+        "variant": f.variant,
+        "title": f.title,
+        "idle_ns": f.idle_ns,
+        "share_of_idle": f.share_of_idle,
+        "share_of_window": f.share_of_window,
+        "affected_busy_ns": f.affected_busy_ns,
+        "upper_bound": True,
+        "evidence": {
+            "gap_count": e.gap_count,
+            "idle_ns": e.idle_ns,
+            "per_step_idle_ns": e.per_step_idle_ns,
+            "share_of_step": e.share_of_step,
+            "top_ops": [{"name": n, "overlap_ns": ns, "gaps": k} for n, ns, k in e.top_ops],
+            "python_lines": [{"line": ln, "gaps": k} for ln, k in e.python_lines],
+            "examples": [{"start_ns": s, "end_ns": t, "idle_ns": ns} for s, t, ns in e.examples],
+            "facts": {k: v for k, v in e.facts},
+        },
+        "fix": {
+            "summary": f.fix.summary,
+            "steps": list(f.fix.steps),
+            "code": f.fix.code,
+            "verify": f.fix.verify,
+            "expected": f.fix.expected,
+            "docs": f.fix.docs,
+        },
+    }
+
+
+def _gap(g: GapRecord) -> dict[str, Any]:
+    return {
+        "start_ns": g.start_ns,
+        "end_ns": g.end_ns,
+        "dur_ns": g.dur_ns,
+        "device": g.device,
+        "group": g.group,
+        "cause": g.cause,
+        "causes_ns": {k: v for k, v in g.causes_ns},
+        "next_work": g.next_work,
+        "thread": g.thread,
+        "cpu_before": g.before,
+        "cpu_during": g.during,
+        "cpu_outermost": g.outermost,
+        "cpu_innermost": g.innermost,
+        "runtime_call": g.runtime_call,
+        "python_line": g.python_line,
+        "drained_by_sync": g.drained_by_sync,
+    }
+
+
+def report_to_dict(r: Report) -> dict[str, Any]:
+    u = r.utilization
+    k = r.kernels
+    times = u.step_times_ns
+    by_group = r.idle_by_group_ns
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "whyidle", "version": __version__},
+        "source": {
+            "path": r.source.path,
+            "format": r.source.format,
+            "version": r.source.version,
+            "devices": list(r.source.devices),
+            "rank": r.source.rank,
+            "world_size": r.source.world_size,
+            "workload": "training" if r.source.training else "inference",
+        },
+        "window": {
+            "start_ns": r.window.start_ns,
+            "end_ns": r.window.end_ns,
+            "duration_ns": r.window.duration_ns,
+            "basis": r.window.basis,
+            "steps": list(r.window.steps),
+            "all_steps": list(r.window.all_steps),
+        },
+        "utilization": {
+            "basis": "device: union of busy time over all streams, per device, summed over devices",
+            "n_devices": u.n_devices,
+            "busy_fraction": u.busy_fraction,
+            "kernel_busy_fraction": u.kernel_busy_fraction,
+            "busy_ns": u.busy_ns,
+            "kernel_busy_ns": u.kernel_busy_ns,
+            "compute_ns": u.compute_ns,
+            "communication_exposed_ns": u.communication_ns,
+            "communication_total_ns": u.communication_total_ns,
+            "memcpy_ns": u.memcpy_ns,
+            "memset_ns": u.memset_ns,
+            "idle_ns": u.idle_ns,
+        },
+        "throughput": {
+            "steps_per_s": u.steps_per_s,
+            "samples_per_s": u.samples_per_s,
+            "batch_size": u.batch_size,
+            "batch_size_basis": u.batch_size_basis,
+        },
+        "step_time": {
+            "count": int(times.size),
+            "mean_ns": float(times.mean()) if times.size else None,
+            "p50_ns": _pct(times, 50),
+            "p95_ns": _pct(times, 95),
+            "max_ns": int(times.max()) if times.size else None,
+        },
+        "steps": [
+            {
+                "number": s.number,
+                "start_ns": s.start_ns,
+                "end_ns": s.end_ns,
+                "duration_ns": s.duration_ns,
+                "compute_ns": s.compute_ns,
+                "communication_ns": s.communication_ns,
+                "memcpy_ns": s.memcpy_ns,
+                "memset_ns": s.memset_ns,
+                "idle_ns": s.idle_ns,
+                "idle_by_cause_ns": {c.key: int(v) for c, v in zip(C.CAUSES, s.idle_by_cause_ns) if v},
+            }
+            for s in u.steps
+        ],
+        "kernels": {
+            "count": k.count,
+            "total_ns": k.total_ns,
+            "median_ns": k.median_ns,
+            "short_count": k.short_count,
+            "short_ns": k.short_ns,
+            "short_share": k.short_share,
+            "mean_launch_call_ns": k.mean_launch_ns,
+            "est_sm_efficiency": k.sm_efficiency,
+            "est_achieved_occupancy_pct": k.achieved_occupancy_pct,
+            "tensor_core_share": k.tensor_core_share,
+            "fp32_math_share": k.fp32_math_share,
+        },
+        "idle_ns": r.idle_ns,
+        "idle_by_group_ns": by_group,
+        "idle_by_cause_ns": {key: v for key, v in r.idle_by_cause_ns.items() if v},
+        "gap_count": r.gap_count,
+        "findings": [_finding(f) for f in r.findings],
+        "skipped": [{"rule": s.rule, "reason": s.reason} for s in r.skipped],
+        "gaps": [_gap(g) for g in r.gaps],
+        "quality": list(r.quality),
+        "cold_start": r.cold_start,
+        "no_device_activity": r.no_device_activity,
+        **({"extra": r.extra} if r.extra else {}),
+    }
+
+
+def render_json(r: Report) -> str:
+    return msgspec.json.format(msgspec.json.encode(report_to_dict(r)), indent=2).decode() + "\n"
