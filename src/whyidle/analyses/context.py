@@ -19,6 +19,7 @@ user annotations that wrap whole phases are skipped, DataLoader ranges are kept)
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,8 +133,21 @@ def gap_context(tl: Timeline, gaps: Gaps, i: int, index: ThreadIndex) -> GapCont
     )
 
 
-def cause_evidence(tl: Timeline, gaps: Gaps, cause_idx: int, index: ThreadIndex, limit_gaps: int = 200, examples: int = 5) -> CauseEvidence:
-    """Top-level ops overlapping the gaps of one cause, the Python lines seen, and examples."""
+def cause_evidence(
+    tl: Timeline,
+    gaps: Gaps,
+    cause_idx: int,
+    index: ThreadIndex,
+    limit_gaps: int = 200,
+    examples: int = 5,
+    op_filter: Callable[[str], bool] | None = None,
+) -> CauseEvidence:
+    """Top-level ops overlapping the gaps of one cause, the Python lines seen, and examples.
+
+    ``op_filter`` keeps only the ops relevant to the cause (the DataLoader's ranges for input
+    starvation; everything but them for host-side causes), so a gap shared by two causes does not
+    lend one cause the other's evidence.
+    """
     part = gaps.slices[:, cause_idx] if len(gaps) else np.empty(0, dtype=np.int64)
     idx = np.flatnonzero(part > 0)
     if idx.size == 0:
@@ -155,6 +169,8 @@ def cause_evidence(tl: Timeline, gaps: Gaps, cause_idx: int, index: ThreadIndex,
         seen: set[str] = set()
         for j in np.flatnonzero(sel):
             name = tl.name_of(int(rows[j]))
+            if op_filter is not None and not op_filter(name):
+                continue
             ops_ns[name] += int(ov[j])
             if name not in seen:
                 ops_gaps[name] += 1

@@ -16,6 +16,7 @@ import numpy as np
 from whyidle.analyses import causes as C
 from whyidle.analyses.context import CauseEvidence, ThreadIndex, cause_evidence
 from whyidle.analyses.gaps import Gaps
+from whyidle.analyses.hostops import is_dataloader
 from whyidle.analyses.kernels import KernelStats
 from whyidle.analyses.quality import Quality
 from whyidle.analyses.utilization import Utilization
@@ -133,6 +134,19 @@ def _host_overhead_steps(facts: dict[str, Any], base: tuple[str, ...]) -> tuple[
     return tuple(named) + base
 
 
+def _not_dataloader(name: str) -> bool:
+    return not is_dataloader(name)
+
+
+# Which ops count as evidence for a cause (None: every op on the launching thread).
+_OP_FILTERS = {
+    C.INPUT_PIPELINE: is_dataloader,
+    C.H2D_COPY: _not_dataloader,
+    C.HOST_SYNC: _not_dataloader,
+    C.HOST_OVERHEAD: _not_dataloader,
+}
+
+
 def build_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple[Skipped, ...]]:
     findings: list[Finding] = []
     skipped: list[Skipped] = []
@@ -157,7 +171,7 @@ def build_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple
         if a.quality.cold_start and cause is not C.COLD_START:
             skipped.append(Skipped(cause.key, f"cold start dominates the capture; {_ms(ns)} of idle not blamed on this cause"))
             continue
-        ev = cause_evidence(a.tl, g, ci, a.index, examples=cfg.evidence_examples)
+        ev = cause_evidence(a.tl, g, ci, a.index, examples=cfg.evidence_examples, op_filter=_OP_FILTERS.get(cause))
         variant = _loader_variant(ev) if cause is C.INPUT_PIPELINE else ""
         lever = lever_for(cause.cause, variant)
         facts: tuple[tuple[str, Any], ...] = ()

@@ -75,7 +75,8 @@ def _headline(r: Report) -> Table:
 
 def _finding_panel(i: int, f: Finding) -> Panel:
     e = f.evidence
-    body: list[Text | Table] = []
+    style = _GROUP_STYLE.get(f.group, "bold")
+    body: list[Text | Table] = [Text(f.title, style=style)]
     if f.idle_ns:
         line = f"explains {_ms(f.idle_ns)} of device idle ({f.share_of_idle:.0%} of idle, {f.share_of_window:.0%} of the window)"
         if e.per_step_idle_ns is not None:
@@ -95,8 +96,7 @@ def _finding_panel(i: int, f: Finding) -> Panel:
         body.append(Text(f"  - {s}"))
     body.append(Text(f.fix.code, style="cyan"))
     body.append(Text(f"Verify: {f.fix.verify}", style="dim"))
-    style = _GROUP_STYLE.get(f.group, "bold")
-    return Panel(Group(*body), title=Text(f"{i}. [{f.group}] {f.title}", style=style), title_align="left", expand=True)
+    return Panel(Group(*body), title=Text(f"{i}. {f.group} / {f.cause}", style=style), title_align="left", expand=True)
 
 
 def render_terminal(r: Report, width: int = 80, color: bool = False) -> str:

@@ -44,7 +44,7 @@ def load(path: str | os.PathLike[str]) -> Timeline:
     raw = read_bytes(p)
     if raw.startswith(SQLITE_MAGIC):
         raise UnsupportedInputError(p, "is an SQLite database (an Nsight Systems export?); whyidle cannot read it yet")
-    if looks_like_kineto(raw[:64]):
+    if looks_like_kineto(raw[:64]) or p.name.endswith(_TRACE_SUFFIXES):
         return load_kineto(p, raw)
     raise UnsupportedInputError(
         p, "is not a format whyidle reads; expected a PyTorch profiler trace (.json or .json.gz)"
