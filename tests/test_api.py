@@ -1,0 +1,53 @@
+"""The public surface and the architecture's rules."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import whyidle
+
+SRC = Path(whyidle.__file__).parent
+
+
+def test_public_api_is_pinned() -> None:
+    assert set(whyidle.__all__) >= {
+        "__version__", "Config", "Evidence", "Finding", "Fix", "GapRecord", "InputError", "Kind", "Lane",
+        "MissingExtraError", "Report", "Skipped", "Timeline", "TraceFormatError", "UnsupportedInputError",
+        "UsageError", "WhyidleError", "diagnose", "load",
+    }
+    for name in whyidle.__all__:
+        assert hasattr(whyidle, name), name
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+    return out
+
+
+def test_analyses_are_pure() -> None:
+    """Nothing under analyses/ imports a renderer, rich, or writes files."""
+    for path in (SRC / "analyses").rglob("*.py"):
+        mods = _imports(path)
+        assert not any(m.startswith(("rich", "whyidle.render", "whyidle.commands", "matplotlib")) for m in mods), path
+        text = path.read_text()
+        assert "print(" not in text and "open(" not in text and ".write_" not in text, path
+
+
+def test_only_the_terminal_renderer_imports_rich() -> None:
+    users = {p.relative_to(SRC).as_posix() for p in SRC.rglob("*.py") if any(m.startswith("rich") for m in _imports(p))}
+    assert users <= {"render/terminal.py", "commands/_output.py"}, users
+
+
+def test_importing_whyidle_does_not_import_torch_or_heavy_extras() -> None:
+    code = "import sys, whyidle; whyidle.diagnose; print(sorted(m for m in ('torch', 'pandas', 'pyarrow', 'matplotlib', 'dask', 'pynvml') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
