@@ -66,6 +66,22 @@ class Config:
     # start: the report says so instead of blaming a cause.
     cold_start_max_share_of_idle: float = 0.5
 
+    # --- multi-rank (analyses/ranks.py) -------------------------------------------------------
+    # A rank counts as having arrived last at a collective when the earliest rank waited at least
+    # this long for it. 100 us is above NCCL's own start-up jitter between ranks (tens of us on
+    # one NVLink node) and well below a step's input or sync delays (milliseconds).
+    straggler_min_lateness_ns: int = 100_000
+    # A straggler's input is "larger" when its leading dimension exceeds the other ranks' median
+    # by this fraction (10%: variable-length batches that differ less cost less than the
+    # collective jitter above).
+    uneven_input_min_ratio: float = 0.10
+
+    # --- large traces (sources/kineto_stream.py) ---------------------------------------------
+    # Kineto traces larger than this (uncompressed bytes, estimated for gzip) are read in chunks
+    # instead of whole: the in-memory decode holds the raw text plus its decoded events, about
+    # 3x the file size (measured with benchmarks/bench_scale.py), so 256 MiB keeps it under 1 GB.
+    stream_min_bytes: int = 256 * 1024 * 1024
+
     # --- CI gates (CLI) ----------------------------------------------------------------------
     fail_on_groups: tuple[str, ...] = field(default_factory=tuple)
     min_busy_fraction: float | None = None

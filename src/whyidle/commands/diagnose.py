@@ -44,6 +44,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--fail-on", metavar="GROUP[,GROUP]", help=f"exit 1 if a finding is in these groups ({', '.join(GROUPS)})")
     p.add_argument("--min-busy", type=float, metavar="FRACTION", help="exit 1 if the device busy fraction is below this (0..1)")
     p.add_argument("--width", type=int, default=None, help="terminal width (default: the terminal's, at most 100)")
+    p.add_argument("--jobs", type=int, metavar="N", help="multi-rank folders: parse ranks in N processes (default: all cores)")
+    p.add_argument("--workers", type=int, metavar="N", help="multi-rank folders: run the ranks on a local Dask cluster of N processes")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="multi-rank folders: run the ranks on this Dask scheduler (tcp://host:8786)")
     p.set_defaults(run=run)
 
 
@@ -100,10 +103,17 @@ def run(args: argparse.Namespace) -> int:
     from whyidle.diagnose import diagnose
 
     cfg = _config(args)
-    with progress(f"whyidle: reading {args.trace}"):
-        report = diagnose(args.trace, cfg)
-    emit(report, args)
-    failures = gate(report, cfg)
+    from whyidle.commands._ranks import is_run_dir, run_ranks
+
+    if is_run_dir(args.trace) or args.workers or args.scheduler:
+        report = run_ranks(args, cfg)
+        emit(report, args)
+        failures = [f"rank {e.rank}: {m}" for e in report.ranks if e.report is not None for m in gate(e.report, cfg)]
+    else:
+        with progress(f"whyidle: reading {args.trace}"):
+            report = diagnose(args.trace, cfg)
+        emit(report, args)
+        failures = gate(report, cfg)
     for msg in failures:
         print(f"whyidle: gate failed: {msg}", file=sys.stderr)
     return 1 if failures else 0

@@ -12,7 +12,7 @@ from typing import Any
 from whyidle.analyses.kernels import KernelStats
 from whyidle.analyses.utilization import Utilization
 
-__all__ = ["Fix", "Evidence", "Finding", "Skipped", "GapRecord", "SourceInfo", "WindowInfo", "Report"]
+__all__ = ["Fix", "Evidence", "Finding", "Skipped", "GapRecord", "SourceInfo", "WindowInfo", "Report", "RankEntry", "MultiRankReport"]
 
 
 @dataclass(frozen=True)
@@ -154,3 +154,34 @@ class Report:
             return render_html(self)
         except ImportError:  # pragma: no cover - the HTML renderer is part of the package
             return f"<pre>{self!r}</pre>"
+
+
+@dataclass(frozen=True)
+class RankEntry:
+    """One rank of a multi-rank run: its own single-rank report, or why it has none."""
+
+    rank: int
+    path: str
+    report: Report | None
+    error: str = ""  # why the file could not be read (the run goes on without it)
+
+
+@dataclass(frozen=True)
+class MultiRankReport:
+    """A distributed job: one Report per rank plus the cross-rank analysis (analyses/ranks.py)."""
+
+    run_dir: str
+    rank_basis: str  # "distributedInfo", "file name", "file order" or a mix, said in words
+    world_size: int | None
+    ranks: tuple[RankEntry, ...]
+    cross_rank: Any  # whyidle.analyses.ranks.CrossRank
+    notes: tuple[str, ...] = ()
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(f for e in self.ranks if e.report is not None for f in e.report.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        from whyidle.render.json import multi_rank_to_dict
+
+        return multi_rank_to_dict(self)

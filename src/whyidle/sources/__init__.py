@@ -33,8 +33,8 @@ def load(path: str | os.PathLike[str]) -> Timeline:
         if len(traces) > 1:
             raise InputError(
                 p,
-                f"is a folder with {len(traces)} traces; pass one file, or use the multi-rank analysis "
-                "when it is available",
+                f"is a folder with {len(traces)} traces (one per rank?); pass one file, or analyse them "
+                "together with whyidle.ranks.diagnose_ranks (the CLI does this for folders)",
             )
         p = traces[0]
     if p.suffix == ".nsys-rep" or p.name.endswith(".qdrep"):
