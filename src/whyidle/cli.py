@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from whyidle import __version__
 from whyidle.errors import MissingExtraError, UsageError, WhyidleError
@@ -24,7 +25,7 @@ EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, as for bad input
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, as for bad input
         self.exit(EXIT_INPUT, f"whyidle: error: {message} (see whyidle {self.prog.split()[-1]} --help)\n")
 
 

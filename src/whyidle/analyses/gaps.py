@@ -76,10 +76,12 @@ class Gaps:
         """Index into CAUSES of the cause that holds most of each gap."""
         if self.slices.shape[0] == 0:
             return np.empty(0, dtype=np.int64)
-        return np.argmax(self.slices, axis=1).astype(np.int64)
+        return np.asarray(np.argmax(self.slices, axis=1), dtype=np.int64)
 
     def total_by_cause(self) -> I64:
-        return self.slices.sum(axis=0) if self.slices.shape[0] else np.zeros(len(C.CAUSES), dtype=np.int64)
+        if self.slices.shape[0] == 0:
+            return np.zeros(len(C.CAUSES), dtype=np.int64)
+        return np.asarray(self.slices.sum(axis=0), dtype=np.int64)
 
 
 _TRAINING_MARKERS = ("Backward", "backward", "Optimizer.", "AccumulateGrad", "autograd::engine")

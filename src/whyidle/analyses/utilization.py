@@ -159,7 +159,7 @@ def _split_gaps_by_step(gaps: Gaps, lo: int, hi: int) -> I64:
     # Put rounding remainders on each gap's largest cause so the parts add up to the overlap.
     rem = ov[sel] - part.sum(axis=1)
     part[np.arange(part.shape[0]), np.argmax(gaps.slices[sel], axis=1)] += rem
-    return part.sum(axis=0)
+    return np.asarray(part.sum(axis=0), dtype=np.int64)
 
 
 def measure_utilization(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: Config) -> Utilization:
@@ -180,6 +180,7 @@ def measure_utilization(tl: Timeline, links: Links, window: Window, gaps: Gaps, 
         idle = (b - a) * max(n_dev, 1) - dev_busy
         by_cause = _split_gaps_by_step(gaps, a, b)
         steps.append(StepFigures(st.number, a, b, comp, comm, mc, ms, idle, tuple(int(x) for x in by_cause)))
+    batch: int | None
     if cfg.batch_size is not None:
         batch, basis = cfg.batch_size, "option"
     else:

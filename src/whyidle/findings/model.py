@@ -149,9 +149,9 @@ class Report:
 
     def _repr_html_(self) -> str:
         try:
-            from whyidle.render.html import render_html
+            from whyidle.render.html import render_html  # type: ignore[import-not-found,unused-ignore]
 
-            return render_html(self)
+            return str(render_html(self))
         except ImportError:  # pragma: no cover - the HTML renderer is part of the package
             return f"<pre>{self!r}</pre>"
 

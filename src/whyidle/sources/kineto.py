@@ -24,7 +24,7 @@ import re
 from collections import Counter
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import msgspec
 import numpy as np
@@ -69,8 +69,8 @@ class _Event(msgspec.Struct):
 class _ExactEvent(_Event):
     """Times kept as source text: for files where float64 would lose or misread nanoseconds."""
 
-    ts: Any = None  # type: ignore[assignment]
-    dur: Any = None  # type: ignore[assignment]
+    ts: Any = None
+    dur: Any = None
 
 
 class _Doc(msgspec.Struct):
@@ -148,7 +148,7 @@ def _decode(raw: bytes, path: str, exact: bool) -> tuple[list[_Event], _Doc | No
             raise TraceFormatError(path, f"the JSON is truncated ({msg}); was the trace fully written?") from None
         raise TraceFormatError(path, f"is not valid JSON ({msg}); expected a PyTorch profiler trace") from None
     if isinstance(doc, list):
-        return doc, None
+        return cast("list[_Event]", doc), None
     if doc.traceEvents is None:
         raise TraceFormatError(path, "is a JSON object without a 'traceEvents' list; expected a PyTorch profiler trace")
     return doc.traceEvents, doc
@@ -330,12 +330,11 @@ def _parse(raw: bytes, path: str, style: str, exact: bool) -> Timeline:
     cat_kind: dict[Any, int] = {}
     unknown: Counter[str] = Counter()
     for c in set(cats):
-        key = c.lower() if isinstance(c, str) else ""
-        k = _CATEGORIES.get(key)
-        cat_kind[c] = int(k) if k is not None else -1
+        known = _CATEGORIES.get(c.lower() if isinstance(c, str) else "")
+        cat_kind[c] = int(known) if known is not None else -1
     kind_all = np.fromiter((cat_kind[c] for c in cats), dtype=np.int16, count=len(cats))
-    for c, k in cat_kind.items():
-        if k == -1 and not (isinstance(c, str) and c.lower() in _IGNORED):
+    for c, code in cat_kind.items():
+        if code == -1 and not (isinstance(c, str) and c.lower() in _IGNORED):
             unknown[str(c)] = cats.count(c)
     keep = np.flatnonzero(kind_all >= 0)
     if keep.size != len(xs):
@@ -353,8 +352,8 @@ def _parse(raw: bytes, path: str, style: str, exact: bool) -> Timeline:
     args = [e.args for e in xs]
     dev_flags = is_device.tolist()
     for i, e in enumerate(xs):
-        key = (e.pid, e.tid, dev_flags[i])
-        li = lane_of.get(key)
+        lane_key = (e.pid, e.tid, dev_flags[i])
+        li = lane_of.get(lane_key)
         if li is None:
             if dev_flags[i]:
                 a = args[i]
@@ -362,7 +361,7 @@ def _parse(raw: bytes, path: str, style: str, exact: bool) -> Timeline:
                 li = b.lane_id(LaneKind.GPU_STREAM, dev, str(e.pid), _stream_of(e, a))
             else:
                 li = b.lane_id(LaneKind.CPU_THREAD, -1, str(e.pid), str(e.tid))
-            lane_of[key] = li
+            lane_of[lane_key] = li
         lane[i] = li
 
     # Kinds resolved by name: steps among host ranges, collectives among kernels.

@@ -94,12 +94,13 @@ class Intervals:
         i = np.searchsorted(self.start, xs, side="right")  # intervals starting at or before x
         prev = cum[np.maximum(i - 1, 0)]
         partial = np.clip(xs - self.start[np.maximum(i - 1, 0)], 0, self.lengths[np.maximum(i - 1, 0)])
-        return np.where(i > 0, prev + partial, 0)
+        return np.asarray(np.where(i > 0, prev + partial, 0), dtype=np.int64)
 
     def overlap(self, lo: object, hi: object) -> I64:
         """Length of the set inside each query interval [lo, hi) (vectorised)."""
         lo_a, hi_a = _as_i64(lo), _as_i64(hi)
-        return np.maximum(self.covered_before(np.maximum(hi_a, lo_a)) - self.covered_before(lo_a), 0)
+        covered = self.covered_before(np.maximum(hi_a, lo_a)) - self.covered_before(lo_a)
+        return np.asarray(np.maximum(covered, 0), dtype=np.int64)
 
     # -- set operations ---------------------------------------------------------------------
     def clip(self, lo: int, hi: int) -> Intervals:
