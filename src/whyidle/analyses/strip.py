@@ -1,0 +1,96 @@
+"""A downsampled activity strip per device: what the device did in each of N equal time bins.
+
+For drawing a timeline of any length in a fixed budget. The window is cut into ``bins`` equal
+bins; in each, the device's time is split without double counting (as in
+:mod:`whyidle.analyses.utilization`) into compute, exposed communication, copies (memcpy and
+memset not hidden under kernels) and idle, and the idle part is further split by cause::
+
+    window  |----bin 0----|----bin 1----|----bin 2----| ...
+    device   ███ ██  ..... ..............██████ ███
+             compute  idle: input_pipeline    compute
+
+A gap that spans several bins contributes to each in proportion to its overlap (its causes are
+spread evenly over the gap, the same pro-rata rule the per-step figures use). Every bin's parts
+add up to the bin's length, up to rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from whyidle.analyses import causes as C
+from whyidle.analyses.gaps import Gaps
+from whyidle.analyses.links import Links
+from whyidle.analyses.window import Window
+from whyidle.timeline.intervals import Intervals
+from whyidle.timeline.model import Kind, Timeline
+
+__all__ = ["BUSY_CLASSES", "DeviceStrip", "activity_strip"]
+
+I64 = npt.NDArray[np.int64]
+
+BUSY_CLASSES = ("compute", "communication", "copies")
+
+
+@dataclass(frozen=True)
+class DeviceStrip:
+    device: int
+    edges_ns: I64  # bins + 1 bin edges, window start .. window end
+    busy_ns: I64  # shape (bins, len(BUSY_CLASSES))
+    idle_ns: I64  # shape (bins, len(CAUSES)), aligned with analyses.causes.CAUSES
+
+    @property
+    def bins(self) -> int:
+        return int(self.edges_ns.size - 1)
+
+
+def _union(tl: Timeline, rows: I64) -> Intervals:
+    return Intervals.union_of(tl.start_ns[rows], tl.end_ns[rows])
+
+
+def _spread(gs: I64, ge: I64, amount: I64, points: I64) -> I64:
+    """For disjoint sorted gaps, sum of ``amount`` spread evenly over each gap, lying before each point."""
+    if gs.size == 0:
+        return np.zeros(points.size, dtype=np.int64)
+    cum = np.concatenate(([0], np.cumsum(amount)))
+    k = np.searchsorted(ge, points, side="right")  # gaps wholly before the point
+    full = cum[k]
+    kc = np.minimum(k, gs.size - 1)
+    dur = np.maximum(ge[kc] - gs[kc], 1)
+    inside = (k < gs.size) & (gs[kc] < points)
+    part = np.where(inside, (amount[kc] * (points - gs[kc]).astype(np.float64) / dur).astype(np.int64), 0)
+    return np.asarray(full + part, dtype=np.int64)
+
+
+def activity_strip(tl: Timeline, links: Links, window: Window, gaps: Gaps, bins: int) -> tuple[DeviceStrip, ...]:
+    """One :class:`DeviceStrip` per device with work in the timeline (empty when the window is)."""
+    lo, hi = window.start_ns, window.end_ns
+    if hi <= lo or links.device_rows.size == 0 or bins <= 0:
+        return ()
+    n = int(min(bins, hi - lo))
+    edges = lo + (np.arange(n + 1, dtype=np.int64) * (hi - lo)) // n
+    rows = links.device_rows
+    dev_of_lane = np.array([ln.device for ln in tl.lanes], dtype=np.int64)
+    devices = dev_of_lane[tl.lane[rows]]
+    out = []
+    for dev in np.unique(devices):
+        r = rows[devices == dev]
+        k = tl.kind[r]
+        compute = _union(tl, r[k == int(Kind.KERNEL)]).clip(lo, hi)
+        comm = _union(tl, r[k == int(Kind.COLLECTIVE)]).clip(lo, hi)
+        copies = _union(tl, r[(k == int(Kind.MEMCPY)) | (k == int(Kind.MEMSET))]).clip(lo, hi)
+        sets = (compute, comm - compute, copies - (compute | comm))
+        busy = np.stack([np.diff(s.covered_before(edges)) for s in sets], axis=1).astype(np.int64)
+        sel = gaps.device == dev
+        gs, ge, sl = gaps.start_ns[sel], gaps.end_ns[sel], gaps.slices[sel]
+        order = np.argsort(gs, kind="stable")
+        gs, ge, sl = gs[order], ge[order], sl[order]
+        idle = np.zeros((n, len(C.CAUSES)), dtype=np.int64)
+        for c in range(len(C.CAUSES)):
+            if sl.size and sl[:, c].any():
+                idle[:, c] = np.diff(_spread(gs, ge, sl[:, c], edges))
+        out.append(DeviceStrip(int(dev), edges, busy, idle))
+    return tuple(out)

@@ -1,0 +1,413 @@
+"""The HTML report: one self-contained, offline file (no network, no CDN) with the data embedded.
+
+Layout: headline figures; idle time by cause; a timeline strip per device (busy and idle, each
+idle stretch coloured by its cause); per-step stacked bars; the findings with evidence, code and
+how to verify; a sortable table of the largest gaps with the CPU op and Python line before each.
+
+Safety: every string that comes from a trace (kernel, op, file and thread names) is either
+escaped here with :func:`html.escape` or placed in the page by the script with ``textContent``.
+The embedded JSON escapes ``<``, ``>`` and ``&`` so it cannot close its ``<script>`` block, and a
+Content-Security-Policy allows only the report's own script (by hash) and no network access.
+
+Size: the timeline is downsampled to at most ``bins`` bins per device (1,200 by default), stored
+as per-mille shares, so the embedded data stays in the hundreds of kilobytes whatever the trace.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+from typing import Any
+
+import msgspec
+
+from whyidle import __version__
+from whyidle.analyses import causes as C
+from whyidle.analyses.strip import BUSY_CLASSES, activity_strip
+from whyidle.findings.labels import BUSY_LABELS, GROUP_LABELS, cause_label
+from whyidle.findings.model import Finding, GapRecord, Report
+from whyidle.render._html_assets import CSS, JS
+from whyidle.render._source import analyses_for
+from whyidle.timeline.model import Timeline
+
+__all__ = ["render_html", "CAUSE_COLORS", "BUSY_COLORS", "DEFAULT_BINS"]
+
+DEFAULT_BINS = 1200  # about one bin per pixel of a laptop-wide strip
+
+# Warm colours for idle (by group), cool ones for busy.
+CAUSE_COLORS: dict[str, str] = {
+    "starvation/input_pipeline": "#e03e2d",
+    "starvation/h2d_copy": "#f28e2b",
+    "synchronization/host_sync": "#9c5fb5",
+    "underfilled/host_overhead": "#e8b92e",
+    "underfilled/kernel_boundaries": "#b08d1a",
+    "insufficient_demand/idle_host": "#4bb3a8",
+    "unattributed/cold_start": "#8d8d8d",
+    "unattributed/untraced_host": "#a9a9a9",
+    "unattributed/queued_work_waiting": "#7a7a7a",
+    "unattributed/no_launch_info": "#c4c4c4",
+}
+BUSY_COLORS: dict[str, str] = {"compute": "#3b6fb6", "communication": "#6a4fc4", "copies": "#4f9d69"}
+GROUP_COLORS: dict[str, str] = {
+    "starvation": "#e03e2d",
+    "underfilled": "#d9a514",
+    "synchronization": "#9c5fb5",
+    "insufficient_demand": "#3a9f95",
+    "unattributed": "#8d8d8d",
+}
+
+_e = html.escape
+
+
+def _ms(ns: float | None) -> str:
+    if ns is None:
+        return "n/a"
+    a = abs(ns)
+    if a >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if a >= 1e7:
+        return f"{ns / 1e6:.0f} ms"
+    if a >= 1e6:
+        return f"{ns / 1e6:.1f} ms"
+    if a >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:.0f} ns"
+
+
+def _classes() -> list[dict[str, str]]:
+    out = [{"key": k, "label": BUSY_LABELS[k], "color": BUSY_COLORS[k], "kind": "busy"} for k in BUSY_CLASSES]
+    out += [{"key": c.key, "label": cause_label(c.key), "color": CAUSE_COLORS[c.key], "kind": "idle"} for c in C.CAUSES]
+    return out
+
+
+def _permille(parts: Any, bin_ns: float) -> list[int]:
+    return [int(round(1000 * float(v) / bin_ns)) if bin_ns > 0 else 0 for v in parts]
+
+
+def _timeline_data(report: Report, timeline: Timeline | None, bins: int) -> tuple[list[dict[str, Any]], str]:
+    if report.no_device_activity or report.window.duration_ns <= 0:
+        return [], "No device activity in the window."
+    a, note = analyses_for(report, timeline)
+    if a is None:
+        return [], note
+    from whyidle.analyses.links import link_launches
+
+    strips = activity_strip(a.tl, link_launches(a.tl), a.window, a.gaps, bins)
+    out = []
+    names = report.source.devices
+    for s in strips:
+        bin_ns = float((s.edges_ns[-1] - s.edges_ns[0]) / s.bins)
+        parts: dict[str, list[int]] = {}
+        for j, k in enumerate(BUSY_CLASSES):
+            if s.busy_ns[:, j].any():
+                parts[k] = _permille(s.busy_ns[:, j], bin_ns)
+        for j, c in enumerate(C.CAUSES):
+            if s.idle_ns[:, j].any():
+                parts[c.key] = _permille(s.idle_ns[:, j], bin_ns)
+        name = names[s.device] if 0 <= s.device < len(names) and names[s.device] else ""
+        label = f"GPU {s.device}" + (f" ({name})" if name else "") + ": all streams"
+        out.append({"device": s.device, "label": label, "bins": s.bins, "bin_ns": bin_ns, "parts": parts})
+    return out, note
+
+
+def _steps_data(report: Report) -> list[dict[str, Any]]:
+    out = []
+    w0 = report.window.start_ns
+    for s in report.utilization.steps:
+        parts: dict[str, int] = {}
+        for k, v in (("compute", s.compute_ns), ("communication", s.communication_ns), ("copies", s.memcpy_ns + s.memset_ns)):
+            if v:
+                parts[k] = int(v)
+        for c, v in zip(C.CAUSES, s.idle_by_cause_ns):
+            if v:
+                parts[c.key] = int(v)
+        out.append({"n": s.number, "s": s.start_ns - w0, "d": s.duration_ns, "parts": parts})
+    return out
+
+
+def _json_for_script(data: Any) -> str:
+    text = msgspec.json.encode(data).decode()
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+# -- server-rendered parts (all text escaped) --------------------------------------------------
+
+
+def _card(key: str, value: str, detail: str = "") -> str:
+    d = f'<div class="d">{_e(detail)}</div>' if detail else ""
+    return f'<div class="wi-card"><div class="k">{_e(key)}</div><div class="v">{_e(value)}</div>{d}</div>'
+
+
+def _lead(r: Report) -> str:
+    u = r.utilization
+    if r.no_device_activity:
+        return "No GPU activity in this trace: nothing to diagnose."
+    idle_share = 1 - u.busy_fraction
+    text = f"The GPU was idle {idle_share:.0%} of the window ({_ms(u.idle_ns)} in {r.gap_count:,} gaps)."
+    idle_findings = [f for f in r.findings if f.idle_ns > 0]
+    if idle_findings:
+        f = idle_findings[0]
+        per = f.evidence.per_step_idle_ns
+        where = f" ({_ms(per)} per step)" if per is not None else ""
+        text += f" The largest avoidable wait is {cause_label(f.key)}{where}: {f.title}."
+    elif r.findings:
+        text += f" {r.findings[0].title}."
+    else:
+        text += " No cause explains 5% or more of the window."
+    return text
+
+
+def _cards(r: Report) -> str:
+    u = r.utilization
+    cards = [
+        _card("GPU busy", f"{u.busy_fraction:.1%}", f"kernels only {u.kernel_busy_fraction:.1%}; union over all streams"),
+        _card("GPU idle", _ms(u.idle_ns), f"in {r.gap_count:,} gaps over {_ms(r.window.duration_ns)}"),
+    ]
+    times = u.step_times_ns
+    if times.size:
+        cards.append(_card("Step time", _ms(float(times.mean())), f"mean of {times.size} steps; max {_ms(float(times.max()))}"))
+    if u.samples_per_s is not None:
+        cards.append(_card("Throughput", f"{u.samples_per_s:,.1f}/s", f"samples per second (batch {u.batch_size})"))
+    elif u.steps_per_s is not None:
+        cards.append(_card("Throughput", f"{u.steps_per_s:.2f}/s", "steps per second"))
+    k = r.kernels
+    if k.count:
+        cards.append(_card("Kernels", f"{k.count:,}", f"{k.short_share:.0%} shorter than 10 us"))
+    return '<div class="wi-cards">' + "".join(cards) + "</div>"
+
+
+def _legend(keys: list[tuple[str, str, str]]) -> str:
+    items = "".join(f'<span><i class="wi-sw" style="background:{color}"></i>{_e(label)}</span>' for _, label, color in keys)
+    return f'<div class="wi-legend">{items}</div>'
+
+
+def _cause_bar(r: Report) -> str:
+    idle = sum(r.idle_by_cause_ns.values())
+    if idle <= 0:
+        return ""
+    spans, keys = [], []
+    for c in C.CAUSES:
+        ns = r.idle_by_cause_ns.get(c.key, 0)
+        if ns <= 0:
+            continue
+        pct = 100 * ns / idle
+        label = f"{cause_label(c.key)}: {_ms(ns)} ({pct:.0f}%)"
+        spans.append(f'<span style="width:{pct:.3f}%;background:{CAUSE_COLORS[c.key]}" title="{_e(label)}"></span>')
+        keys.append((c.key, label, CAUSE_COLORS[c.key]))
+    return (
+        "<section><h2>Device idle time by cause</h2>"
+        f'<div class="wi-bar" role="img" aria-label="idle time by cause">{"".join(spans)}</div>{_legend(keys)}'
+        '<p class="wi-note">Each nanosecond of device idle is attributed to exactly one cause; what the trace cannot explain is unattributed.</p>'
+        "</section>"
+    )
+
+
+def _fact_name(key: str) -> str:
+    for suffix in ("_ns", "_share", "_fraction"):
+        if key.endswith(suffix):
+            key = key[: -len(suffix)]
+    return key.replace("_", " ")
+
+
+def _fact_value(key: str, v: Any) -> str:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if key.endswith("_ns"):
+        return _ms(float(v))
+    if key.endswith(("_share", "_fraction")):
+        return f"{float(v):.1%}"
+    return f"{v:,}" if isinstance(v, int) else f"{v:,.3g}"
+
+
+def _finding(i: int, f: Finding, w0: int) -> str:
+    e = f.evidence
+    color = GROUP_COLORS.get(f.group, "#888")
+    head = f'<h3><span class="wi-chip">{_e(GROUP_LABELS.get(f.group, f.group))}</span>{i}. {_e(f.title)}</h3>'
+    if f.idle_ns:
+        stat = f"Explains {_ms(f.idle_ns)} of device idle ({f.share_of_idle:.0%} of idle, {f.share_of_window:.0%} of the window)"
+        if e.per_step_idle_ns is not None:
+            stat += f"; {_ms(e.per_step_idle_ns)} per step"
+        stat += f"; {e.gap_count:,} gaps. An upper bound on what the fix recovers."
+    else:
+        stat = f.fix.expected
+    body = [head, f'<p class="wi-stat">{_e(stat)}</p>']
+    if e.top_ops:
+        items = "".join(
+            f'<li><code>{_e(n)}</code>: {_e(_ms(ns))}' + (f" in {k:,} gaps" if k else "") + "</li>" for n, ns, k in e.top_ops
+        )
+        body.append(f"<h4>On the CPU meanwhile</h4><ul>{items}</ul>")
+    if e.python_lines:
+        items = "".join(f"<li><code>{_e(ln)}</code> ({k:,} gaps)</li>" for ln, k in e.python_lines)
+        body.append(f"<h4>Python lines</h4><ul>{items}</ul>")
+    if e.examples:
+        items = "".join(
+            f"<li>at {(s - w0) / 1e6:,.1f} ms: {_e(_ms(t - s))} idle, {_e(_ms(ns))} of it this cause</li>" for s, t, ns in e.examples
+        )
+        body.append(f"<h4>Examples</h4><ul>{items}</ul>")
+    if e.facts:
+        items = "".join(f"<li>{_e(_fact_name(str(k)))}: <code>{_e(_fact_value(str(k), v))}</code></li>" for k, v in e.facts)
+        body.append(f"<h4>Measured</h4><ul>{items}</ul>")
+    steps = "".join(f"<li>{_e(s)}</li>" for s in f.fix.steps)
+    fix = [f"<b>Fix:</b> {_e(f.fix.summary)}"]
+    if steps:
+        fix.append(f"<ol>{steps}</ol>")
+    if f.fix.code:
+        fix.append(f"<pre><code>{_e(f.fix.code)}</code></pre>")
+    if f.fix.expected and f.idle_ns:
+        fix.append(f'<div class="wi-verify"><b>Expected:</b> {_e(f.fix.expected)}</div>')
+    fix.append(f'<div class="wi-verify"><b>Verify:</b> {_e(f.fix.verify)}</div>')
+    if f.fix.docs:
+        fix.append(f'<div class="wi-verify">Docs: <code>{_e(f.fix.docs)}</code></div>')
+    body.append('<div class="wi-fix">' + "".join(fix) + "</div>")
+    return f'<div class="wi-finding" style="--c:{color}">' + "".join(body) + "</div>"
+
+
+def _findings(r: Report) -> str:
+    w0 = r.window.start_ns
+    if r.findings:
+        inner = "".join(_finding(i, f, w0) for i, f in enumerate(r.findings, 1))
+    elif r.no_device_activity:
+        inner = '<p class="wi-empty">No GPU activity in this trace: nothing to diagnose.</p>'
+    else:
+        inner = '<p class="wi-empty">No problem finding: no cause explains 5% or more of the window.</p>'
+    return f'<section class="wi-findings"><h2>Findings, by device-idle time explained</h2>{inner}</section>'
+
+
+def _cell(text: str, cls: str = "cut") -> str:
+    return f'<td data-v="{_e(text)}"><span class="{cls}" title="{_e(text)}">{_e(text)}</span></td>'
+
+
+def _gap_row(i: int, g: GapRecord, w0: int) -> str:
+    color = CAUSE_COLORS.get(f"{g.group}/{g.cause}", "#888")
+    cause = cause_label(f"{g.group}/{g.cause}") + (" (drained by a sync)" if g.drained_by_sync else "")
+    return (
+        "<tr>"
+        f'<td class="num" data-v="{i}">{i}</td>'
+        f'<td class="num" data-v="{g.start_ns - w0}">{_e(_ms(g.start_ns - w0))}</td>'
+        f'<td class="num" data-v="{g.dur_ns}">{_e(_ms(g.dur_ns))}</td>'
+        f'<td class="num" data-v="{g.device}">{g.device}</td>'
+        f'<td data-v="{_e(cause)}"><span class="wi-chip" style="--c:{color}">{_e(cause)}</span></td>'
+        + _cell(g.before)
+        + _cell(g.during)
+        + _cell(g.python_line)
+        + _cell(g.next_work)
+        + _cell(g.thread)
+        + "</tr>"
+    )
+
+
+def _gaps(r: Report) -> str:
+    if not r.gaps:
+        return ""
+    w0 = r.window.start_ns
+    heads = [
+        ("#", "num"),
+        ("start", "num"),
+        ("idle", "num"),
+        ("GPU", "num"),
+        ("cause", "str"),
+        ("CPU op before", "str"),
+        ("CPU op during", "str"),
+        ("Python line", "str"),
+        ("next device work", "str"),
+        ("launching thread", "str"),
+    ]
+    th = "".join(f'<th data-sort="{kind}">{_e(h)}</th>' for h, kind in heads)
+    rows = "".join(_gap_row(i, g, w0) for i, g in enumerate(r.gaps, 1))
+    return (
+        f"<section><h2>The {len(r.gaps)} largest gaps</h2>"
+        f'<div class="wi-table-wrap"><table class="wi-gaps"><thead><tr>{th}</tr></thead><tbody>{rows}</tbody></table></div>'
+        '<p class="wi-note">Start is relative to the window start. Click a column to sort.</p></section>'
+    )
+
+
+def _notes(r: Report, timeline_note: str) -> str:
+    items = []
+    unattributed = r.idle_by_group_ns.get("unattributed", 0)
+    if unattributed and r.utilization.idle_ns:
+        items.append(f"Unattributed: {_ms(unattributed)} ({unattributed / r.utilization.idle_ns:.0%} of idle) that the trace cannot explain.")
+    items += [f"Skipped {s.rule}: {s.reason}" for s in r.skipped]
+    items += [f"Note: {q}" for q in r.quality]
+    if timeline_note:
+        items.append(f"Timeline: {timeline_note}")
+    if not items:
+        return ""
+    return "<section><h2>Notes</h2><ul>" + "".join(f"<li>{_e(t)}</li>" for t in items) + "</ul></section>"
+
+
+def _timeline_section(devices: list[dict[str, Any]]) -> str:
+    keys = [(c["key"], c["label"], c["color"]) for c in _classes() if any(c["key"] in d["parts"] for d in devices)]
+    basis = "Device time in each bin of the window"
+    if devices:
+        basis += f" ({devices[0]['bins']:,} bins of {_ms(devices[0]['bin_ns'])})"
+    return (
+        '<section><h2>Timeline</h2><div class="wi-timeline"><noscript>The timeline needs JavaScript.</noscript></div>'
+        f"{_legend(keys)}"
+        f'<p class="wi-note">{_e(basis)}: busy work at the bottom, idle time above it coloured by cause. '
+        "Dashed lines mark step starts. Hover for the numbers.</p></section>"
+    )
+
+
+def _steps_section(r: Report) -> str:
+    if not r.utilization.steps:
+        return ""
+    keys = [(c["key"], c["label"], c["color"]) for c in _classes()]
+    used = {k for s in _steps_data(r) for k in s["parts"]}
+    keys = [k for k in keys if k[0] in used]
+    devs = r.utilization.n_devices
+    basis = "summed over devices; " if devs > 1 else ""
+    return (
+        '<section><h2>Time per step</h2><div class="wi-steps"><noscript>The chart needs JavaScript.</noscript></div>'
+        f"{_legend(keys)}"
+        f'<p class="wi-note">Each step split without double counting: compute, exposed communication, copies, then idle by cause ({_e(basis)}device basis).</p></section>'
+    )
+
+
+def render_html(report: Report, timeline: Timeline | None = None, *, bins: int = DEFAULT_BINS) -> str:
+    """The report as one self-contained HTML document (also embeddable: styles are scoped).
+
+    ``timeline`` is the Timeline the report was made from; without it the trace is read again
+    from ``report.source.path`` for the timeline strip (and the strip is left out, with a note,
+    when that file is gone).
+    """
+    devices, tl_note = _timeline_data(report, timeline, bins)
+    data = {
+        "classes": _classes(),
+        "window": {"start_ns": report.window.start_ns, "duration_ns": report.window.duration_ns},
+        "steps": _steps_data(report),
+        "devices": devices,
+        "timeline_note": tl_note,
+    }
+    payload = _json_for_script(data)
+    root = "wi-" + hashlib.sha256(payload.encode()).hexdigest()[:12]
+    script = JS.replace("__ROOT__", root)
+    script_hash = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    csp = f"default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{script_hash}'; img-src data:"
+    name = report.source.path.rsplit("/", 1)[-1] or "(in memory)"
+    dev = ", ".join(sorted(set(d for d in report.source.devices if d))) or "unknown device"
+    win = report.window
+    basis = f"steps {win.steps[0]}..{win.steps[-1]} ({len(win.steps)} steps)" if win.steps else win.basis
+    sub = f"{name} · {report.source.format} {report.source.version} · {dev} · window {_ms(win.duration_ns)}, {basis}"
+    tl_html = _timeline_section(devices) if devices or tl_note else ""
+    body = (
+        f'<div class="wi" id="{root}">'
+        f'<h1><span class="wi-brand">whyidle</span> · why is this GPU idle?</h1>'
+        f'<p class="wi-sub">{_e(sub)}</p>'
+        f'<p class="wi-lead">{_e(_lead(report))}</p>'
+        f"{_cards(report)}{_cause_bar(report)}{tl_html}{_steps_section(report)}{_findings(report)}{_gaps(report)}"
+        f"{_notes(report, tl_note)}"
+        f'<p class="wi-foot">Generated by whyidle {_e(__version__)}; a self-contained file, no network access needed. '
+        "Device figures are the union of busy time over all streams of each device.</p>"
+        f'<script type="application/json" id="{root}-data">{payload}</script>'
+        f"<script>{script}</script>"
+        "</div>"
+    )
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_e(csp)}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>whyidle: {_e(name)}</title>"
+        f"<style>{CSS}</style></head><body style=\"margin:0\">{body}</body></html>\n"
+    )
