@@ -1,0 +1,482 @@
+"""The step tracker: what each training step spent waiting for data, copying and computing.
+
+::
+
+    tracker = whyidle.track(loader)
+    for x, y in tracker:                  # times each next(loader): the data wait
+        with tracker.copy():              # optional: marks the host->device copy
+            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+        loss = train_step(x, y)
+    print(tracker.report())               # the same Report as for a trace file
+
+A step runs from the moment the loop asks for a batch to the moment it asks for the next one::
+
+    host    [wait for batch][copy][launch forward/backward/optimizer ....][wait for batch]...
+            ^ step i starts  ^ batch delivered: device mark A   step i ends: mark B ^
+    device                          [.......... work queued in step i ..........]
+
+On CUDA the device time of a step is read from two CUDA events (A, B) recorded on the current
+stream. Recording an event does not block the host; the tracker reads an event pair only once
+``event.query()`` says the device has passed it, so the hot path never synchronises. Pairs still
+in flight are read when :meth:`StepTracker.report` is called, after training.
+
+The tracker never raises into the training loop: if measuring fails, it warns once, stops
+measuring and keeps yielding the loader's batches unchanged. It never touches the batches, so a
+deterministic run computes bitwise the same results with and without it.
+
+The clock and the device timer are injectable (``clock=``, ``device_timer=``) so tests run with a
+fake clock and a fake device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+__all__ = [
+    "DeviceTimer",
+    "CudaEventTimer",
+    "LoaderInfo",
+    "StepRecord",
+    "TrackerStats",
+    "StepTracker",
+    "track",
+]
+
+T = TypeVar("T")
+
+
+class DeviceTimer(Protocol):
+    """Marks points in the device's queue and measures between two marks later."""
+
+    label: str
+
+    def mark(self) -> Any:
+        """Record a mark on the device queue without blocking the host."""
+
+    def elapsed_ns(self, a: Any, b: Any, wait: bool) -> int | None:
+        """Device time from mark ``a`` to ``b``; None while ``b`` is not reached and not ``wait``."""
+
+
+class CudaEventTimer:
+    """CUDA events on the current stream (``torch.cuda.Event(enable_timing=True)``)."""
+
+    def __init__(self, torch: Any, device: Any = None) -> None:
+        self._torch = torch
+        index = torch.cuda.current_device() if device is None else torch.device(device).index or 0
+        self.label = f"cuda:{index} {torch.cuda.get_device_name(index)}"
+
+    def mark(self) -> Any:
+        e = self._torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def elapsed_ns(self, a: Any, b: Any, wait: bool) -> int | None:
+        if not b.query():  # non-blocking: has the device reached b?
+            if not wait:
+                return None
+            b.synchronize()
+        return int(round(a.elapsed_time(b) * 1e6))  # elapsed_time is in milliseconds
+
+
+@dataclass(frozen=True)
+class LoaderInfo:
+    """What the tracker could read off the loader (None: not a DataLoader or not readable)."""
+
+    kind: str  # the loader's class name
+    num_workers: int | None
+    pin_memory: bool | None
+    batch_size: int | None
+    prefetch_factor: int | None
+    persistent_workers: bool | None
+
+    @classmethod
+    def of(cls, loader: object | None) -> LoaderInfo:
+        def get(name: str) -> Any:
+            try:
+                return getattr(loader, name, None)
+            except Exception:  # a property that raises: treat as unknown
+                return None
+
+        def as_int(v: Any) -> int | None:
+            return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
+
+        def as_bool(v: Any) -> bool | None:
+            return bool(v) if isinstance(v, bool) else None
+
+        return cls(
+            kind=type(loader).__name__ if loader is not None else "",
+            num_workers=as_int(get("num_workers")),
+            pin_memory=as_bool(get("pin_memory")),
+            batch_size=as_int(get("batch_size")),
+            prefetch_factor=as_int(get("prefetch_factor")),
+            persistent_workers=as_bool(get("persistent_workers")),
+        )
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    number: int
+    start_ns: int  # host clock: the loop asked for this step's batch
+    end_ns: int  # host clock: the loop asked for the next batch (or called step())
+    data_wait_ns: int  # waiting for the batch
+    copy_ns: int  # inside tracker.copy() blocks
+    samples: int | None
+    device_ns: int | None  # device time between the step's two marks; None if not measured
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class TrackerStats:
+    steps: tuple[StepRecord, ...]
+    device: str  # "cpu" or "cuda:0 <name>"
+    device_timing: bool  # device_ns was measured with device events
+    loader: LoaderInfo
+    loop_line: str  # "train.py:42 in train": the line of the for-loop, when known
+    skip_first: int  # steps the report drops (worker start-up, first calls)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def total_ns(self) -> int:
+        return sum(s.duration_ns for s in self.steps)
+
+    @property
+    def data_wait_ns(self) -> int:
+        return sum(s.data_wait_ns for s in self.steps)
+
+    @property
+    def copy_ns(self) -> int:
+        return sum(s.copy_ns for s in self.steps)
+
+    @property
+    def samples(self) -> int | None:
+        if not self.steps or any(s.samples is None for s in self.steps):
+            return None
+        return sum(s.samples or 0 for s in self.steps)
+
+    @property
+    def samples_per_s(self) -> float | None:
+        n, t = self.samples, self.total_ns
+        return n / (t / 1e9) if n is not None and t > 0 else None
+
+    @property
+    def steps_per_s(self) -> float | None:
+        t = self.total_ns
+        return len(self.steps) / (t / 1e9) if self.steps and t > 0 else None
+
+    @property
+    def data_wait_share(self) -> float:
+        t = self.total_ns
+        return self.data_wait_ns / t if t else 0.0
+
+    def selected(self) -> tuple[StepRecord, ...]:
+        """The steps the report analyses: all but the first ``skip_first`` (if any remain)."""
+        return self.steps[self.skip_first :] if len(self.steps) > self.skip_first else self.steps
+
+
+def batch_samples(batch: object) -> int | None:
+    """Samples in a batch: the leading dimension of its first tensor (or array), else its len()."""
+    seen = 0
+    stack: list[object] = [batch]
+    while stack and seen < 64:
+        seen += 1
+        b = stack.pop(0)
+        shape = getattr(b, "shape", None)
+        if shape is not None and not isinstance(b, type):
+            try:
+                return int(shape[0]) if len(shape) else None
+            except Exception:
+                return None
+        if isinstance(b, dict):
+            stack.extend(b.values())
+        elif isinstance(b, (list, tuple)):
+            stack.extend(b)
+    return None
+
+
+@dataclass
+class _Open:
+    number: int
+    start_ns: int
+    data_wait_ns: int = 0
+    copy_ns: int = 0
+    samples: int | None = None
+    mark_a: Any = None
+
+
+@dataclass
+class _Pending:
+    index: int  # into StepTracker._steps
+    a: Any
+    b: Any
+
+
+class StepTracker(Generic[T]):
+    """Per-step data wait, copy time, device time and samples/s. See the module docstring."""
+
+    def __init__(
+        self,
+        loader: Iterable[T] | None = None,
+        *,
+        batch_size: int | None = None,
+        skip_first: int = 1,
+        device_timer: DeviceTimer | None = None,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        device: str = "cpu",
+    ) -> None:
+        self._loader = loader
+        self._batch_size = batch_size
+        self._skip_first = max(int(skip_first), 0)
+        self._timer = device_timer
+        self._clock = clock
+        self._device = device_timer.label if device_timer is not None else device
+        self._steps: list[StepRecord] = []
+        self._pending: deque[_Pending] = deque()
+        self._open: _Open | None = None
+        self._broken = False
+        self._notes: list[str] = []
+        self._loop_line = ""
+        self._info = LoaderInfo.of(loader)
+        self._copy_depth = 0
+
+    # -- failing open ---------------------------------------------------------------------------
+    def _fail(self, exc: BaseException) -> None:
+        if not self._broken:
+            self._broken = True
+            msg = f"whyidle.track stopped measuring ({type(exc).__name__}: {exc}); training continues unchanged"
+            self._notes.append(msg)
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+    @property
+    def broken(self) -> bool:
+        """True once measuring failed; the loop goes on, the report covers the steps before."""
+        return self._broken
+
+    # -- the primitives ---------------------------------------------------------------------------
+    def _delivered(self, t0: int, t1: int, batch: object) -> None:
+        """A batch arrived at t1 after the loop asked for it at t0: close the previous step at t0."""
+        self._close(t0)
+        self._open = _Open(number=len(self._steps), start_ns=t0, data_wait_ns=t1 - t0)
+        self._open.samples = self._batch_size if self._batch_size is not None else batch_samples(batch)
+        if self._timer is not None:
+            self._open.mark_a = self._timer.mark()
+
+    def _close(self, t: int) -> None:
+        o = self._open
+        if o is None:
+            return
+        self._open = None
+        device_ns = None
+        if self._timer is not None and o.mark_a is not None:
+            b = self._timer.mark()
+            self._pending.append(_Pending(len(self._steps), o.mark_a, b))
+        self._steps.append(StepRecord(o.number, o.start_ns, t, o.data_wait_ns, o.copy_ns, o.samples, device_ns))
+        self._poll(wait=False)
+
+    def _poll(self, wait: bool) -> None:
+        """Read finished device-mark pairs, oldest first; without ``wait`` stop at the first unfinished."""
+        if self._timer is None:
+            return
+        while self._pending:
+            p = self._pending[0]
+            ns = self._timer.elapsed_ns(p.a, p.b, wait)
+            if ns is None:
+                return
+            self._pending.popleft()
+            s = self._steps[p.index]
+            self._steps[p.index] = StepRecord(s.number, s.start_ns, s.end_ns, s.data_wait_ns, s.copy_ns, s.samples, ns)
+
+    def _where(self, depth: int) -> None:
+        if self._loop_line:
+            return
+        try:
+            f = sys._getframe(depth)
+            self._loop_line = f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno} in {f.f_code.co_name}"
+        except Exception:  # pragma: no cover - frames are always there in CPython
+            self._loop_line = ""
+
+    # -- the iterator form ------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[T]:
+        if self._loader is None:
+            raise TypeError("whyidle.track() was given no loader to iterate; use track(loader), or call tracker.step()")
+        it = iter(self._loader)
+        first = True
+        try:
+            while True:
+                t0 = self._now()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    self._safe(self._close, t0)
+                    return
+                t1 = self._now()
+                if first:
+                    first = False
+                    self._safe(self._where, 3)
+                self._safe(self._delivered, t0, t1, batch)
+                yield batch
+        finally:
+            # a `break` out of the loop (or an exception in it): end the step now
+            if self._open is not None:
+                self._safe(self._close, self._now())
+
+    def __len__(self) -> int:
+        return len(self._loader)  # type: ignore[arg-type]
+
+    def _now(self) -> int:
+        try:
+            return int(self._clock())
+        except Exception as exc:
+            self._fail(exc)
+            return 0
+
+    def _safe(self, fn: Callable[..., None], *args: Any) -> None:
+        if self._broken:
+            return
+        try:
+            fn(*args)
+        except Exception as exc:
+            self._fail(exc)
+
+    # -- the explicit form ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def data(self) -> Iterator[None]:
+        """Marks waiting for the next batch in the explicit form; starts a step if none is open."""
+        t0 = self._now()
+        try:
+            yield
+        finally:
+            t1 = self._now()
+            self._safe(self._data_done, t0, t1)
+
+    def _data_done(self, t0: int, t1: int) -> None:
+        if self._open is None:
+            self._open = _Open(number=len(self._steps), start_ns=t0)
+        self._open.data_wait_ns += t1 - t0
+        if self._timer is not None and self._open.mark_a is None:
+            self._open.mark_a = self._timer.mark()
+
+    @contextlib.contextmanager
+    def copy(self) -> Iterator[None]:
+        """Marks a host->device copy; its host time is the step's copy time."""
+        t0 = self._now()
+        self._copy_depth += 1
+        try:
+            yield
+        finally:
+            self._copy_depth -= 1
+            t1 = self._now()
+            if self._copy_depth == 0:
+                self._safe(self._copy_done, t0, t1)
+
+    def _copy_done(self, t0: int, t1: int) -> None:
+        if self._open is None:
+            self._open = _Open(number=len(self._steps), start_ns=t0)
+            if self._timer is not None:
+                self._open.mark_a = self._timer.mark()
+        self._open.copy_ns += t1 - t0
+
+    def step(self, batch: object = None, samples: int | None = None) -> None:
+        """Ends the current step (explicit form): call it once at the end of every training step.
+
+        ``samples`` (or the leading dimension of ``batch``, or ``batch_size``) counts the step's
+        samples. The next step starts now.
+        """
+        t = self._now()
+        if self._broken:
+            return
+        self._safe(self._step, t, batch, samples)
+
+    def _step(self, t: int, batch: object, samples: int | None) -> None:
+        self._where(4)
+        if self._open is None:  # a step with no data()/copy() mark: it began when the last ended
+            start = self._steps[-1].end_ns if self._steps else self._created
+            self._open = _Open(number=len(self._steps), start_ns=start)
+            if self._timer is not None:
+                self._open.mark_a = self._timer.mark()
+        if samples is not None:
+            self._open.samples = int(samples)
+        elif batch is not None:
+            self._open.samples = batch_samples(batch)
+        else:
+            self._open.samples = self._batch_size
+        self._close(t)
+
+    @property
+    def _created(self) -> int:
+        if not hasattr(self, "_created_ns"):
+            self._created_ns = self._now()
+        return self._created_ns
+
+    def start(self) -> None:
+        """Explicit form: the first step starts now (otherwise at the first data()/copy()/step())."""
+        self._created_ns = self._now()
+
+    # -- results --------------------------------------------------------------------------------
+    def stats(self, wait: bool = True) -> TrackerStats:
+        """The measurements so far. ``wait=True`` (the default) waits for device marks in flight:
+        call it after training, not inside the loop."""
+        if wait:
+            self._safe(self._poll, True)
+        notes = list(self._notes)
+        if self._timer is None:
+            notes.append("no device timing: step compute is the host time between batches (a CPU run, or device_timer=None)")
+        unread = sum(1 for s in self._steps if s.device_ns is None) if self._timer is not None else 0
+        if unread:
+            notes.append(f"{unread} step(s) have no device time (their device marks were not read)")
+        return TrackerStats(
+            steps=tuple(self._steps),
+            device=self._device,
+            device_timing=self._timer is not None and unread < len(self._steps),
+            loader=self._info,
+            loop_line=self._loop_line,
+            skip_first=self._skip_first,
+            notes=tuple(notes),
+        )
+
+    def report(self, config: Any = None) -> Any:
+        """The tracker's summary as a :class:`whyidle.Report` (see capture.tracker_report)."""
+        from whyidle.capture.tracker_report import report_from_tracker
+
+        return report_from_tracker(self.stats(), config)
+
+
+def track(
+    loader: Iterable[T] | None = None,
+    *,
+    batch_size: int | None = None,
+    skip_first: int = 1,
+    device: Any = "auto",
+    clock: Callable[[], int] = time.perf_counter_ns,
+    device_timer: DeviceTimer | None = None,
+) -> StepTracker[T]:
+    """Track a training loop: ``for batch in whyidle.track(loader): ...``.
+
+    ``device="auto"`` times device work with CUDA events when torch sees a GPU, and measures host
+    time only otherwise (CPU). ``skip_first`` steps are left out of the report (the first step
+    pays for DataLoader worker start-up and first calls). ``batch_size`` overrides the samples
+    per step read from each batch.
+    """
+    timer = device_timer
+    label = "cpu"
+    if timer is None and device not in (None, "cpu"):
+        try:
+            import torch
+
+            if torch.cuda.is_available() and (device == "auto" or str(device).startswith("cuda")):
+                timer = CudaEventTimer(torch, None if device == "auto" else device)
+        except ImportError:
+            pass
+        except Exception as exc:  # CUDA present but unusable: measure host time, say why
+            warnings.warn(f"whyidle.track: no device timing ({type(exc).__name__}: {exc})", RuntimeWarning, stacklevel=2)
+    return StepTracker(loader, batch_size=batch_size, skip_first=skip_first, device_timer=timer, clock=clock, device=label)
+

@@ -1,0 +1,285 @@
+"""The step tracker's measurements as a :class:`whyidle.Report`, with the same findings and levers.
+
+Per step (host clock, see :mod:`whyidle.capture.tracker`)::
+
+    step      = from asking for this batch to asking for the next
+    busy      = device time between the step's marks (CUDA), or on CPU the host time that was
+                neither data wait nor a marked copy
+    idle      = step - busy, attributed in this order:
+                  starvation/input_pipeline  up to the data wait
+                  starvation/h2d_copy        up to the marked copy time
+                  unattributed/untraced_host the rest (the tracker cannot see launches or syncs)
+
+A cause becomes a finding when it explains ``Config.min_finding_share_of_window`` of the window
+(5%, the TensorBoard plugin's input-pipeline rule). The input-pipeline finding uses the
+DataLoader's own settings for its variant: ``num_workers=0`` gives the single-process advice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from whyidle import __version__
+from whyidle.analyses import causes as C
+from whyidle.analyses.kernels import KernelStats
+from whyidle.analyses.utilization import StepFigures, Utilization
+from whyidle.capture.tracker import StepRecord, TrackerStats
+from whyidle.config import Config
+from whyidle.findings.levers import lever_for
+from whyidle.findings.model import Evidence, Finding, Fix, Report, Skipped, SourceInfo, WindowInfo
+
+__all__ = ["report_from_tracker", "SOURCE_FORMAT"]
+
+SOURCE_FORMAT = "whyidle.track"
+_ATTRIBUTED = (C.INPUT_PIPELINE, C.H2D_COPY, C.UNTRACED_HOST)
+
+
+def _split(s: StepRecord, device_timing: bool) -> tuple[int, dict[C.Cause, int]]:
+    """(busy ns, idle ns by cause) of one step."""
+    dur = max(s.duration_ns, 0)
+    if device_timing and s.device_ns is not None:
+        busy = min(max(s.device_ns, 0), dur)
+    else:
+        busy = max(dur - s.data_wait_ns - s.copy_ns, 0)
+    idle = dur - busy
+    wait = min(max(s.data_wait_ns, 0), idle)
+    copy = min(max(s.copy_ns, 0), idle - wait)
+    return busy, {C.INPUT_PIPELINE: wait, C.H2D_COPY: copy, C.UNTRACED_HOST: idle - wait - copy}
+
+
+def _empty_kernels() -> KernelStats:
+    return KernelStats(0, 0, None, 0, 0, None, None, None, 0, 0, ())
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms"
+
+
+def _batch(steps: tuple[StepRecord, ...]) -> int | None:
+    values = [s.samples for s in steps if s.samples is not None]
+    if not values:
+        return None
+    v, counts = np.unique(np.array(values), return_counts=True)
+    return int(v[np.argmax(counts)])
+
+
+def _variant(st: TrackerStats) -> str:
+    nw = st.loader.num_workers
+    if nw is None:
+        return ""
+    return "single_process" if nw == 0 else "multi_process"
+
+
+def _seen_here(cause: C.Cause, st: TrackerStats, per_step_ns: float, mean_step_ns: float) -> tuple[str, ...]:
+    li = st.loader
+    if cause is C.INPUT_PIPELINE:
+        if li.num_workers == 0:
+            return (
+                f"Seen here: {li.kind}(num_workers=0) prepares every batch in the training process; "
+                f"the loop waited {_ms(per_step_ns)} per step for it (step {_ms(mean_step_ns)}).",
+            )
+        if li.num_workers is not None:
+            return (
+                f"Seen here: {li.num_workers} worker(s) cannot keep up; the loop still waited "
+                f"{_ms(per_step_ns)} per step (step {_ms(mean_step_ns)}).",
+            )
+        return (f"Seen here: the loop waited {_ms(per_step_ns)} per step for the next batch (step {_ms(mean_step_ns)}).",)
+    if cause is C.H2D_COPY and li.pin_memory is False:
+        return ("Seen here: the DataLoader does not pin memory (pin_memory=False), so copies cannot run asynchronously.",)
+    return ()
+
+
+def report_from_tracker(st: TrackerStats, config: Config | None = None) -> Report:
+    """Build the Report for a tracked run (pure: no I/O)."""
+    cfg = config or Config()
+    steps = st.selected()
+    quality: list[str] = list(st.notes)
+    if len(steps) < len(st.steps):
+        quality.append(f"the first {st.skip_first} step(s) are left out (DataLoader worker start-up and first calls)")
+    elif st.skip_first and st.steps:
+        quality.append(f"only {len(st.steps)} step(s) were tracked: none left out for start-up, so the first may be slow")
+    on_cpu = not st.device_timing
+    if on_cpu:
+        quality.append(
+            "CPU-side measurement: 'GPU busy' here is the host's compute between batches, not a GPU's; "
+            "the data wait and copy times are exact"
+        )
+    figures: list[StepFigures] = []
+    totals = {c: 0 for c in C.CAUSES}
+    busy_total = 0
+    for s in steps:
+        busy, by_cause = _split(s, st.device_timing)
+        busy_total += busy
+        for c, ns in by_cause.items():
+            totals[c] += ns
+        figures.append(
+            StepFigures(
+                number=s.number,
+                start_ns=s.start_ns,
+                end_ns=s.end_ns,
+                compute_ns=busy,
+                communication_ns=0,
+                memcpy_ns=0,
+                memset_ns=0,
+                idle_ns=s.duration_ns - busy,
+                idle_by_cause_ns=tuple(by_cause.get(c, 0) for c in C.CAUSES),
+            )
+        )
+    window_ns = sum(s.duration_ns for s in steps)
+    batch = _batch(steps)
+    util = Utilization(
+        window_ns=window_ns,
+        n_devices=1,
+        busy_ns=busy_total,
+        kernel_busy_ns=busy_total,
+        compute_ns=busy_total,
+        communication_ns=0,
+        communication_total_ns=0,
+        memcpy_ns=0,
+        memset_ns=0,
+        idle_ns=window_ns - busy_total,
+        steps=tuple(figures),
+        batch_size=batch,
+        batch_size_basis="tracker: samples in each batch" if batch is not None else "",
+    )
+    findings: list[Finding] = []
+    threshold = cfg.min_finding_share_of_window * window_ns
+    mean_step = window_ns / len(steps) if steps else 0.0
+    idle = util.idle_ns
+    for cause in (C.INPUT_PIPELINE, C.H2D_COPY):
+        ns = totals[cause]
+        if ns <= 0 or ns < threshold:
+            continue
+        ci = C.cause_index(cause)
+        per = [f.idle_by_cause_ns[ci] for f in figures]
+        per_step = float(np.mean(per))
+        variant = _variant(st) if cause is C.INPUT_PIPELINE else ""
+        lever = lever_for(cause.cause, variant)
+        label = "DataLoader.__next__ (measured by whyidle.track)" if cause is C.INPUT_PIPELINE else "tracker.copy() blocks"
+        n_steps = sum(1 for v in per if v > 0)
+        li = st.loader
+        facts: list[tuple[str, Any]] = [
+            ("basis", "whyidle.track: host clock per step" + ("; device time from CUDA events" if st.device_timing else "")),
+            ("steps", len(steps)),
+            ("mean_step_ns", mean_step),
+        ]
+        if cause is C.INPUT_PIPELINE:
+            facts += [("data_wait_share_of_step", per_step / mean_step if mean_step else 0.0)]
+            facts += [(k, v) for k, v in (("loader", li.kind), ("num_workers", li.num_workers), ("pin_memory", li.pin_memory)) if v not in (None, "")]
+        best = mean_step - per_step
+        speedup = mean_step / best if best > 0 else None
+        ev = Evidence(
+            gap_count=n_steps,
+            idle_ns=ns,
+            per_step_idle_ns=per_step,
+            share_of_step=per_step / mean_step if mean_step else None,
+            top_ops=((label, ns, n_steps),),
+            python_lines=((st.loop_line, n_steps),) if st.loop_line else (),
+            examples=tuple((f.start_ns, f.end_ns, f.idle_by_cause_ns[ci]) for f in sorted(figures, key=lambda f: -f.idle_by_cause_ns[ci])[: cfg.evidence_examples]),
+            facts=tuple(facts),
+        )
+        expected = (
+            f"up to {_ms(per_step)} per step ({per_step / mean_step:.0%} of step time) can be recovered"
+            + (f": samples/s up to {speedup:.2f}x" if speedup else "")
+            + "; an upper bound, since removing this wait may expose the next one"
+        )
+        fix = Fix(lever.summary, _seen_here(cause, st, per_step, mean_step) + lever.steps, lever.code, lever.verify, expected, lever.docs)
+        findings.append(
+            Finding(
+                id=cause.cause if not variant else f"{cause.cause}.{variant}",
+                group=cause.group,
+                cause=cause.cause,
+                title=lever.title,
+                idle_ns=ns,
+                share_of_idle=ns / idle if idle else 0.0,
+                share_of_window=ns / window_ns if window_ns else 0.0,
+                evidence=ev,
+                fix=fix,
+                variant=variant,
+            )
+        )
+    findings.sort(key=lambda f: -f.idle_ns)
+    skipped = (
+        Skipped(
+            "synchronization, underfilled",
+            "the step tracker sees data wait and marked copies only; profile with whyidle.handler() to name host syncs and launch overhead",
+        ),
+    )
+    if not steps:
+        quality.append("no step was tracked: nothing to diagnose")
+    start = steps[0].start_ns if steps else 0
+    end = steps[-1].end_ns if steps else 0
+    return Report(
+        source=SourceInfo(
+            path="live run (whyidle.track)",
+            format=SOURCE_FORMAT,
+            version=__version__,
+            devices=(st.device,),
+            rank=None,
+            world_size=None,
+            training=True,
+        ),
+        window=WindowInfo(
+            start_ns=start,
+            end_ns=start + window_ns if steps else end,
+            basis="steps measured by whyidle.track (host clock)",
+            steps=tuple(s.number for s in steps),
+            all_steps=tuple(s.number for s in st.steps),
+        ),
+        utilization=util,
+        kernels=_empty_kernels(),
+        idle_by_cause_ns={c.key: int(totals[c]) for c in C.CAUSES},
+        gap_count=sum(1 for f in figures if f.idle_ns > 0),
+        findings=tuple(findings),
+        skipped=skipped,
+        gaps=(),
+        quality=tuple(quality),
+        cold_start=False,
+        no_device_activity=not steps,
+        extra={"tracker": _tracker_dict(st)},
+    )
+
+
+def _tracker_dict(st: TrackerStats) -> dict[str, Any]:
+    sel = st.selected()
+    li = st.loader
+    return {
+        "device": st.device,
+        "device_timing": st.device_timing,
+        "loop_line": st.loop_line,
+        "skip_first": st.skip_first,
+        "loader": {
+            "kind": li.kind,
+            "num_workers": li.num_workers,
+            "pin_memory": li.pin_memory,
+            "batch_size": li.batch_size,
+            "prefetch_factor": li.prefetch_factor,
+            "persistent_workers": li.persistent_workers,
+        },
+        "steps": [
+            {
+                "number": s.number,
+                "duration_ns": s.duration_ns,
+                "data_wait_ns": s.data_wait_ns,
+                "copy_ns": s.copy_ns,
+                "device_ns": s.device_ns,
+                "samples": s.samples,
+            }
+            for s in st.steps
+        ],
+        "samples_per_s": _rate(sel, True),
+        "steps_per_s": _rate(sel, False),
+    }
+
+
+def _rate(steps: tuple[StepRecord, ...], samples: bool) -> float | None:
+    t = sum(s.duration_ns for s in steps)
+    if not steps or t <= 0:
+        return None
+    if not samples:
+        return len(steps) / (t / 1e9)
+    if any(s.samples is None for s in steps):
+        return None
+    return sum(s.samples or 0 for s in steps) / (t / 1e9)

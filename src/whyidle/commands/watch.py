@@ -1,0 +1,62 @@
+"""whyidle watch -- CMD...: run a command, sample the GPU (NVML) and its process tree, summarise.
+
+The exit status is the command's (127 when it cannot be started), so ``whyidle watch`` can wrap a
+training job in a script or CI without hiding its failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from whyidle.commands._output import write_atomic
+from whyidle.errors import UsageError
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "watch",
+        help="run a command and sample GPU counters (NVML) and its CPU/memory; summarise bursts and pauses",
+        description="Run CMD, sample NVML (GPU-Util, memory activity and use, SM clock, power, PCIe) and the "
+        "process tree's CPU and memory several times a second, write a counter file (CSV) and summarise. "
+        "Example: whyidle watch -o run.counters.csv -- python train.py",
+    )
+    p.add_argument("-o", "--output", help="counter file to write (default: watch.<time>.counters.csv)")
+    p.add_argument("--interval", type=float, default=0.2, metavar="SECONDS", help="time between samples (default 0.2)")
+    p.add_argument("--no-pcie", action="store_true", help="skip PCIe throughput (each reading takes ~20 ms per GPU)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from whyidle.capture.watch import default_probes, summarize, to_csv, watch
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("no command to watch; usage: whyidle watch -- python train.py")
+    if not 0.01 <= args.interval <= 60:
+        raise UsageError(f"--interval {args.interval}: expected between 0.01 and 60 seconds")
+    out = args.output or f"watch.{time.strftime('%Y%m%d-%H%M%S')}.counters.csv"
+    try:
+        result = watch(cmd, args.interval, probes=lambda pid: default_probes(pid, pcie=not args.no_pcie))
+    except FileNotFoundError:
+        print(f"whyidle watch: {cmd[0]}: command not found", file=sys.stderr)
+        return 127
+    except PermissionError:
+        print(f"whyidle watch: {cmd[0]}: permission denied", file=sys.stderr)
+        return 126
+    for line in summarize(result, cmd):
+        print(line, file=sys.stderr)
+    if result.rows:
+        try:
+            write_atomic(out, to_csv(result.rows))
+            print(f"  counters written to {out}", file=sys.stderr)
+        except UsageError as exc:
+            print(f"whyidle watch: {exc}", file=sys.stderr)
+    return result.returncode
