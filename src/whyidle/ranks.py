@@ -90,7 +90,8 @@ def assign_ranks(results: Sequence[RankResult]) -> tuple[list[int], str, list[st
     taken = {ranks[i] for i in readable}
     for i, r in enumerate(results):
         if r.error:
-            ranks[i] = from_name[i] if from_name[i] is not None and from_name[i] not in taken else -1
+            name_rank = from_name[i]
+            ranks[i] = name_rank if name_rank is not None and name_rank not in taken else -1
     return ranks, basis, notes
 
 

@@ -1,0 +1,1 @@
+"""Running per-rank work on a distributed engine (Dask). Optional extra ``dask``."""
