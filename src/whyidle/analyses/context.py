@@ -140,6 +140,7 @@ def cause_evidence(
     index: ThreadIndex,
     limit_gaps: int = 200,
     examples: int = 5,
+    limit_lines: int = 50,
     op_filter: Callable[[str], bool] | None = None,
 ) -> CauseEvidence:
     """Top-level ops overlapping the gaps of one cause, the Python lines seen, and examples.
@@ -156,7 +157,7 @@ def cause_evidence(
     ops_ns: Counter[str] = Counter()
     ops_gaps: Counter[str] = Counter()
     lines: Counter[str] = Counter()
-    for i in order[:limit_gaps]:
+    for n_seen, i in enumerate(order[:limit_gaps]):
         lane = int(gaps.thread_lane[i])
         if lane < 0:
             continue
@@ -175,9 +176,10 @@ def cause_evidence(
             if name not in seen:
                 ops_gaps[name] += 1
                 seen.add(name)
-        ctx = gap_context(tl, gaps, int(i), index)
-        if ctx.python_line:
-            lines[ctx.python_line] += 1
+        if n_seen < limit_lines:  # Python lines of the largest gaps; enough to name the culprits
+            ctx = gap_context(tl, gaps, int(i), index)
+            if ctx.python_line:
+                lines[ctx.python_line] += 1
     top_ops = tuple((n, ns, ops_gaps[n]) for n, ns in ops_ns.most_common(5))
     ex = tuple((int(gaps.start_ns[i]), int(gaps.end_ns[i]), int(part[i])) for i in order[:examples])
     return CauseEvidence(top_ops, tuple(lines.most_common(5)), int(idx.size), ex)

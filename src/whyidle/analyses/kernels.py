@@ -86,15 +86,16 @@ def kernel_stats(tl: Timeline, links: Links, window: Window, cfg: Config) -> Ker
     occ = tl.occupancy[k].astype(np.float64)
     have_o = np.isfinite(occ)
     occupancy = float((occ[have_o] * dur[have_o]).sum() / dur[have_o].sum()) if have_o.any() and dur[have_o].sum() > 0 else None
-    tc = tl.name_mask(is_tensor_core_kernel)[k]
-    fp32 = tl.name_mask(is_fp32_math_kernel)[k]
+    tc = tl.name_mask(is_tensor_core_kernel, k)
+    fp32 = tl.name_mask(is_fp32_math_kernel, k)
     top: dict[str, int] = {}
     if fp32.any():
         names = tl.name[k[fp32]]
         for n_id, d in zip(names.tolist(), dur[fp32].tolist()):
             s = tl.strings[n_id]
             top[s] = top.get(s, 0) + d
-    launches = np.flatnonzero((tl.kind == int(Kind.RUNTIME)) & tl.name_mask(lambda s: bool(_LAUNCH_CALL.match(s))))
+    runtime = np.flatnonzero(tl.kind == int(Kind.RUNTIME))
+    launches = runtime[tl.name_mask(lambda s: bool(_LAUNCH_CALL.match(s)), runtime)]
     launches = launches[(tl.start_ns[launches] >= lo) & (tl.start_ns[launches] < hi)]
     mean_launch = float((tl.end_ns[launches] - tl.start_ns[launches]).mean()) if launches.size else None
     return KernelStats(

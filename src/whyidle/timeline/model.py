@@ -148,10 +148,19 @@ class Timeline:
         j = int(self.stack[i])
         return self.strings[j] if j >= 0 else ""
 
-    def name_mask(self, predicate: Any) -> npt.NDArray[np.bool_]:
-        """Rows whose name satisfies ``predicate(str) -> bool`` (evaluated once per distinct name)."""
-        table = np.fromiter((bool(predicate(s)) for s in self.strings), dtype=np.bool_, count=len(self.strings))
-        return table[self.name] if len(self.strings) else np.zeros(len(self), dtype=np.bool_)
+    def name_mask(self, predicate: Any, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.bool_]:
+        """Whether each row's name satisfies ``predicate(str) -> bool``.
+
+        The predicate runs once per distinct name. With ``rows``, only those rows' names are
+        tested and the mask is over ``rows``.
+        """
+        if rows is None:
+            table = np.fromiter((bool(predicate(s)) for s in self.strings), dtype=np.bool_, count=len(self.strings))
+            return table[self.name] if len(self.strings) else np.zeros(len(self), dtype=np.bool_)
+        ids = self.name[rows]
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        table = np.fromiter((bool(predicate(self.strings[i])) for i in uniq.tolist()), dtype=np.bool_, count=uniq.size)
+        return table[inverse] if uniq.size else np.zeros(rows.size, dtype=np.bool_)
 
     def lane_mask(self, predicate: Any) -> npt.NDArray[np.bool_]:
         table = np.fromiter((bool(predicate(ln)) for ln in self.lanes), dtype=np.bool_, count=len(self.lanes))
