@@ -1,0 +1,80 @@
+"""whyidle lab --flaw FLAW: train a small job with one injected flaw, diagnose it, self-check.
+
+Exit status: 0 the diagnosis named the flaw (or, for ``none``, found no problem); 1 the
+self-check failed; 2 bad usage (a flaw this machine cannot show, torch missing...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from whyidle.errors import UsageError
+
+__all__ = ["add_parser", "run"]
+
+_FLAWS = ("none", "starvation", "h2d", "sync", "smallbatch", "launch")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "lab",
+        help="train a small job with an injected flaw, diagnose it and check the diagnosis names it",
+        description="The flaw lab: a self-contained training job (synthetic data) with one injected flaw, "
+        "on CUDA if present, otherwise on CPU. On CPU the flaws 'none' and 'starvation' can show; the others need CUDA.",
+    )
+    p.add_argument("--flaw", choices=_FLAWS + ("all",), default="starvation", help="the flaw to inject ('all': every flaw this machine can show)")
+    p.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
+    p.add_argument("--steps", type=int, help="tracked steps (default: 12 on CPU, 30 on CUDA)")
+    p.add_argument("--trace-dir", metavar="DIR", help="also capture a profiler trace into DIR (always on CUDA)")
+    p.add_argument("--json", action="store_true", help="print the JSON report (with the check under extra.lab)")
+    p.add_argument("--width", type=int, default=100, help="terminal width of the report")
+    p.add_argument("--record-all", metavar="DIR", help="CUDA only: record every flaw's trace into DIR, check each, write DIR/RECORDED.md")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from whyidle.capture._torch import require_torch
+
+    require_torch("whyidle lab")
+    if args.record_all:
+        return _record(args.record_all)
+    if args.steps is not None and args.steps < 2:
+        raise UsageError("--steps must be at least 2 (the first step is left out as start-up)")
+    from whyidle.lab.check import CPU_FLAWS, GPU_ONLY
+    from whyidle.lab.run import pick_device, run_lab
+
+    dev = pick_device(args.device)
+    flaws = [args.flaw] if args.flaw != "all" else list(_FLAWS if dev == "cuda" else CPU_FLAWS)
+    failed = 0
+    for flaw in flaws:
+        res = run_lab(flaw, dev, steps=args.steps, trace_dir=args.trace_dir)
+        if args.json and len(flaws) == 1:
+            from whyidle.render.json import render_json
+
+            sys.stdout.write(render_json(res.report))
+        elif not args.json:
+            from whyidle.render.terminal import render_terminal
+
+            print(f"== whyidle lab: flaw '{flaw}' on {dev} ==")
+            print(render_terminal(res.report, width=args.width, color=sys.stdout.isatty()))
+            if res.run.trace_path:
+                print(f"trace: {res.run.trace_path}")
+        status = "PASS" if res.check.passed else "FAIL"
+        print(f"whyidle lab: {status} flaw={flaw} device={dev} basis={res.check.basis}: {res.check.message}", file=sys.stderr)
+        failed += not res.check.passed
+    if args.flaw == "all" and dev == "cpu":
+        for flaw, why in GPU_ONLY.items():
+            print(f"whyidle lab: SKIP flaw={flaw}: needs CUDA ({why})", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _record(out_dir: str) -> int:
+    from whyidle.lab.record import record_all
+
+    results = record_all(out_dir)
+    for r in results:
+        print(f"{'PASS' if r.passed else 'FAIL'} {r.name}: {r.message}")
+    print(f"notes written to {out_dir}/RECORDED.md")
+    return 0 if all(r.passed for r in results) else 1

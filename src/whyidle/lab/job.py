@@ -1,0 +1,285 @@
+"""The flaw lab's training job: a small MLP on synthetic data, with one injected flaw.
+
+Everything is generated in process (no downloads). Each batch is drawn from a generator seeded
+by its index, so the data, and on CPU the losses, are the same whatever the DataLoader's worker
+count: a fix that changes only the input pipeline changes the speed, not the results.
+
+Flaws (see ``whyidle.lab.check`` for what the diagnosis must say about each):
+
+* ``none``       a well-fed loop: workers prepare batches ahead, pinned memory, async copies;
+* ``starvation`` the DataLoader runs in the training process (``num_workers=0``) and each batch
+                 waits on (simulated) storage: ``time.sleep`` of ``io_latency_s`` per batch;
+* ``h2d``        large batches in pageable memory copied with a blocking ``.to(device)`` (CUDA);
+* ``sync``       per-step metrics computed on the CPU (``.cpu()``, ``.item()``) (CUDA);
+* ``smallbatch`` batch size 4: each kernel is too short to amortise its launch (CUDA);
+* ``launch``     a deep stack of tiny layers and a per-parameter optimizer loop (CUDA).
+
+On a CPU there is no device queue: ``h2d``, ``sync``, ``smallbatch`` and ``launch`` cannot show
+(see ``check.GPU_ONLY``); ``none`` and ``starvation`` can, through the step tracker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from whyidle.capture._torch import require_torch
+
+__all__ = ["FLAWS", "LabSpec", "LabRun", "spec_for", "run_job", "apply_fix"]
+
+FLAWS = ("none", "starvation", "h2d", "sync", "smallbatch", "launch")
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    flaw: str
+    device: str  # "cpu" or "cuda"
+    steps: int  # tracked steps (the report drops the first)
+    profile_steps: int  # profiled steps after the tracked ones (0: no trace)
+    batch_size: int
+    in_dim: int
+    width: int
+    depth: int
+    classes: int
+    io_latency_s: float  # simulated storage latency per batch
+    num_workers: int
+    pin_memory: bool
+    persistent_workers: bool
+    prefetch_factor: int | None
+    non_blocking: bool
+    cpu_metrics: bool  # the sync flaw
+    fused_optimizer: bool
+    seed: int = 0
+
+    def loader_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"num_workers": self.num_workers, "pin_memory": self.pin_memory}
+        if self.num_workers > 0:
+            kw["persistent_workers"] = self.persistent_workers
+            if self.prefetch_factor is not None:
+                kw["prefetch_factor"] = self.prefetch_factor
+        return kw
+
+
+def spec_for(flaw: str, device: str, steps: int | None = None, profile_steps: int | None = None) -> LabSpec:
+    """The job for ``flaw`` on ``device``, sized so a CPU step takes ~10-20 ms and a GPU step a few ms."""
+    if flaw not in FLAWS:
+        raise ValueError(f"unknown flaw {flaw!r}; expected one of {', '.join(FLAWS)}")
+    cuda = device == "cuda"
+    if cuda:
+        # Big enough that a step's kernels (bf16, ~2.5 TFLOP) outlast the host's launches on an H100/H200.
+        base = dict(batch_size=2048, in_dim=256, width=8192, depth=3, classes=1000, io_latency_s=0.004)
+    else:
+        base = dict(batch_size=64, in_dim=128, width=384, depth=3, classes=10, io_latency_s=0.003)
+    good = dict(num_workers=fix_workers(), pin_memory=cuda, persistent_workers=True, prefetch_factor=4, non_blocking=cuda, cpu_metrics=False, fused_optimizer=cuda)
+    spec: dict[str, Any] = {**base, **good}
+    if flaw == "none" and not cuda:
+        # On CPU workers would compete with the compute for the same cores: a batch already in
+        # memory (no storage latency) is the well-fed loop there.
+        spec.update(num_workers=0, io_latency_s=0.0)
+    elif flaw == "starvation":
+        spec.update(num_workers=0, io_latency_s=0.025 if cuda else 0.008)
+    elif flaw == "h2d":
+        spec.update(in_dim=3 * 128 * 128, batch_size=256, width=4096, pin_memory=False, non_blocking=False, io_latency_s=0.0)
+    elif flaw == "sync":
+        spec.update(cpu_metrics=True)
+    elif flaw == "smallbatch":
+        spec.update(batch_size=4, width=1024)
+    elif flaw == "launch":
+        spec.update(width=64, depth=48, batch_size=32, fused_optimizer=False)
+    n = steps if steps is not None else (12 if not cuda else 30)
+    p = profile_steps if profile_steps is not None else (3 if cuda else 0)
+    return LabSpec(flaw=flaw, device=device, steps=n, profile_steps=p, **spec)
+
+
+def apply_fix(spec: LabSpec, finding_id: str) -> tuple[LabSpec, str]:
+    """The spec with the lever a finding names pulled, and a sentence saying what changed."""
+    if finding_id.startswith("input_pipeline"):
+        workers = fix_workers()
+        fixed = replace(spec, num_workers=workers, persistent_workers=True, prefetch_factor=4, pin_memory=spec.device == "cuda")
+        return fixed, f"DataLoader(num_workers={workers}, persistent_workers=True, prefetch_factor=4{', pin_memory=True' if fixed.pin_memory else ''})"
+    if finding_id.startswith("h2d_copy"):
+        return replace(spec, pin_memory=True, non_blocking=True, num_workers=max(spec.num_workers, 2)), "DataLoader(pin_memory=True) and .to(device, non_blocking=True)"
+    if finding_id.startswith("host_sync"):
+        return replace(spec, cpu_metrics=False), "metrics kept on the device (no per-step .item()/.cpu())"
+    raise ValueError(f"the lab has no automatic fix for finding {finding_id!r}")
+
+
+def fix_workers() -> int:
+    """Workers for the input-pipeline fix: 4, or the machine's cores when fewer (at least 2).
+
+    The lab's loading waits on (simulated) storage, not on the CPU, so workers beyond the cores
+    still help; at most the core count keeps DataLoader's over-subscription warning quiet.
+    """
+    return max(2, min(4, os.cpu_count() or 2))
+
+
+class SyntheticBatches:
+    """A map-style dataset whose items are whole batches (use ``DataLoader(batch_size=None)``).
+
+    Item ``i`` is drawn from a generator seeded with ``(seed, i)``: the same in any worker. Each
+    item first sleeps ``io_latency_s``, standing in for reading the batch from storage.
+    """
+
+    def __init__(self, torch: Any, n: int, batch: int, in_dim: int, classes: int, io_latency_s: float, seed: int) -> None:
+        self.torch, self.n, self.batch, self.in_dim, self.classes = torch, n, batch, in_dim, classes
+        self.io_latency_s, self.seed = io_latency_s, seed
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[Any, Any]:
+        if i >= self.n:
+            raise IndexError(i)
+        if self.io_latency_s > 0:
+            time.sleep(self.io_latency_s)
+        g = self.torch.Generator().manual_seed(self.seed * 1_000_003 + i)
+        x = self.torch.randn(self.batch, self.in_dim, generator=g)
+        y = self.torch.randint(0, self.classes, (self.batch,), generator=g)
+        return x, y
+
+
+class CycleLoader:
+    """A few prebuilt batches in pageable host memory, served ``n`` times (the h2d flaw's loader)."""
+
+    def __init__(self, batches: list[tuple[Any, Any]], n: int) -> None:
+        self.batches, self.n = batches, n
+        self.num_workers = 0
+        self.pin_memory = False
+        self.batch_size = int(batches[0][0].shape[0])
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        for i in range(self.n):
+            yield self.batches[i % len(self.batches)]
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def build_model(torch: Any, spec: LabSpec) -> Any:
+    torch.manual_seed(spec.seed)
+    layers: list[Any] = [torch.nn.Linear(spec.in_dim, spec.width), torch.nn.ReLU()]
+    for _ in range(spec.depth - 1):
+        layers += [torch.nn.Linear(spec.width, spec.width), torch.nn.ReLU()]
+    layers.append(torch.nn.Linear(spec.width, spec.classes))
+    return torch.nn.Sequential(*layers)
+
+
+def build_loader(torch: Any, spec: LabSpec, n_batches: int) -> Any:
+    ds = SyntheticBatches(torch, n_batches, spec.batch_size, spec.in_dim, spec.classes, spec.io_latency_s, spec.seed)
+    if spec.flaw == "h2d":
+        return CycleLoader([ds[i] for i in range(2)], n_batches)
+    return torch.utils.data.DataLoader(ds, batch_size=None, shuffle=False, **spec.loader_kwargs())
+
+
+@dataclass
+class LabRun:
+    spec: LabSpec
+    losses: list[float]
+    tracker_stats: Any  # capture.tracker.TrackerStats, the tracked steps only
+    trace_path: Path | None
+    trace_report: Any  # Report | None
+    wall_s: float
+
+
+@contextlib.contextmanager
+def _threads(torch: Any, n: int | None) -> Iterator[None]:
+    if n is None:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def run_job(spec: LabSpec, trace_dir: str | Path | None = None, threads: int | None = 1, tracker: bool = True) -> LabRun:
+    """Train ``spec.steps`` tracked steps, then profile ``spec.profile_steps`` more when asked.
+
+    ``threads`` pins torch's intra-op threads on CPU (1 by default: steady step times on a shared
+    machine, and the same arithmetic in every run). ``tracker=False`` runs the same loop without
+    the step tracker (for the no-behaviour-change test and the overhead benchmark).
+    """
+    torch = require_torch("whyidle lab")
+    from whyidle.capture.profiler import TraceHandler
+    from whyidle.capture.tracker import StepTracker, track
+
+    cuda = spec.device == "cuda"
+    dev = torch.device("cuda" if cuda else "cpu")
+    n_prof = spec.profile_steps if (trace_dir is not None or cuda) else 0
+    warm = 1 if n_prof else 0
+    total = spec.steps + warm + n_prof
+    t_start = time.perf_counter()
+    with _threads(torch, None if cuda else threads):
+        model = build_model(torch, spec).to(dev)
+        opt_kw: dict[str, Any] = {"lr": 1e-3}
+        if cuda:
+            opt_kw["fused" if spec.fused_optimizer else "foreach"] = True if spec.fused_optimizer else False
+        opt = torch.optim.AdamW(model.parameters(), **opt_kw)
+        loader = build_loader(torch, spec, total)
+        tr: StepTracker[Any] | None = track(loader, skip_first=1) if tracker else None
+        batches: Any = tr if tr is not None else loader
+        losses: list[Any] = []
+        handler = None
+        prof = None
+        tmp_dir = None
+        if n_prof:
+            import tempfile
+
+            if trace_dir is None:
+                tmp_dir = tempfile.TemporaryDirectory(prefix="whyidle-lab-")
+            out_dir = Path(trace_dir) if trace_dir is not None else Path(tmp_dir.name)  # type: ignore[union-attr]
+            handler = TraceHandler(out_dir, f"lab_{spec.flaw}_{spec.device}", report="none", raise_errors=True)
+            acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+            prof = torch.profiler.profile(
+                activities=acts,
+                schedule=torch.profiler.schedule(wait=0, warmup=warm, active=n_prof, repeat=1),
+                on_trace_ready=handler,
+                with_stack=True,
+                record_shapes=True,
+            )
+        started = False
+        try:
+            for i, (x, y) in enumerate(batches):
+                if prof is not None and i == spec.steps:
+                    prof.start()  # the tracker has closed exactly spec.steps steps by now
+                    started = True
+                cm = tr.copy() if tr is not None else contextlib.nullcontext()
+                with cm:
+                    x = x.to(dev, non_blocking=spec.non_blocking)
+                    y = y.to(dev, non_blocking=spec.non_blocking)
+                ctx = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
+                with ctx:
+                    logits = model(x)
+                    loss = torch.nn.functional.cross_entropy(logits, y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                if spec.cpu_metrics:  # the sync flaw: metrics on the CPU, every step
+                    probs = torch.softmax(logits.detach().float().cpu(), dim=1)
+                    _ = float(probs.max(dim=1).values.mean().item()), float(loss.item())
+                losses.append(loss.detach())
+                if prof is not None and i >= spec.steps:
+                    prof.step()
+        finally:
+            if prof is not None and started:
+                prof.stop()
+        stats = None
+        if tr is not None:
+            from dataclasses import replace as _replace
+
+            st = tr.stats()
+            stats = _replace(st, steps=st.steps[: spec.steps])
+        values = [float(v) for v in torch.stack(losses).float().cpu().tolist()] if losses else []
+        trace_path = handler.paths[-1] if handler is not None and handler.paths else None
+        trace_report = handler.reports[-1] if handler is not None and handler.reports else None
+        if tmp_dir is not None:
+            tmp_dir.cleanup()
+            trace_path = None
+    return LabRun(spec, values, stats, trace_path, trace_report, time.perf_counter() - t_start)
