@@ -76,6 +76,14 @@ def select_window(tl: Timeline, links: Links, cfg: Config) -> Window:
             (),
             ("no ProfilerStep markers: the window is the span of device activity and step figures are unavailable",),
         )
+    # Steps of a process that launched device work, when there are any (traces stitched from
+    # several processes can carry another process's step markers).
+    launched = links.launch_of[links.launch_of >= 0]
+    if launched.size:
+        pids = {tl.lanes[int(ln)].pid for ln in np.unique(tl.lane[launched])}
+        own = np.array([tl.lanes[int(ln)].pid in pids for ln in tl.lane[step_rows]], dtype=np.bool_)
+        if own.any():
+            step_rows = step_rows[own]
     # Steps on the thread that has the most of them (the training loop's thread).
     lanes, counts = np.unique(tl.lane[step_rows], return_counts=True)
     main_lane = lanes[np.argmax(counts)]
