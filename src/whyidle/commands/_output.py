@@ -36,8 +36,14 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
 RENDERERS: dict[str, str] = {
     "terminal": "whyidle.render.terminal:render_terminal",
     "json": "whyidle.render.json:render_json",
+    "html": "whyidle.render.html:render_html",
+    "perfetto": "whyidle.render.perfetto:render_perfetto",
+    "png": "whyidle.render.plots:render_png",
+    "svg": "whyidle.render.plots:render_svg",
 }
 _SUFFIXES = {".json": "json", ".txt": "terminal"}
+# `-o x.json` stays the JSON report; a gzipped Chrome trace is the annotated Perfetto export.
+_SUFFIXES.update({".html": "html", ".htm": "html", ".json.gz": "perfetto", ".png": "png", ".svg": "svg"})
 
 
 def format_for(fmt: str | None, output: str | None) -> str:

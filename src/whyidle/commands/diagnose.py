@@ -36,8 +36,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("diagnose", help="diagnose a profile: utilisation, idle gaps, causes and fixes")
     p.add_argument("trace", help="a PyTorch profiler trace (.json, .json.gz) or a folder holding one")
     p.add_argument("--json", action="store_true", help="print the JSON report to stdout")
-    p.add_argument("-o", "--output", help="write the report here (format from the suffix: .json, .txt)")
-    p.add_argument("--format", help="terminal or json (default: from -o, else terminal)")
+    p.add_argument("-o", "--output", help="write the report here (format from the suffix: .json, .txt, .html, .json.gz = annotated Perfetto trace, .png/.svg = step plot)")
+    p.add_argument("--format", help="terminal, json, html, perfetto, png or svg (default: from -o, else terminal)")
     p.add_argument("--steps", help="ProfilerStep numbers to analyse, e.g. 3-6")
     p.add_argument("--skip-first", type=int, default=0, metavar="N", help="drop the first N steps (cold start)")
     p.add_argument("--batch-size", type=int, help="samples per step, when the trace cannot tell")
@@ -83,12 +83,17 @@ def gate(report: Any, cfg: Config) -> list[str]:
     return failures
 
 
-def emit(report: Any, args: argparse.Namespace) -> None:
+def emit(report: Any, args: argparse.Namespace, timeline: Any = None) -> None:
     fmt = "json" if args.json and not args.output else format_for(args.format, args.output)
     render = renderer(fmt)
     if fmt == "terminal":
         width = args.width or min(getattr(sys.stdout, "isatty", lambda: False)() and __import__("shutil").get_terminal_size().columns or 80, 100)
         text = render(report, width=width, color=bool(sys.stdout.isatty()) and not args.output)
+    elif fmt in ("html", "perfetto"):  # they draw every gap: the timeline saves reading the trace again
+        kw = {"gzip": str(args.output or "").lower().endswith(".gz")} if fmt == "perfetto" else {}
+        text = render(report, timeline=timeline, **kw)
+    elif fmt in ("png", "svg") and not args.output:
+        raise UsageError(f"--format {fmt} writes an image; pass -o FILE.{fmt}")
     else:
         text = render(report)
     if args.output:
@@ -110,9 +115,12 @@ def run(args: argparse.Namespace) -> int:
         emit(report, args)
         failures = [f"rank {e.rank}: {m}" for e in report.ranks if e.report is not None for m in gate(e.report, cfg)]
     else:
+        from whyidle.sources import load
+
         with progress(f"whyidle: reading {args.trace}"):
-            report = diagnose(args.trace, cfg)
-        emit(report, args)
+            timeline = load(args.trace)
+            report = diagnose(timeline, cfg)
+        emit(report, args, timeline)
         failures = gate(report, cfg)
     for msg in failures:
         print(f"whyidle: gate failed: {msg}", file=sys.stderr)

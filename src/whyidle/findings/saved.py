@@ -1,0 +1,177 @@
+"""Saved JSON reports read back into a Report (the inverse of :mod:`whyidle.render.json`).
+
+``whyidle diagnose trace -o report.json`` saves a report; ``load_report("report.json")`` gives
+the same Report back, so a saved run can be compared or rendered again without its trace. Only
+the figures the JSON schema holds come back: the names of the largest FP32 kernels are not in
+it, and derived shares (tensor-core share...) are turned back into nanoseconds.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from whyidle.analyses import causes as C
+from whyidle.analyses.kernels import KernelStats
+from whyidle.analyses.utilization import StepFigures, Utilization
+from whyidle.errors import TraceFormatError
+from whyidle.findings.model import Evidence, Finding, Fix, GapRecord, Report, Skipped, SourceInfo, WindowInfo
+
+__all__ = ["looks_like_report", "report_from_dict", "load_report"]
+
+_SUPPORTED_MAJOR = "1"
+
+
+def looks_like_report(head: bytes) -> bool:
+    """Whether the first bytes of a (decompressed) file are a whyidle JSON report."""
+    h = head.lstrip()
+    return h.startswith(b"{") and b'"schema_version"' in h[:200] and b'"traceEvents"' not in h[:200]
+
+
+def _finding(d: dict[str, Any]) -> Finding:
+    e, f = d["evidence"], d["fix"]
+    return Finding(
+        id=d["id"],
+        group=d["group"],
+        cause=d["cause"],
+        title=d["title"],
+        idle_ns=int(d["idle_ns"]),
+        share_of_idle=float(d["share_of_idle"]),
+        share_of_window=float(d["share_of_window"]),
+        evidence=Evidence(
+            gap_count=int(e["gap_count"]),
+            idle_ns=int(e["idle_ns"]),
+            per_step_idle_ns=e.get("per_step_idle_ns"),
+            share_of_step=e.get("share_of_step"),
+            top_ops=tuple((o["name"], int(o["overlap_ns"]), int(o["gaps"])) for o in e.get("top_ops", ())),
+            python_lines=tuple((p["line"], int(p["gaps"])) for p in e.get("python_lines", ())),
+            examples=tuple((int(x["start_ns"]), int(x["end_ns"]), int(x["idle_ns"])) for x in e.get("examples", ())),
+            facts=tuple((k, v) for k, v in e.get("facts", {}).items()),
+        ),
+        fix=Fix(f["summary"], tuple(f.get("steps", ())), f.get("code", ""), f.get("verify", ""), f.get("expected", ""), f.get("docs", "")),
+        variant=d.get("variant", ""),
+        affected_busy_ns=int(d.get("affected_busy_ns", 0)),
+    )
+
+
+def _gap(d: dict[str, Any]) -> GapRecord:
+    return GapRecord(
+        start_ns=int(d["start_ns"]),
+        end_ns=int(d["end_ns"]),
+        device=int(d["device"]),
+        group=d["group"],
+        cause=d["cause"],
+        causes_ns=tuple((k, int(v)) for k, v in d.get("causes_ns", {}).items()),
+        next_work=d.get("next_work", ""),
+        thread=d.get("thread", ""),
+        before=d.get("cpu_before", ""),
+        during=d.get("cpu_during", ""),
+        outermost=d.get("cpu_outermost", ""),
+        innermost=d.get("cpu_innermost", ""),
+        runtime_call=d.get("runtime_call", ""),
+        python_line=d.get("python_line", ""),
+        drained_by_sync=bool(d.get("drained_by_sync", False)),
+    )
+
+
+def _step(d: dict[str, Any]) -> StepFigures:
+    by = d.get("idle_by_cause_ns", {})
+    return StepFigures(
+        number=int(d["number"]),
+        start_ns=int(d["start_ns"]),
+        end_ns=int(d["end_ns"]),
+        compute_ns=int(d["compute_ns"]),
+        communication_ns=int(d["communication_ns"]),
+        memcpy_ns=int(d["memcpy_ns"]),
+        memset_ns=int(d["memset_ns"]),
+        idle_ns=int(d["idle_ns"]),
+        idle_by_cause_ns=tuple(int(by.get(c.key, 0)) for c in C.CAUSES),
+    )
+
+
+def _share_to_ns(share: Any, total: int) -> int:
+    return int(round(float(share) * total)) if share is not None else 0
+
+
+def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> Report:
+    """A Report from the JSON report's dict; raises TraceFormatError naming ``where`` when it is not one."""
+    version = str(d.get("schema_version", ""))
+    if not version:
+        raise TraceFormatError(where, "is JSON but not a whyidle report (no 'schema_version')")
+    if version.split(".", 1)[0] != _SUPPORTED_MAJOR:
+        raise TraceFormatError(where, f"is a whyidle report of schema {version}; this whyidle reads schema {_SUPPORTED_MAJOR}.x")
+    try:
+        src, win, u, th, k = d["source"], d["window"], d["utilization"], d["throughput"], d["kernels"]
+        window_ns = int(win["duration_ns"])
+        kernels = KernelStats(
+            count=int(k["count"]),
+            total_ns=int(k["total_ns"]),
+            median_ns=k.get("median_ns"),
+            short_count=int(k["short_count"]),
+            short_ns=int(k["short_ns"]),
+            mean_launch_ns=k.get("mean_launch_call_ns"),
+            sm_efficiency=k.get("est_sm_efficiency"),
+            achieved_occupancy_pct=k.get("est_achieved_occupancy_pct"),
+            tensor_core_ns=_share_to_ns(k.get("tensor_core_share"), int(k["total_ns"])),
+            fp32_math_ns=_share_to_ns(k.get("fp32_math_share"), int(k["total_ns"])),
+            top_fp32_kernels=(),
+        )
+        util = Utilization(
+            window_ns=window_ns,
+            n_devices=int(u["n_devices"]),
+            busy_ns=int(u["busy_ns"]),
+            kernel_busy_ns=int(u["kernel_busy_ns"]),
+            compute_ns=int(u["compute_ns"]),
+            communication_ns=int(u["communication_exposed_ns"]),
+            communication_total_ns=int(u["communication_total_ns"]),
+            memcpy_ns=int(u["memcpy_ns"]),
+            memset_ns=int(u["memset_ns"]),
+            idle_ns=int(u["idle_ns"]),
+            steps=tuple(_step(s) for s in d.get("steps", ())),
+            batch_size=th.get("batch_size"),
+            batch_size_basis=th.get("batch_size_basis", ""),
+        )
+        by_cause = {c.key: int(d.get("idle_by_cause_ns", {}).get(c.key, 0)) for c in C.CAUSES}
+        return Report(
+            source=SourceInfo(
+                path=src.get("path", ""),
+                format=src.get("format", ""),
+                version=src.get("version", ""),
+                devices=tuple(src.get("devices", ())),
+                rank=src.get("rank"),
+                world_size=src.get("world_size"),
+                training=src.get("workload", "training") == "training",
+            ),
+            window=WindowInfo(int(win["start_ns"]), int(win["end_ns"]), win.get("basis", ""), tuple(win.get("steps", ())), tuple(win.get("all_steps", ()))),
+            utilization=util,
+            kernels=kernels,
+            idle_by_cause_ns=by_cause,
+            gap_count=int(d["gap_count"]),
+            findings=tuple(_finding(f) for f in d.get("findings", ())),
+            skipped=tuple(Skipped(s["rule"], s["reason"]) for s in d.get("skipped", ())),
+            gaps=tuple(_gap(g) for g in d.get("gaps", ())),
+            quality=tuple(d.get("quality", ())),
+            cold_start=bool(d.get("cold_start", False)),
+            no_device_activity=bool(d.get("no_device_activity", False)),
+            extra=dict(d.get("extra", {})),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise TraceFormatError(where, f"is a whyidle report with a missing or malformed field ({type(exc).__name__}: {exc})") from None
+
+
+def load_report(path: str | os.PathLike[str]) -> Report:
+    """Read a JSON report saved by ``whyidle diagnose -o report.json`` (plain or gzipped)."""
+    from whyidle.sources._io import read_bytes
+
+    p = Path(path)
+    raw = read_bytes(p)
+    try:
+        d = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise TraceFormatError(p, f"is not valid JSON ({exc}); expected a whyidle JSON report") from None
+    if not isinstance(d, dict):
+        raise TraceFormatError(p, "is JSON but not a whyidle report (expected an object)")
+    return report_from_dict(d, str(p))

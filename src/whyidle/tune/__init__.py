@@ -1,0 +1,1 @@
+"""The optimisation loop: before/after comparison, lever sweeps, inference batching."""

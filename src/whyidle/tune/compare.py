@@ -1,0 +1,263 @@
+"""Before/after comparison of two Reports of the same job: what changed, and a verdict.
+
+Pure: two Reports (and, when the traces are at hand, their per-name times) in, a
+:class:`Comparison` out. Figures are normalised so that runs with different numbers of steps
+compare: per step (the mean over the analysed steps) when both runs have step markers, otherwise
+per second of the window. Deltas are ``after - before``.
+
+The verdict names the cause whose idle time fell most ("input starvation removed: -210 ms per
+step") or, when nothing fell, the one that grew most, then the largest remaining wait. The CI
+gate compares throughput: samples/s when both runs know their batch size, else steps/s, else the
+device busy fraction; ``regression`` is the relative drop (0.05 = 5% slower).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from whyidle.analyses import causes as C
+from whyidle.analyses.names import NameTimes
+from whyidle.findings.labels import cause_label
+from whyidle.findings.model import Report
+
+__all__ = ["Change", "NameChange", "Comparison", "compare_reports", "parse_regression", "REMOVED_BELOW"]
+
+# A cause counts as removed when what remains is under this share of what it was.
+REMOVED_BELOW = 0.1
+# Causes and names whose change is under this share of the before step (or window second) are
+# too small to name in the verdict.
+_NOTABLE = 0.01
+
+
+@dataclass(frozen=True)
+class Change:
+    before: float | None
+    after: float | None
+
+    @property
+    def delta(self) -> float | None:
+        if self.before is None or self.after is None:
+            return None
+        return self.after - self.before
+
+    @property
+    def relative(self) -> float | None:
+        d = self.delta
+        if d is None or not self.before:
+            return None
+        return d / self.before
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"before": self.before, "after": self.after, "delta": self.delta, "relative": self.relative}
+
+
+@dataclass(frozen=True)
+class NameChange:
+    name: str
+    before_ns: float
+    after_ns: float
+
+    @property
+    def delta_ns(self) -> float:
+        return self.after_ns - self.before_ns
+
+
+@dataclass(frozen=True)
+class Comparison:
+    before_path: str
+    after_path: str
+    basis: str  # "per step" or "per second of window"
+    step_time_ns: Change
+    steps_per_s: Change
+    samples_per_s: Change
+    busy_fraction: Change
+    idle_ns: Change  # per basis
+    idle_by_group_ns: dict[str, Change]
+    idle_by_cause_ns: dict[str, Change]
+    kernels: tuple[NameChange, ...]  # largest |delta| first, per basis; () without traces
+    ops: tuple[NameChange, ...]
+    names_note: str  # why kernels/ops are empty, or ''
+    throughput_basis: str
+    regression: float | None  # relative throughput drop; negative = faster
+    verdict: str
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        def names(xs: tuple[NameChange, ...]) -> list[dict[str, Any]]:
+            return [{"name": x.name, "before_ns": x.before_ns, "after_ns": x.after_ns, "delta_ns": x.delta_ns} for x in xs]
+
+        return {
+            "before": self.before_path,
+            "after": self.after_path,
+            "basis": self.basis,
+            "verdict": self.verdict,
+            "step_time_ns": self.step_time_ns.to_dict(),
+            "steps_per_s": self.steps_per_s.to_dict(),
+            "samples_per_s": self.samples_per_s.to_dict(),
+            "busy_fraction": self.busy_fraction.to_dict(),
+            "idle_ns": self.idle_ns.to_dict(),
+            "idle_by_group_ns": {k: v.to_dict() for k, v in self.idle_by_group_ns.items()},
+            "idle_by_cause_ns": {k: v.to_dict() for k, v in self.idle_by_cause_ns.items()},
+            "kernels": names(self.kernels),
+            "ops": names(self.ops),
+            "names_note": self.names_note,
+            "throughput_basis": self.throughput_basis,
+            "regression": self.regression,
+            "notes": list(self.notes),
+        }
+
+
+def parse_regression(text: str) -> float:
+    """'5%' -> 0.05; '0.05' -> 0.05. A bare number of 1 or more is refused (did you mean 5%?)."""
+    from whyidle.errors import UsageError
+
+    t = text.strip()
+    try:
+        if t.endswith("%"):
+            value = float(t[:-1]) / 100
+        else:
+            value = float(t)
+            if value >= 1:
+                raise UsageError(f"--max-regression {text}: a bare number is a fraction; did you mean {t}%?")
+    except ValueError:
+        raise UsageError(f"--max-regression {text!r}: expected a percentage like 5% or a fraction like 0.05") from None
+    if value < 0:
+        raise UsageError(f"--max-regression {text}: expected 0 or more")
+    return value
+
+
+def _per_basis(r: Report, per_step: bool) -> tuple[float, dict[str, float]]:
+    """(divisor, idle ns per cause divided by it) for one report."""
+    u = r.utilization
+    if per_step:
+        n = len(u.steps)
+        by = {c.key: sum(s.idle_by_cause_ns[i] for s in u.steps) / n for i, c in enumerate(C.CAUSES)}
+        return float(n), by
+    secs = max(r.window.duration_ns, 1) / 1e9
+    return secs, {c.key: r.idle_by_cause_ns.get(c.key, 0) / secs for c in C.CAUSES}
+
+
+def _mean_step(r: Report) -> float | None:
+    t = r.utilization.step_times_ns
+    return float(t.mean()) if t.size else None
+
+
+def _names(b: dict[str, int], a: dict[str, int], db: float, da: float, limit: int, floor_ns: float) -> tuple[NameChange, ...]:
+    out = [NameChange(n, b.get(n, 0) / db, a.get(n, 0) / da) for n in set(b) | set(a)]
+    out = [x for x in out if abs(x.delta_ns) >= floor_ns]
+    out.sort(key=lambda x: (-abs(x.delta_ns), x.name))
+    return tuple(out[:limit])
+
+
+def _fmt(ns: float) -> str:
+    a = abs(ns)
+    if a >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if a >= 1e6:
+        return f"{ns / 1e6:.0f} ms" if a >= 1e7 else f"{ns / 1e6:.1f} ms"
+    return f"{ns / 1e3:.0f} us"
+
+
+def _signed(ns: float) -> str:
+    return ("\u2212" if ns < 0 else "+") + _fmt(abs(ns))
+
+
+def _verdict(causes: dict[str, Change], unit: str, scale: float | None) -> str:
+    floor = _NOTABLE * scale if scale else 0.0
+    deltas = [(k, c.delta or 0.0) for k, c in causes.items()]
+    fell = min(deltas, key=lambda kv: kv[1], default=("", 0.0))
+    grew = max(deltas, key=lambda kv: kv[1], default=("", 0.0))
+    parts = []
+    if fell[1] < 0 and abs(fell[1]) > floor and abs(fell[1]) >= grew[1]:
+        k, d = fell
+        before = causes[k].before or 0.0
+        after = causes[k].after or 0.0
+        word = "removed" if after <= REMOVED_BELOW * before else "reduced"
+        parts.append(f"{cause_label(k)} {word}: {_signed(d)} {unit}")
+    elif grew[1] > floor:
+        parts.append(f"{cause_label(grew[0])} grew: {_signed(grew[1])} {unit}")
+    else:
+        parts.append(f"no idle cause changed by more than {_fmt(floor)} {unit}" if floor else "no idle cause changed")
+    remaining = max(((k, c.after or 0.0) for k, c in causes.items()), key=lambda kv: kv[1], default=("", 0.0))
+    if remaining[1] > 0:
+        parts.append(f"the largest remaining wait is {cause_label(remaining[0])}, {_fmt(remaining[1])} {unit}")
+    else:
+        parts.append("no idle time remains")
+    return "; ".join(parts)
+
+
+def compare_reports(
+    before: Report,
+    after: Report,
+    before_names: NameTimes | None = None,
+    after_names: NameTimes | None = None,
+    limit: int = 10,
+) -> Comparison:
+    """Compare two reports of the same job (see the module docstring for the bases)."""
+    bu, au = before.utilization, after.utilization
+    per_step = bool(bu.steps) and bool(au.steps)
+    basis = "per step" if per_step else "per second of window"
+    unit = "per step" if per_step else "per second"
+    db, b_by = _per_basis(before, per_step)
+    da, a_by = _per_basis(after, per_step)
+    by_cause = {c.key: Change(b_by[c.key], a_by[c.key]) for c in C.CAUSES if b_by[c.key] or a_by[c.key]}
+    by_group: dict[str, Change] = {}
+    for g in C.GROUPS:
+        keys = [c.key for c in C.CAUSES if c.group == g]
+        bg, ag = sum(b_by[k] for k in keys), sum(a_by[k] for k in keys)
+        if bg or ag:
+            by_group[g] = Change(bg, ag)
+    step = Change(_mean_step(before), _mean_step(after))
+    scale = step.before if per_step else 1e9
+    notes: list[str] = []
+    if not per_step:
+        notes.append("one run has no step markers: idle figures are per second of the window, not per step")
+    if before.source.devices and after.source.devices and set(before.source.devices) != set(after.source.devices):
+        notes.append(f"the runs used different devices ({', '.join(sorted(set(before.source.devices)))} vs {', '.join(sorted(set(after.source.devices)))})")
+    if bu.batch_size and au.batch_size and bu.batch_size != au.batch_size:
+        notes.append(f"the batch size changed ({bu.batch_size} -> {au.batch_size}): compare samples/s, not step time")
+
+    sps = Change(bu.samples_per_s, au.samples_per_s)
+    stp = Change(bu.steps_per_s, au.steps_per_s)
+    busy = Change(bu.busy_fraction, au.busy_fraction)
+    regression: float | None
+    if sps.before and sps.after:
+        tb, regression = "samples/s", 1 - sps.after / sps.before
+    elif stp.before and stp.after:
+        tb, regression = "steps/s", 1 - stp.after / stp.before
+    elif busy.before:
+        tb, regression = "device busy fraction", 1 - (busy.after or 0.0) / busy.before
+    else:
+        tb, regression = "", None
+
+    kernels: tuple[NameChange, ...] = ()
+    ops: tuple[NameChange, ...] = ()
+    names_note = ""
+    if before_names is not None and after_names is not None:
+        nb = float(before_names.steps) if per_step and before_names.steps else max(before_names.window_ns, 1) / 1e9
+        na = float(after_names.steps) if per_step and after_names.steps else max(after_names.window_ns, 1) / 1e9
+        floor = _NOTABLE * (scale or 0.0) / 10
+        kernels = _names(before_names.kernels_ns, after_names.kernels_ns, nb, na, limit, floor)
+        ops = _names(before_names.ops_ns, after_names.ops_ns, nb, na, limit, floor)
+    else:
+        names_note = "kernel and op changes need both traces (a saved JSON report does not hold per-name times)"
+    return Comparison(
+        before_path=before.source.path,
+        after_path=after.source.path,
+        basis=basis,
+        step_time_ns=step,
+        steps_per_s=stp,
+        samples_per_s=sps,
+        busy_fraction=busy,
+        idle_ns=Change(sum(b_by.values()), sum(a_by.values())),
+        idle_by_group_ns=by_group,
+        idle_by_cause_ns=by_cause,
+        kernels=kernels,
+        ops=ops,
+        names_note=names_note,
+        throughput_basis=tb,
+        regression=regression,
+        verdict=_verdict(by_cause, unit, scale),
+        notes=tuple(notes),
+    )
