@@ -173,6 +173,26 @@ LEVERS: dict[tuple[str, str], Lever] = {
         verify="Re-profile: GEMM/conv kernels should carry tensor-core names (h884/1688/16816, xmma, wgmma), step time should fall; compare the loss curve against the FP32 run.",
         docs=f"{DOCS}/underfilled.md",
     ),
+    ("fp32_math", "fp16_only"): Lever(
+        title="Tensor cores unused: matrix math runs in FP32",
+        summary="This GPU (Volta/Turing) has FP16 tensor cores but no BF16 or TF32: run matrix math in FP16 with autocast and a GradScaler.",
+        steps=(
+            "Wrap the forward pass in torch.autocast('cuda', dtype=torch.float16).",
+            "Scale the loss with torch.amp.GradScaler so small FP16 gradients do not underflow.",
+            "Keep channel counts and matrix sizes multiples of 8 so cuDNN/cuBLAS pick tensor-core kernels.",
+            "Compare loss curves with the FP32 run and watch for NaN/inf (the scaler skips such steps) before adopting the change.",
+        ),
+        code=(
+            "scaler = torch.amp.GradScaler('cuda')\n"
+            "with torch.autocast('cuda', dtype=torch.float16):\n"
+            "    loss = model(x).loss\n"
+            "scaler.scale(loss).backward()\n"
+            "scaler.step(optimizer)\n"
+            "scaler.update()"
+        ),
+        verify="Re-profile: GEMM/conv kernels should carry tensor-core names (h884, s884, hmma), step time should fall; compare the loss curve against the FP32 run.",
+        docs=f"{DOCS}/underfilled.md",
+    ),
     ("cold_start", ""): Lever(
         title="Cold start: first-call costs dominate the capture",
         summary="Profile steady state: skip the first steps, then diagnose again.",

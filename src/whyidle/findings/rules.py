@@ -204,7 +204,7 @@ def build_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple
                 variant=variant,
             )
         )
-    fp32 = _fp32_finding(a, cfg)
+    fp32 = _fp32_finding(a, cfg) if not a.quality.cold_start else None
     if isinstance(fp32, Finding):
         findings.append(fp32)
     elif fp32 is not None:
@@ -224,7 +224,8 @@ def _fp32_finding(a: Analyses, cfg: Config) -> Finding | Skipped | None:
         return None
     if k.fp32_math_share < cfg.fp32_math_min_share_of_kernel_time:
         return None
-    lever = lever_for("fp32_math")
+    # Volta and Turing (7.x) have FP16 tensor cores only; BF16 and TF32 need Ampere (8.0).
+    lever = lever_for("fp32_math", "fp16_only" if cc < (8, 0) else "")
     facts: tuple[tuple[str, Any], ...] = (
         ("compute_capability", f"{cc[0]}.{cc[1]}"),
         ("fp32_math_share_of_kernel_time", round(k.fp32_math_share, 4)),
@@ -246,5 +247,6 @@ def _fp32_finding(a: Analyses, cfg: Config) -> Finding | Skipped | None:
         share_of_window=0.0,
         evidence=ev,
         fix=_fix(lever, expected),
+        variant="fp16_only" if cc < (8, 0) else "",
         affected_busy_ns=k.fp32_math_ns,
     )

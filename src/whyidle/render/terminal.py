@@ -6,6 +6,7 @@ The only module that imports rich.
 from __future__ import annotations
 
 import io
+from typing import Any
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -85,10 +86,11 @@ def _finding_panel(i: int, f: Finding) -> Panel:
         body.append(Text(line))
     else:
         body.append(Text(f.fix.expected))
+    label = "CPU" if f.idle_ns else "kernel"
     for name, ns, gaps in e.top_ops[:3]:
         short = name if len(name) <= 70 else name[:67] + "..."
         suffix = f" ({_ms(ns)} in {gaps} gaps)" if gaps else f" ({_ms(ns)})"
-        body.append(Text(f"  CPU: {short}{suffix}", style="dim"))
+        body.append(Text(f"  {label}: {short}{suffix}", style="dim"))
     for line_, n in e.python_lines[:2]:
         body.append(Text(f"  at {line_} ({n} gaps)", style="dim"))
     body.append(Text(f"Fix: {f.fix.summary}", style="green"))
@@ -102,7 +104,12 @@ def _finding_panel(i: int, f: Finding) -> Panel:
 def render_terminal(r: Report, width: int = 80, color: bool = False) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False)
-    print_report(r, console)
+    from whyidle.findings.model import MultiRankReport
+
+    if isinstance(r, MultiRankReport):
+        print_multi_rank(r, console)
+    else:
+        print_report(r, console)
     return buf.getvalue()
 
 
@@ -125,3 +132,55 @@ def print_report(r: Report, console: Console) -> None:
         console.print(Text(f"Skipped {s.rule}: {s.reason}", style="dim"))
     for q in r.quality:
         console.print(Text(f"Note: {q}", style="yellow"))
+
+
+def print_multi_rank(m: Any, console: Console) -> None:
+    """A multi-rank run: the cross-rank section, then a one-line summary per rank."""
+    cr = m.cross_rank
+    console.print(Text("whyidle: why are these GPUs idle? (one trace per rank)", style="bold"))
+    world = f" of world size {m.world_size}" if m.world_size else ""
+    console.print(f"Run {m.run_dir}: {len(m.ranks)} traces{world}; ranks from {m.rank_basis}")
+    if cr.stragglers:
+        console.print(Text("Stragglers (the rank the others waited for at collectives):", style="bold red"))
+        for s in cr.stragglers:
+            why = f"; why: {s.cause.key} (+{_ms(s.cause.excess_ns_per_step)} per step vs the other ranks)" if s.cause else "; no cause stands out in its own trace"
+            steps = f" in steps {', '.join(map(str, s.steps))}" if s.steps else ""
+            console.print(
+                f"  rank {s.rank}: last at {s.collectives_last} of {s.collectives_total} collectives{steps}, "
+                f"others waited {_ms(s.lateness_ns)} (max {_ms(s.max_lateness_ns)}){why}"
+            )
+    elif cr.collectives:
+        console.print(Text("No straggler: no rank kept the others waiting at a collective.", style="bold green"))
+    if cr.collective_ns:
+        console.print(
+            f"Collectives: {_ms(cr.collective_ns)} over all ranks, {cr.waiting_ns / cr.collective_ns:.0%} waiting for the "
+            f"slowest rank, {cr.transfer_ns / cr.collective_ns:.0%} transfer"
+        )
+    t = Table(title="Per rank", title_justify="left")
+    for col in ("rank", "busy", "idle", "top idle cause", "comm exposed", "comm overlap", "waiting"):
+        t.add_column(col)
+    comm = {c.rank: c for c in cr.comm}
+    for e in m.ranks:
+        if e.report is None:
+            t.add_row(str(e.rank), "unreadable", "", e.error[:40], "", "", "")
+            continue
+        r = e.report
+        top = max(r.idle_by_cause_ns.items(), key=lambda kv: kv[1], default=("", 0))
+        c = comm.get(e.rank)
+        t.add_row(
+            str(e.rank),
+            f"{r.utilization.busy_fraction:.0%}",
+            _ms(r.utilization.idle_ns),
+            top[0] if top[1] else "-",
+            _ms(c.exposed_ns) if c else "-",
+            f"{c.overlap_fraction:.0%}" if c and c.overlap_fraction is not None else "-",
+            _ms(c.waiting_ns) if c else "-",
+        )
+    console.print(t)
+    if cr.mean_step_spread is not None:
+        console.print(
+            f"Imbalance: step time spread {cr.mean_step_spread:.1%}, compute spread {cr.mean_compute_spread:.1%} "
+            "((max - min) / mean across ranks, averaged over steps)"
+        )
+    for n in (*m.notes, *cr.notes):
+        console.print(Text(f"Note: {n}", style="yellow"))

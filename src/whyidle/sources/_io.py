@@ -23,6 +23,16 @@ def _gunzip(path: Path, raw: bytes) -> bytes:
             raise TraceFormatError(path, f"the gzip stream is truncated or corrupt ({exc})") from None
     except ImportError:
         pass
+    # The gzip trailer holds the uncompressed size (mod 4 GiB). Decompressing into a buffer of
+    # that size avoids growing, and briefly doubling, a buffer as large as the trace.
+    size_hint = int.from_bytes(raw[-4:], "little") if len(raw) >= 18 else 0
+    if size_hint:
+        try:
+            whole = zlib.decompress(raw, 31, size_hint)
+            if len(whole) % (1 << 32) == size_hint:
+                return whole
+        except zlib.error:
+            pass  # truncated, corrupt or several members: the careful path below says which
     out: list[bytes] = []
     data = raw
     while data:
@@ -36,7 +46,7 @@ def _gunzip(path: Path, raw: bytes) -> bytes:
         data = d.unused_data
         if data and not data.startswith(GZIP_MAGIC):
             break  # trailing garbage after the last member, as gzip(1) tolerates
-    return b"".join(out)
+    return out[0] if len(out) == 1 else b"".join(out)
 
 
 def read_bytes(path: Path) -> bytes:
