@@ -235,7 +235,8 @@ def _fp32_finding(a: Analyses, cfg: Config) -> Finding | Skipped | None:
     ev = Evidence(0, 0, None, None, top_ops, (), (), facts)
     expected = (
         f"{_ms(k.fp32_math_ns)} of kernel time ({k.fp32_math_share:.0%}) runs FP32 GEMM/convolution "
-        "without tensor cores; BF16/FP16 tensor-core kernels are typically several times faster on this hardware"
+        f"without tensor cores on compute capability {cc[0]}.{cc[1]}: the share of kernel time that tensor cores "
+        "can shorten; re-profile to measure the step time saved"
     )
     return Finding(
         id="fp32_math",
