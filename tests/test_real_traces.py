@@ -44,6 +44,8 @@ def test_resnet_figures_are_consistent(resnet0: Path) -> None:
     assert u.busy_ns + u.idle_ns == u.window_ns
     fp32 = next(f for f in r.findings if f.cause == "fp32_math")  # V100, FP32 convolutions
     assert fp32.affected_busy_ns > 0 and "autocast" in fp32.fix.code
+    # A V100 (7.0) has FP16 tensor cores only: the advice is FP16 with a GradScaler, not BF16/TF32.
+    assert fp32.variant == "fp16_only" and "float16" in fp32.fix.code and "GradScaler" in fp32.fix.code
 
 
 def test_skip_first_changes_the_window(resnet4: Path) -> None:
