@@ -15,7 +15,7 @@ from whyidle.timeline.model import Timeline
 
 __all__ = ["load", "find_traces"]
 
-_TRACE_SUFFIXES = (".json", ".json.gz")
+_TRACE_SUFFIXES = (".json", ".json.gz", ".parquet")
 
 
 def find_traces(folder: Path) -> list[Path]:
@@ -23,13 +23,17 @@ def find_traces(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
 
 
-def load(path: str | os.PathLike[str]) -> Timeline:
-    """Read a profile into a Timeline, whatever its format."""
+def load(path: str | os.PathLike[str], step_pattern: str | None = None) -> Timeline:
+    """Read a profile into a Timeline, whatever its format.
+
+    ``step_pattern``: the regular expression naming step ranges in formats whose steps are user
+    ranges (Nsight Systems NVTX); None uses the source's default.
+    """
     p = Path(path)
     if p.is_dir():
         traces = find_traces(p)
         if not traces:
-            raise InputError(p, "is a folder with no trace files (*.json, *.json.gz) in it")
+            raise InputError(p, "is a folder with no trace files (*.json, *.json.gz, *.parquet) in it")
         if len(traces) > 1:
             raise InputError(
                 p,
@@ -38,14 +42,41 @@ def load(path: str | os.PathLike[str]) -> Timeline:
             )
         p = traces[0]
     if p.suffix == ".nsys-rep" or p.name.endswith(".qdrep"):
-        raise UnsupportedInputError(
-            p, f"is an Nsight Systems report; export it first with: nsys export --type sqlite {p.name}"
-        )
+        from whyidle.sources.nsys import load_exported_report
+
+        return load_exported_report(p, step_pattern)
+    if _head(p).startswith(SQLITE_MAGIC):
+        from whyidle.sources.nsys import load_nsys
+
+        return load_nsys(p, step_pattern)
+    if p.suffix == ".parquet" or _head(p)[:4] == b"PAR1":
+        from whyidle.sources.parquet import load_parquet
+
+        return load_parquet(p)
+    from whyidle.sources.kineto_stream import should_stream
+
+    if should_stream(p):
+        from whyidle.sources.kineto_stream import load_kineto_stream
+
+        return load_kineto_stream(p)
     raw = read_bytes(p)
-    if raw.startswith(SQLITE_MAGIC):
-        raise UnsupportedInputError(p, "is an SQLite database (an Nsight Systems export?); whyidle cannot read it yet")
     if looks_like_kineto(raw[:64]) or p.name.endswith(_TRACE_SUFFIXES):
         return load_kineto(p, raw)
+    from whyidle.sources.counters import counter_timeline, looks_like_counter_log
+
+    if looks_like_counter_log(raw[:8192]):
+        return counter_timeline(p, raw)
     raise UnsupportedInputError(
-        p, "is not a format whyidle reads; expected a PyTorch profiler trace (.json or .json.gz)"
+        p,
+        "is not a format whyidle reads; expected a PyTorch profiler trace (.json or .json.gz), an Nsight "
+        "Systems export (.sqlite, .nsys-rep) or a GPU counter log (nvidia-smi, dcgmi dmon, whyidle watch)",
     )
+
+
+def _head(p: Path) -> bytes:
+    """The first bytes of a file (b"" when it cannot be read; read_bytes then says why)."""
+    try:
+        with p.open("rb") as f:
+            return f.read(len(SQLITE_MAGIC))
+    except OSError:
+        return b""

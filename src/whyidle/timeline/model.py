@@ -85,6 +85,7 @@ class TimelineMeta:
     world_size: int | None = None
     rank_basis: str = ""  # where the rank came from: "distributedInfo", "file name", ""
     quality: list[str] = field(default_factory=list)  # notes the source made while reading
+    counters: Any = None  # a whyidle.timeline.counters.CounterLog when the input holds GPU counter samples
 
     @property
     def min_compute_capability(self) -> tuple[int, int] | None:
