@@ -119,7 +119,10 @@ _CATEGORIES: dict[str, Kind] = {
 _IGNORED = {"ac2g", "async", "async_gpu", "fwdbwd", "trace", "overhead", "cpu_instant_event", "gpu_instant_event"}
 _STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 _COLLECTIVE_RE = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv", re.IGNORECASE)
-_DEVICE_KINDS = {Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION}
+# Kinds recorded on a device lane (pid = device, tid = stream). ``cuda_sync`` records are CUPTI's
+# device-side view of a synchronisation (the host call carries the same correlation id): they
+# mark a wait on a stream, not work, and never a host thread.
+_DEVICE_KINDS = {Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION, Kind.SYNC}
 _STREAM_RE = re.compile(r"(\d+)\s*$")
 
 
