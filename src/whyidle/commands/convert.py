@@ -1,0 +1,59 @@
+"""whyidle convert TRACE -o OUT.parquet: parse once, analyse many times.
+
+Writes the normalised Timeline as Parquet (columns documented in whyidle.sources.parquet and
+docs/scale.md); ``whyidle diagnose OUT.parquet`` reads it without parsing the trace again, and
+DuckDB, Polars or pandas can query it directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from whyidle.commands._output import progress
+from whyidle.errors import UsageError
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("convert", help="write a trace's normalised timeline as Parquet (parse once, analyse many)")
+    p.add_argument("trace", help="a PyTorch profiler trace (.json, .json.gz) or any input whyidle reads")
+    p.add_argument("-o", "--output", required=True, help="the Parquet file to write (.parquet)")
+    p.add_argument("--stream", choices=("auto", "always", "never"), default="auto", help="read Kineto traces in chunks (default: above the size threshold)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from whyidle.sources import load
+    from whyidle.sources.parquet import _pa, write_parquet
+
+    out = Path(args.output)
+    if out.suffix != ".parquet":
+        raise UsageError(f"-o {args.output}: expected a file name ending in .parquet")
+    if not (out.parent if str(out.parent) else Path(".")).is_dir():
+        raise UsageError(f"cannot write {out}: the folder {out.parent} does not exist")
+    _pa()  # the extra is needed: say so before parsing a large trace
+    with progress(f"whyidle: reading {args.trace}"):
+        if args.stream == "always":
+            from whyidle.sources.kineto_stream import parse_kineto_stream
+
+            tl = parse_kineto_stream(args.trace)
+        elif args.stream == "never":
+            from whyidle.sources import kineto_stream
+
+            tl = load(args.trace) if not kineto_stream.should_stream(Path(args.trace)) else _load_in_memory(args.trace)
+        else:
+            tl = load(args.trace)
+        write_parquet(tl, out)
+    print(f"whyidle: wrote {len(tl)} events, {len(tl.lanes)} lanes to {out}", file=sys.stderr)
+    return 0
+
+
+def _load_in_memory(path: str) -> Any:
+    from whyidle.sources._io import read_bytes
+    from whyidle.sources.kineto import load_kineto
+
+    return load_kineto(Path(path), read_bytes(Path(path)))

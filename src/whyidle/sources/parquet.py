@@ -1,0 +1,116 @@
+"""The normalised Timeline as one Parquet file: parse once, analyse many times.
+
+``whyidle convert trace.json.gz -o trace.parquet`` writes it; ``whyidle diagnose trace.parquet``
+reads it back without parsing the trace again; DuckDB, Polars or pandas can query it directly.
+Needs the optional extra ``parquet`` (pyarrow), imported only when a Parquet file is used.
+
+Columns (one row per event, sorted by start time; see docs/scale.md)
+    start_ns, end_ns  int64    interval [start, end) in ns on the trace's clock
+    lane              int32    index into the lanes table (metadata)
+    kind              int8     whyidle.timeline.Kind value
+    name              int32    index into the strings table (metadata)
+    corr              int64    launch <-> device-work correlation id, -1 if none
+    stack             int32    strings index of the Python call stack, -1 if none
+    shape0            int64    leading dimension of the op's first input, -1 if unknown
+    blocks_per_sm     float32  kernels: blocks per SM (NaN if unknown)
+    occupancy         float32  kernels: estimated achieved occupancy % (NaN if unknown)
+    nbytes            int64    copies and memsets: bytes moved, -1 if unknown
+    kind_name         dictionary<string>  the kind in words ("kernel", "cpu_op", ...)
+    name_text         dictionary<string>  the name resolved ("ncclKernel_AllReduce...")
+    lane_label        dictionary<string>  the lane resolved ("GPU 0 stream 7")
+
+The small tables travel in the file's key-value metadata under ``whyidle.timeline`` (JSON):
+``format_version``, ``strings`` (list), ``lanes`` (kind, device, pid, tid, name) and ``meta``
+(the TimelineMeta fields).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from whyidle.errors import InputError, MissingExtraError, TraceFormatError
+from whyidle.timeline.model import Kind, Lane, LaneKind, Timeline, TimelineMeta
+
+__all__ = ["write_parquet", "load_parquet", "PARQUET_MAGIC", "METADATA_KEY", "FORMAT_VERSION"]
+
+PARQUET_MAGIC = b"PAR1"
+METADATA_KEY = b"whyidle.timeline"
+FORMAT_VERSION = 1
+_KIND_NAMES = {int(k): k.name.lower() for k in Kind}
+
+
+def _pa() -> tuple[Any, Any]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise MissingExtraError("reading and writing Parquet timelines", "parquet", "pyarrow") from exc
+    return pa, pq
+
+
+def _dict_column(pa: Any, indices: np.ndarray, values: list[str]) -> Any:
+    return pa.DictionaryArray.from_arrays(pa.array(indices.astype(np.int32, copy=False)), pa.array(values, type=pa.string()))
+
+
+def write_parquet(tl: Timeline, path: str | os.PathLike[str]) -> None:
+    """Write ``tl`` to ``path`` atomically (a temporary file renamed into place)."""
+    pa, pq = _pa()
+    kind_codes = sorted(_KIND_NAMES)
+    kind_pos = np.zeros(256, dtype=np.int32)
+    kind_pos[np.array(kind_codes) & 0xFF] = np.arange(len(kind_codes), dtype=np.int32)
+    cols: dict[str, Any] = {c: pa.array(getattr(tl, c)) for c in Timeline.COLUMNS}
+    cols["kind_name"] = _dict_column(pa, kind_pos[tl.kind.astype(np.int64) & 0xFF], [_KIND_NAMES[k] for k in kind_codes])
+    cols["name_text"] = _dict_column(pa, tl.name, tl.strings)
+    cols["lane_label"] = _dict_column(pa, tl.lane, [ln.label for ln in tl.lanes])
+    side = {
+        "format_version": FORMAT_VERSION,
+        "strings": tl.strings,
+        "lanes": [[ln.kind.value, ln.device, ln.pid, ln.tid, ln.name] for ln in tl.lanes],
+        "meta": asdict(tl.meta),
+    }
+    table = pa.table(cols).replace_schema_metadata({METADATA_KEY: msgspec.json.encode(side)})
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def load_parquet(path: str | os.PathLike[str]) -> Timeline:
+    """Read a timeline written by :func:`write_parquet`."""
+    pa, pq = _pa()
+    p = Path(path)
+    try:
+        table = pq.read_table(p, columns=list(Timeline.COLUMNS))
+    except FileNotFoundError:
+        raise InputError(p, "no such file") from None
+    except (OSError, pa.ArrowException) as exc:
+        raise TraceFormatError(p, f"is not a readable Parquet file ({exc})") from None
+    raw = (table.schema.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise TraceFormatError(p, "is a Parquet file but not a whyidle timeline; write one with: whyidle convert TRACE -o FILE.parquet")
+    side = msgspec.json.decode(raw)
+    if side.get("format_version") != FORMAT_VERSION:
+        raise TraceFormatError(p, f"is a whyidle timeline of format version {side.get('format_version')}; this whyidle reads version {FORMAT_VERSION}")
+    cols = {c: np.require(table.column(c).to_numpy(), requirements="W") for c in Timeline.COLUMNS}
+    for c in Timeline.COLUMNS:
+        if cols[c].size == 0:
+            cols[c] = np.empty(0, dtype=table.schema.field(c).type.to_pandas_dtype())
+    lanes = [Lane(LaneKind(k), int(d), str(pid), str(tid), str(name)) for k, d, pid, tid, name in side["lanes"]]
+    meta = TimelineMeta(**side["meta"])
+    meta.path = str(p)
+    return Timeline(**cols, lanes=lanes, strings=list(side["strings"]), meta=meta)
