@@ -19,7 +19,7 @@ from whyidle.errors import MissingExtraError, UsageError, WhyidleError
 __all__ = ["main", "COMMANDS"]
 
 # Subcommand modules, in the order `whyidle --help` lists them.
-COMMANDS = ("diagnose", "compare", "demo", "lab", "watch")
+COMMANDS = ("diagnose", "compare", "demo", "lab", "watch", "convert", "scaling")
 
 EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
 
