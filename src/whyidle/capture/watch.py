@@ -9,16 +9,16 @@ summarises the burst/pause pattern. Two probes, both optional and imported lazil
   children (DataLoader workers included), so a CPU-saturated input pipeline shows even without
   a GPU.
 
-The counter file is CSV with a header, one row per sample and GPU (``gpu`` is empty when no GPU
-was sampled); the process-tree columns repeat on each GPU's row. Columns: see :data:`COLUMNS`.
+It writes the whyidle counter file that :mod:`whyidle.sources.counters` reads (format defined
+in :mod:`whyidle.timeline.counters`): ``# whyidle counters v1``, a ``# gpu <index>: name=...``
+line per GPU, then CSV rows ``time_unix_ns,gpu,<metrics>``; the process tree's rows have
+``gpu`` = ``host``.
 
 The runner (``popen``), clock and sleep are injectable, so tests run with fakes.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import statistics
 import subprocess
@@ -29,32 +29,34 @@ from typing import Any, Protocol
 
 __all__ = [
     "COLUMNS",
+    "GPU_METRICS",
+    "HOST_METRICS",
+    "Sample",
     "Probe",
     "NvmlProbe",
     "ProcessTreeProbe",
     "WatchResult",
     "default_probes",
     "watch",
-    "to_csv",
+    "to_counter_file",
+    "Row",
     "summarize",
     "runs",
 ]
 
-COLUMNS = (
-    "time_s",  # seconds since the command started
-    "gpu",  # NVML device index ("" when no GPU was sampled)
+# The metrics written, in the counter file's column order (names from timeline.counters.METRICS).
+GPU_METRICS = (
     "gpu_util_pct",  # NVML utilization.gpu: share of the last sample period a kernel was running
     "mem_util_pct",  # NVML utilization.memory: share of time device memory was read or written
     "mem_used_mib",
     "sm_clock_mhz",
     "power_w",
-    "pcie_tx_mib_s",  # device -> host
-    "pcie_rx_mib_s",  # host -> device
-    "proc_cpu_pct",  # the command's process tree, 100 = one core
-    "proc_rss_mib",
-    "proc_count",
-    "cpu_count",  # logical CPUs of the machine (for reading proc_cpu_pct)
+    "pcie_tx_bytes_per_s",  # device -> host
+    "pcie_rx_bytes_per_s",  # host -> device
 )
+HOST_METRICS = ("host_cpu_pct", "host_rss_mib")  # the command's process tree, 100% = one core
+COLUMNS = GPU_METRICS + HOST_METRICS
+HOST = "host"
 
 # A GPU-Util sample at or above this counts as "busy" in the burst/pause summary. NVML's
 # GPU-Util is the share of its sample period (1/6 s to 1 s) with any kernel running; 50% splits
@@ -64,11 +66,16 @@ BUSY_UTIL_PCT = 50.0
 CPU_SATURATED_SHARE = 0.9
 
 
+# (series id: the NVML index or "host", {metric: value}); values may hold extra keys
+# (proc_count) that the summary reads and the counter file does not carry.
+Sample = tuple[str, dict[str, float]]
+
+
 class Probe(Protocol):
     name: str
 
-    def sample(self) -> list[dict[str, float]]:
-        """One reading: a dict per GPU (GPU probes) or a single dict (process probes)."""
+    def sample(self) -> list[Sample]:
+        """One reading: an entry per GPU (GPU probes) or one ``("host", ...)`` entry."""
 
 
 class NvmlProbe:
@@ -86,11 +93,25 @@ class NvmlProbe:
         names = [pynvml.nvmlDeviceGetName(h) for h in self._handles]
         self.devices = [n.decode() if isinstance(n, bytes) else str(n) for n in names]
 
-    def sample(self) -> list[dict[str, float]]:
-        nv = self._nv
-        out = []
+    def info(self) -> dict[str, dict[str, str]]:
+        """The ``# gpu`` lines of the counter file: name, uuid and PCI bus id per NVML index."""
+        out: dict[str, dict[str, str]] = {}
         for i, h in enumerate(self._handles):
-            row: dict[str, float] = {"gpu": float(i)}
+            d = {"name": self.devices[i]}
+            for key, read in (("uuid", self._nv.nvmlDeviceGetUUID), ("pci_bus_id", lambda x: self._nv.nvmlDeviceGetPciInfo(x).busId)):
+                try:
+                    v = read(h)
+                    d[key] = v.decode() if isinstance(v, bytes) else str(v)
+                except Exception:
+                    pass
+            out[str(i)] = d
+        return out
+
+    def sample(self) -> list[Sample]:
+        nv = self._nv
+        out: list[Sample] = []
+        for i, h in enumerate(self._handles):
+            row: dict[str, float] = {}
             for key, read in (
                 ("util", lambda: nv.nvmlDeviceGetUtilizationRates(h)),
                 ("mem_used_mib", lambda: nv.nvmlDeviceGetMemoryInfo(h).used / 2**20),
@@ -108,11 +129,11 @@ class NvmlProbe:
                     row[key] = float(v)
             if self._pcie:
                 try:  # KB/s, each call samples over ~20 ms
-                    row["pcie_tx_mib_s"] = nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES) / 1024.0
-                    row["pcie_rx_mib_s"] = nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES) / 1024.0
+                    row["pcie_tx_bytes_per_s"] = nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES) * 1024.0
+                    row["pcie_rx_bytes_per_s"] = nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES) * 1024.0
                 except nv.NVMLError:
                     pass
-            out.append(row)
+            out.append((str(i), row))
         return out
 
     def close(self) -> None:
@@ -135,7 +156,7 @@ class ProcessTreeProbe:
         self._procs: dict[int, Any] = {}
         self._cpus = psutil.cpu_count() or 1
 
-    def sample(self) -> list[dict[str, float]]:
+    def sample(self) -> list[Sample]:
         ps = self._ps
         try:
             procs = [self._root, *self._root.children(recursive=True)]
@@ -152,27 +173,39 @@ class ProcessTreeProbe:
                 continue
             alive[p.pid] = known
         self._procs = alive
-        return [{"proc_cpu_pct": cpu, "proc_rss_mib": rss, "proc_count": float(len(alive)), "cpu_count": float(self._cpus)}]
+        return [(HOST, {"host_cpu_pct": cpu, "host_rss_mib": rss, "proc_count": float(len(alive))})]
+
+    @property
+    def cpu_count(self) -> int:
+        return int(self._cpus)
+
+
+@dataclass(frozen=True)
+class Row:
+    time_unix_ns: int
+    series: str  # NVML index or "host"
+    values: dict[str, float]
 
 
 @dataclass
 class WatchResult:
     returncode: int
-    rows: list[dict[str, float]]
+    rows: list[Row]
     notes: list[str] = field(default_factory=list)
-    gpus: list[str] = field(default_factory=list)
+    gpus: dict[str, dict[str, str]] = field(default_factory=dict)  # index -> name, uuid, pci_bus_id
+    cpu_count: int = 0
     duration_s: float = 0.0
 
 
-def default_probes(pid: int, pcie: bool = True) -> tuple[list[Any], list[str], list[str]]:
-    """(probes, notes, GPU names) for a process: NVML when a driver answers, psutil when installed."""
+def default_probes(pid: int, pcie: bool = True) -> tuple[list[Any], list[str], dict[str, dict[str, str]]]:
+    """(probes, notes, GPUs) for a process: NVML when a driver answers, psutil when installed."""
     probes: list[Any] = []
     notes: list[str] = []
-    gpus: list[str] = []
+    gpus: dict[str, dict[str, str]] = {}
     try:
         nv = NvmlProbe(pcie=pcie)
         probes.append(nv)
-        gpus = nv.devices
+        gpus = nv.info()
         if not gpus:
             notes.append("NVML answered but reports no GPU")
     except ImportError:
@@ -188,76 +221,67 @@ def default_probes(pid: int, pcie: bool = True) -> tuple[list[Any], list[str], l
     return probes, notes, gpus
 
 
-def _merge(t: float, readings: list[list[dict[str, float]]]) -> list[dict[str, float]]:
-    gpu_rows = [r for probe in readings for r in probe if "gpu" in r]
-    proc: dict[str, float] = {}
-    for probe in readings:
-        for r in probe:
-            if "gpu" not in r:
-                proc.update(r)
-    if not gpu_rows and not proc:
-        return []
-    base = gpu_rows or [{}]
-    return [{"time_s": t, **g, **proc} for g in base]
-
-
 def watch(
     cmd: Sequence[str],
     interval_s: float = 0.2,
     *,
-    probes: Callable[[int], tuple[list[Any], list[str], list[str]]] | None = None,
+    probes: Callable[[int], tuple[list[Any], list[str], dict[str, dict[str, str]]]] | None = None,
     popen: Callable[..., Any] = subprocess.Popen,
     clock: Callable[[], float] = time.monotonic,
+    wall_ns: Callable[[], int] = time.time_ns,
     sleep: Callable[[float], None] = time.sleep,
 ) -> WatchResult:
-    """Run ``cmd``, sample every ``interval_s`` until it exits; the result holds its exit status."""
+    """Run ``cmd``, sample every ``interval_s`` until it exits; the result holds its exit status.
+
+    A probe that fails mid-run is dropped with a note; the command is never disturbed.
+    """
     proc = popen(list(cmd))
     t0 = clock()
     found, notes, gpus = (probes or default_probes)(proc.pid)
-    rows: list[dict[str, float]] = []
+    rows: list[Row] = []
     failed: set[str] = set()
     try:
         while True:
             done = proc.poll() is not None
-            readings = []
+            t = int(wall_ns())
             for p in found:
                 if p.name in failed:
                     continue
                 try:
-                    readings.append(p.sample())
-                except Exception as exc:  # a probe that breaks mid-run stops; the command goes on
+                    rows.extend(Row(t, series, values) for series, values in p.sample())
+                except Exception as exc:
                     failed.add(p.name)
                     notes.append(f"stopped sampling {p.name} ({type(exc).__name__}: {exc})")
-            rows.extend(_merge(round(clock() - t0, 4), readings))
             if done:
                 break
             sleep(interval_s)
     except KeyboardInterrupt:
-        notes.append("interrupted: the command was sent the interrupt too")
+        notes.append("interrupted: the command received the interrupt too")
         proc.wait()
     finally:
         for p in found:
             close = getattr(p, "close", None)
             if close:
                 close()
-    return WatchResult(int(proc.wait()), rows, notes, gpus, round(clock() - t0, 4))
+    cpus = next((int(p.cpu_count) for p in found if hasattr(p, "cpu_count")), os.cpu_count() or 0)
+    return WatchResult(int(proc.wait()), rows, notes, gpus, cpus, round(clock() - t0, 4))
 
 
-def to_csv(rows: list[dict[str, float]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: _fmt(k, r.get(k)) for k in COLUMNS})
-    return buf.getvalue()
+def to_counter_file(result: WatchResult, cmd: Sequence[str] = ()) -> str:
+    """The whyidle counter file (timeline.counters format) for a watch result."""
+    from whyidle.timeline.counters import counter_file_header, counter_file_row
 
-
-def _fmt(key: str, v: float | None) -> str:
-    if v is None:
-        return ""
-    if key in ("gpu", "proc_count", "cpu_count"):
-        return str(int(v))
-    return f"{v:.4g}" if key != "time_s" else f"{v:.3f}"
+    present = {m for r in result.rows for m in r.values}
+    metrics = [m for m in COLUMNS if m in present]
+    head = counter_file_header(metrics, result.gpus)
+    lines = head.split("\n")
+    extra = [f"# written by whyidle watch; host: cpu_count={result.cpu_count}"]
+    if cmd:
+        extra.append(f"# command: {' '.join(cmd)}".replace("\n", " "))
+    lines[1:1] = extra  # after the magic line, before the gpu lines and the header
+    out = ["\n".join(lines)]
+    out += [counter_file_row(r.time_unix_ns, r.series, r.values, metrics) for r in result.rows]
+    return "".join(out)
 
 
 def runs(flags: Sequence[bool], times: Sequence[float]) -> tuple[list[float], list[float]]:
@@ -284,37 +308,42 @@ def runs(flags: Sequence[bool], times: Sequence[float]) -> tuple[list[float], li
 
 def summarize(result: WatchResult, cmd: Sequence[str]) -> list[str]:
     """Sentences for the terminal."""
-    lines = [f"whyidle watch: `{' '.join(cmd)}` exited with status {result.returncode} after {result.duration_s:.1f} s, {len(result.rows)} samples"]
+    n_samples = len({r.time_unix_ns for r in result.rows})
+    lines = [f"whyidle watch: `{' '.join(cmd)}` exited with status {result.returncode} after {result.duration_s:.1f} s, {n_samples} samples"]
     lines += [f"  note: {n}" for n in result.notes]
-    by_gpu: dict[int, list[dict[str, float]]] = {}
+    by_series: dict[str, list[Row]] = {}
     for r in result.rows:
-        if "gpu" in r and "gpu_util_pct" in r:
-            by_gpu.setdefault(int(r["gpu"]), []).append(r)
-    for g, rs in sorted(by_gpu.items()):
-        util = [r["gpu_util_pct"] for r in rs]
-        name = f" ({result.gpus[g]})" if g < len(result.gpus) else ""
-        line = f"  GPU {g}{name}: GPU-Util mean {statistics.fmean(util):.0f}%, busy (>= {BUSY_UTIL_PCT:.0f}%) in {sum(u >= BUSY_UTIL_PCT for u in util) / len(util):.0%} of samples"
-        bursts, pauses = runs([u >= BUSY_UTIL_PCT for u in util], [r["time_s"] for r in rs])
+        by_series.setdefault(r.series, []).append(r)
+    t0 = min((r.time_unix_ns for r in result.rows), default=0)
+    for g, rs in sorted((k, v) for k, v in by_series.items() if k != HOST):
+        util = [(r.time_unix_ns, r.values["gpu_util_pct"]) for r in rs if "gpu_util_pct" in r.values]
+        name = result.gpus.get(g, {}).get("name", "")
+        if not util:
+            lines.append(f"  GPU {g}{f' ({name})' if name else ''}: no GPU-Util readings")
+            continue
+        u = [v for _, v in util]
+        busy = [v >= BUSY_UTIL_PCT for v in u]
+        line = f"  GPU {g}{f' ({name})' if name else ''}: GPU-Util mean {statistics.fmean(u):.0f}%, busy (>= {BUSY_UTIL_PCT:.0f}%) in {sum(busy) / len(u):.0%} of samples"
+        bursts, pauses = runs(busy, [(t - t0) / 1e9 for t, _ in util])
         if bursts and pauses:
             line += (
-                f"; {len(bursts)} bursts (median {statistics.median(bursts):.2f} s) separated by pauses "
+                f"; {len(bursts)} bursts (median {statistics.median(bursts):.2f} s) separated by {len(pauses)} pauses "
                 f"(median {statistics.median(pauses):.2f} s): the GPU waits between bursts of work"
             )
-        elif bursts:
-            line += "; one steady burst"
+        elif bursts and not pauses:
+            line += "; busy without pauses"
         lines.append(line)
-        mem = [r["mem_used_mib"] for r in rs if "mem_used_mib" in r]
+        mem = [r.values["mem_used_mib"] for r in rs if "mem_used_mib" in r.values]
         if mem:
             lines.append(f"    memory used max {max(mem):.0f} MiB")
-    procs = [r for r in result.rows if "proc_cpu_pct" in r]
-    if procs:
-        seen: set[float] = set()
-        uniq = [r for r in procs if not (r["time_s"] in seen or seen.add(r["time_s"]))]  # type: ignore[func-returns-value]
-        cpu = [r["proc_cpu_pct"] for r in uniq[1:]] or [uniq[0]["proc_cpu_pct"]]  # the first reading is 0 by definition
-        cores = uniq[0].get("cpu_count", float(os.cpu_count() or 1))
+    host = by_series.get(HOST, [])
+    if host:
+        cpu = [r.values["host_cpu_pct"] for r in host[1:]] or [host[0].values["host_cpu_pct"]]  # the first reading is 0 by definition
+        cores = result.cpu_count or 1
         line = (
-            f"  process tree: CPU mean {statistics.fmean(cpu):.0f}%, max {max(cpu):.0f}% (100% = one core, {cores:.0f} cores), "
-            f"up to {max(r['proc_count'] for r in uniq):.0f} processes, RSS max {max(r['proc_rss_mib'] for r in uniq):.0f} MiB"
+            f"  process tree: CPU mean {statistics.fmean(cpu):.0f}%, max {max(cpu):.0f}% (100% = one core, {cores} cores), "
+            f"up to {max(r.values.get('proc_count', 1) for r in host):.0f} processes, "
+            f"RSS max {max(r.values['host_rss_mib'] for r in host):.0f} MiB"
         )
         if statistics.fmean(cpu) >= CPU_SATURATED_SHARE * 100 * cores:
             line += "; the CPUs are saturated: an input pipeline cannot go faster here"

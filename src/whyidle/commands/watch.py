@@ -33,7 +33,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from whyidle.capture.watch import default_probes, summarize, to_csv, watch
+    from whyidle.capture.watch import default_probes, summarize, to_counter_file, watch
 
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     if result.rows:
         try:
-            write_atomic(out, to_csv(result.rows))
+            write_atomic(out, to_counter_file(result, cmd))
             print(f"  counters written to {out}", file=sys.stderr)
         except UsageError as exc:
             print(f"whyidle watch: {exc}", file=sys.stderr)
