@@ -14,18 +14,11 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def _gunzip(path: Path, raw: bytes) -> bytes:
-    try:  # python-isal (optional extra "fast") decompresses gzip 2-3x faster than zlib.
-        from isal import igzip  # type: ignore[import-not-found,unused-ignore]
-
-        try:
-            return bytes(igzip.decompress(raw))
-        except (OSError, EOFError, ValueError) as exc:
-            raise TraceFormatError(path, f"the gzip stream is truncated or corrupt ({exc})") from None
-    except ImportError:
-        pass
     # The gzip trailer holds the uncompressed size (mod 4 GiB). Decompressing into a buffer of
     # that size avoids growing, and briefly doubling, a buffer as large as the trace.
     size_hint = int.from_bytes(raw[-4:], "little") if len(raw) >= 18 else 0
+    if size_hint > 1032 * len(raw):  # deflate cannot expand more: a truncated file's garbage tail
+        size_hint = 0
     if size_hint:
         try:
             whole = zlib.decompress(raw, 31, size_hint)
