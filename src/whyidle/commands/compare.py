@@ -97,11 +97,11 @@ def render_text(c: Any) -> str:
         "",
         f"Verdict: {c.verdict}.",
         "",
-        f"  {'':<28}{'before':>12}{'after':>12}   change",
+        f"  {'':<36}{'before':>12}{'after':>12}   change",
     ]
 
     def row(label: str, b: str, a: str, d: str) -> None:
-        lines.append(f"  {label:<28}{b:>12}{a:>12}   {d}")
+        lines.append(f"  {label:<36}{b:>12}{a:>12}   {d}")
 
     st = c.step_time_ns
     if st.before is not None or st.after is not None:

@@ -35,7 +35,7 @@ background:var(--bg);padding:28px 32px 40px;box-sizing:border-box;min-width:760p
 .wi .wi-strip{margin:0 0 16px}
 .wi .wi-strip-label{font-weight:600;margin:0 0 4px}
 .wi .wi-strip-box{position:relative;padding-top:18px}
-.wi .wi-strip-svg{display:block;width:100%;height:64px;border-radius:4px;background:#eef0f4;cursor:crosshair}
+.wi .wi-strip-svg{display:block;width:100%;height:72px;border-radius:4px;background:#eef0f4;cursor:crosshair}
 .wi .wi-marks{position:absolute;left:0;right:0;top:0;height:100%;pointer-events:none}
 .wi .wi-mark{position:absolute;top:14px;bottom:0;border-left:1px dashed rgba(29,35,48,.35)}
 .wi .wi-mark>span{position:absolute;top:-15px;left:3px;font-size:11px;color:var(--muted);white-space:nowrap}
@@ -69,7 +69,7 @@ background:var(--c,#888);margin-right:6px;vertical-align:1px;white-space:nowrap}
 .wi th.asc::after{content:" \25B2";font-size:9px}
 .wi th.desc::after{content:" \25BC";font-size:9px}
 .wi td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-.wi td .cut{display:block;max-width:260px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+.wi td .cut{display:block;max-width:210px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .wi .wi-table-wrap{overflow-x:auto}
 .wi .wi-foot{color:var(--muted);font-size:12px;margin-top:6px}
 .wi .wi-empty{color:var(--muted);font-style:italic}
@@ -97,6 +97,7 @@ JS = r"""
   }
   function fmt(ns) {
     var a = Math.abs(ns);
+    if (a === 0) { return "0"; }
     if (a >= 1e9) { return (ns / 1e9).toFixed(2) + " s"; }
     if (a >= 1e7) { return (ns / 1e6).toFixed(0) + " ms"; }
     if (a >= 1e6) { return (ns / 1e6).toFixed(1) + " ms"; }

@@ -284,7 +284,7 @@ def _gap_row(i: int, g: GapRecord, w0: int) -> str:
     return (
         "<tr>"
         f'<td class="num" data-v="{i}">{i}</td>'
-        f'<td class="num" data-v="{g.start_ns - w0}">{_e(_ms(g.start_ns - w0))}</td>'
+        f'<td class="num" data-v="{g.start_ns - w0}">{(g.start_ns - w0) / 1e6:,.1f} ms</td>'
         f'<td class="num" data-v="{g.dur_ns}">{_e(_ms(g.dur_ns))}</td>'
         f'<td class="num" data-v="{g.device}">{g.device}</td>'
         f'<td data-v="{_e(cause)}"><span class="wi-chip" style="--c:{color}">{_e(cause)}</span></td>'
@@ -406,7 +406,7 @@ def render_html(report: Report, timeline: Timeline | None = None, *, bins: int =
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
-        f'<meta http-equiv="Content-Security-Policy" content="{_e(csp)}">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_e(csp, quote=False)}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>whyidle: {_e(name)}</title>"
         f"<style>{CSS}</style></head><body style=\"margin:0\">{body}</body></html>\n"

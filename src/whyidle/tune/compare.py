@@ -169,6 +169,7 @@ def _verdict(causes: dict[str, Change], unit: str, scale: float | None) -> str:
     fell = min(deltas, key=lambda kv: kv[1], default=("", 0.0))
     grew = max(deltas, key=lambda kv: kv[1], default=("", 0.0))
     parts = []
+    now = "remaining"
     if fell[1] < 0 and abs(fell[1]) > floor and abs(fell[1]) >= grew[1]:
         k, d = fell
         before = causes[k].before or 0.0
@@ -177,11 +178,13 @@ def _verdict(causes: dict[str, Change], unit: str, scale: float | None) -> str:
         parts.append(f"{cause_label(k)} {word}: {_signed(d)} {unit}")
     elif grew[1] > floor:
         parts.append(f"{cause_label(grew[0])} grew: {_signed(grew[1])} {unit}")
+        now = "now"
     else:
         parts.append(f"no idle cause changed by more than {_fmt(floor)} {unit}" if floor else "no idle cause changed")
     remaining = max(((k, c.after or 0.0) for k, c in causes.items()), key=lambda kv: kv[1], default=("", 0.0))
     if remaining[1] > 0:
-        parts.append(f"the largest remaining wait is {cause_label(remaining[0])}, {_fmt(remaining[1])} {unit}")
+        label = "the largest remaining wait is" if now == "remaining" else "the largest wait is now"
+        parts.append(f"{label} {cause_label(remaining[0])}, {_fmt(remaining[1])} {unit}")
     else:
         parts.append("no idle time remains")
     return "; ".join(parts)

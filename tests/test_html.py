@@ -1,0 +1,317 @@
+"""The HTML report: self-contained, escaped, small; the activity strip it draws; a real browser.
+
+The browser test drives Debian's ``chromium`` through ``chromium-driver`` with Selenium. It skips
+when no browser is installed, unless WHYIDLE_REQUIRE_BROWSER=1 (set by .ci/run, which installs
+one), in which case a missing browser fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+import whyidle
+from whyidle.analyses import causes as C
+from whyidle.analyses.links import link_launches
+from whyidle.analyses.strip import activity_strip
+from whyidle.diagnose import analyse
+from whyidle.lab.synthetic import Sim, training_trace, write_trace
+from whyidle.render.html import DEFAULT_BINS, render_html
+
+from tlbuild import TL, US
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+XSS_KERNEL = "<img src=x onerror=alert(1)>"
+XSS_OP = "<script>alert(2)</script>"
+XSS_DEVICE = "<img src=z onerror=alert(5)>"
+XSS_LINE_FILE = "x<img src=y onerror=alert(4)>.py"
+
+
+def _data(page: str) -> dict:
+    m = re.search(r'<script type="application/json" id="(wi-[0-9a-f]+)-data">(.*?)</script>', page, re.S)
+    assert m, "the report embeds its data as JSON"
+    return msgspec.json.decode(m.group(2).encode())
+
+
+def xss_trace(path: Path) -> Path:
+    """Three steps starved by a single-process DataLoader; every name a trace can carry is hostile."""
+    sim = Sim(device_name=XSS_DEVICE)
+    for n in range(1, 4):
+        with sim.step(n):
+            with sim.op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", stack=f"{XSS_LINE_FILE}(7): run"):
+                sim.busy(20_000)
+            with sim.op("aten::mm", stack=f"{XSS_LINE_FILE}(9): run"):
+                for _ in range(10):
+                    sim.launch(XSS_KERNEL, 300)
+            with sim.op("Optimizer.step#SGD.step"):
+                sim.launch("sgd_kernel", 100)
+            with sim.op(XSS_OP):  # the op before the next step's wait for data
+                sim.busy(5)
+    sim.t = max(sim.t, sim.dev_free + 10)
+    return write_trace(sim.trace(), path)
+
+
+@pytest.fixture
+def starved(tmp_path: Path) -> Path:
+    return write_trace(training_trace("starvation"), tmp_path / "starved.pt.trace.json.gz")
+
+
+# -- the activity strip (pure analysis) --------------------------------------------------------
+
+
+def test_strip_splits_each_bin_exactly() -> None:
+    """device ███|........ idle 100-615: input pipeline 510, host overhead 5 ........|████████
+    bins of 100 us:  0: compute 100 | 1-5: idle 100 each | 6: idle 15, compute 85 | 7-9: compute"""
+    t = TL()
+    t.step(1, 0, 1000)
+    t.host("Optimizer.step#SGD.step", -50, -40)
+    t.work("k0", 0, 100, launch_at=-10)
+    t.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 600)
+    t.host("aten::conv2d", 600, 620)
+    t.work("conv_kernel", 615, 1000, launch_at=605)
+    tl = t.build()
+    a = analyse(tl)
+    (s,) = activity_strip(tl, link_launches(tl), a.window, a.gaps, bins=10)
+    assert s.bins == 10 and s.edges_ns[0] == 0 and s.edges_ns[-1] == 1000 * US
+    compute = s.busy_ns[:, 0]
+    idle = s.idle_ns.sum(axis=1)
+    assert compute.tolist() == [100 * US, 0, 0, 0, 0, 0, 85 * US, 100 * US, 100 * US, 100 * US]
+    np.testing.assert_allclose(idle, [0, 100 * US, 100 * US, 100 * US, 100 * US, 100 * US, 15 * US, 0, 0, 0], atol=2)
+    ip, ho = C.cause_index(C.INPUT_PIPELINE), C.cause_index(C.HOST_OVERHEAD)
+    # Totals over the bins are exact: the gap's causes, spread evenly over it.
+    assert s.idle_ns[:, ip].sum() == 510 * US and s.idle_ns[:, ho].sum() == 5 * US
+    assert abs(s.idle_ns[1, ip] - 100 * US * 510 / 515) <= 1
+
+
+def test_strip_bins_never_exceed_the_window_in_ns() -> None:
+    t = TL()
+    t.work("k0", 0, 0.005)  # a 5 ns window: at most 5 bins
+    tl = t.build()
+    a = analyse(tl)
+    (s,) = activity_strip(tl, link_launches(tl), a.window, a.gaps, bins=1000)
+    assert s.bins == 5 and s.busy_ns.sum() == 5
+
+
+# -- the page -----------------------------------------------------------------------------------
+
+
+def test_page_is_self_contained_and_complete(starved: Path) -> None:
+    r = whyidle.diagnose(starved)
+    page = render_html(r)
+    assert page.startswith("<!DOCTYPE html>")
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//""", page), "no network resources"
+    assert "default-src 'none'" in page
+    d = _data(page)
+    (dev,) = d["devices"]
+    assert dev["bins"] == DEFAULT_BINS
+    # Per-mille shares: every bin adds up to the whole bin (rounding aside).
+    total = np.sum([np.array(v) for v in dev["parts"].values()], axis=0)
+    assert np.all(np.abs(total - 1000) <= len(dev["parts"]))
+    assert "starvation/input_pipeline" in dev["parts"]
+    assert [s["n"] for s in d["steps"]] == [1, 2, 3, 4, 5]
+    assert r.findings[0].title in page
+    assert "num_workers" in page  # the fix's code
+    assert 'class="wi-gaps"' in page and page.count("<tr>") == len(r.gaps) + 1
+
+
+def test_every_trace_string_is_escaped(tmp_path: Path) -> None:
+    r = whyidle.diagnose(xss_trace(tmp_path / "xss.pt.trace.json.gz"))
+    assert any(g.next_work == XSS_KERNEL for g in r.gaps)
+    assert any(g.during == XSS_OP or g.before == XSS_OP for g in r.gaps)
+    page = render_html(r)
+    for raw in (XSS_KERNEL, XSS_OP, XSS_DEVICE, XSS_LINE_FILE):
+        assert raw not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in page
+    # The embedded JSON cannot end its script block early.
+    m = re.search(r'<script type="application/json" id="wi-[0-9a-f]+-data">(.*?)</script>', page, re.S)
+    assert m and "<" not in m.group(1) and ">" not in m.group(1)
+    assert XSS_DEVICE in _data(page)["devices"][0]["label"]
+
+
+def test_resnet_page_stays_small(resnet0: Path) -> None:
+    r = whyidle.diagnose(resnet0)
+    page = render_html(r)
+    d = _data(page)
+    assert len(page) < 300_000
+    assert d["devices"][0]["bins"] == DEFAULT_BINS
+    assert len(d["steps"]) == len(r.utilization.steps) == 6
+
+
+def test_repr_html_is_the_report(starved: Path) -> None:
+    r = whyidle.diagnose(starved)
+    out = r._repr_html_()
+    assert out == render_html(r)
+    assert 'class="wi"' in out
+
+
+def test_missing_trace_leaves_the_strip_out_with_a_note(starved: Path, tmp_path: Path) -> None:
+    r = whyidle.diagnose(starved)
+    starved.unlink()
+    page = render_html(r)
+    assert _data(page)["devices"] == []
+    assert "is not available" in page
+    assert r.findings[0].title in page
+
+
+def test_timeline_given_is_used_without_the_file(starved: Path) -> None:
+    tl = whyidle.load(starved)
+    r = whyidle.diagnose(tl)
+    starved.unlink()
+    assert len(_data(render_html(r, tl))["devices"]) == 1
+
+
+def test_cli_writes_html(starved: Path, tmp_path: Path) -> None:
+    from whyidle.cli import main
+
+    out = tmp_path / "report.html"
+    assert main(["diagnose", str(starved), "-o", str(out)]) == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    out2 = tmp_path / "r.out"
+    assert main(["diagnose", str(starved), "--format", "html", "-o", str(out2)]) == 0
+    assert out2.read_text() == out.read_text()
+
+
+# -- static plots (matplotlib extra) -------------------------------------------------------------
+
+
+def test_step_plot_png_and_svg(starved: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from whyidle.cli import main
+    from whyidle.render.plots import step_rows
+
+    r = whyidle.diagnose(starved)
+    labels, rows = step_rows(r)
+    assert labels == ["1", "2", "3", "4", "5"]
+    assert [label for _, label, _ in rows][:1] == ["compute kernels"]
+    assert any(label == "idle: input starvation" for _, label, _ in rows)
+    png, svg = tmp_path / "steps.png", tmp_path / "steps.svg"
+    assert main(["diagnose", str(starved), "-o", str(png)]) == 0
+    assert main(["diagnose", str(starved), "-o", str(svg)]) == 0
+    assert png.read_bytes().startswith(b"\x89PNG")
+    assert b"<svg" in svg.read_bytes()[:2000]
+
+
+def test_plot_without_matplotlib_names_the_extra(starved: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from whyidle.render.plots import render_png
+
+    r = whyidle.diagnose(starved)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(whyidle.MissingExtraError, match=r"pip install 'whyidle\[plot\]'"):
+        render_png(r)
+
+
+# -- a real headless browser -------------------------------------------------------------------
+
+
+def _browser() -> tuple[str, str]:
+    """(chromium binary, chromedriver), or skip/fail with the reason."""
+    required = os.environ.get("WHYIDLE_REQUIRE_BROWSER") == "1"
+    why = ""
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        why = "selenium is not installed (pip install 'whyidle[test]')"
+    chrome = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver") or (os.path.exists("/usr/bin/chromedriver") and "/usr/bin/chromedriver") or ""
+    if not why and not (chrome and driver):
+        why = "no headless browser: install chromium and chromium-driver (apt-get install chromium chromium-driver)"
+    if why:
+        if required:
+            pytest.fail(f"WHYIDLE_REQUIRE_BROWSER=1 but {why}")
+        pytest.skip(why)
+    return str(chrome), str(driver)
+
+
+@pytest.fixture
+def browser():  # type: ignore[no-untyped-def]
+    chrome, driver_path = _browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chrome
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000", "--hide-scrollbars"):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(service=Service(driver_path), options=opts)
+    drv.set_page_load_timeout(60)
+    try:
+        yield drv
+    finally:
+        drv.quit()
+
+
+def _console_errors(drv) -> list[str]:  # type: ignore[no-untyped-def]
+    return [f"{e['level']}: {e['message']}" for e in drv.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+
+
+def _full_screenshot(drv, path: Path) -> None:  # type: ignore[no-untyped-def]
+    height = drv.execute_script("return document.documentElement.scrollHeight")
+    drv.set_window_size(1400, min(int(height) + 40, 16000))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    assert drv.save_screenshot(str(path))
+    assert path.stat().st_size > 10_000
+
+
+def test_report_in_a_real_browser(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from conftest import SHARED_TRACES
+    from selenium.webdriver.common.by import By
+
+    real = SHARED_TRACES / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz"
+    trace = real if real.exists() else write_trace(training_trace("starvation"), tmp_path / "starved.pt.trace.json.gz")
+    r = whyidle.diagnose(trace)
+    page = tmp_path / "report.html"
+    page.write_text(render_html(r))
+    browser.get(page.as_uri())
+    assert _console_errors(browser) == []
+    findings = browser.find_elements(By.CSS_SELECTOR, ".wi-finding")
+    assert len(findings) == len(r.findings) and findings[0].is_displayed()
+    assert r.findings[0].title in findings[0].text
+    strip = browser.find_element(By.CSS_SELECTOR, ".wi-strip-svg")
+    assert strip.is_displayed() and strip.size["width"] > 600 and strip.size["height"] > 30
+    drawn = {p.get_attribute("data-class") for p in browser.find_elements(By.CSS_SELECTOR, ".wi-strip-svg path")}
+    assert {"compute", "starvation/input_pipeline"} <= drawn
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".wi-steps svg rect")) > len(r.utilization.steps)
+    # Sorting the gap table by start time puts the earliest gap first.
+    heads = browser.find_elements(By.CSS_SELECTOR, "table.wi-gaps th")
+    heads[1].click()
+    first = browser.find_element(By.CSS_SELECTOR, "table.wi-gaps tbody tr td:nth-child(2)").get_attribute("data-v")
+    assert int(first) == min(g.start_ns for g in r.gaps) - r.window.start_ns
+    # Hovering the strip shows a tooltip with a breakdown.
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(browser).move_to_element_with_offset(strip, 5, 0).perform()
+    tip = browser.find_element(By.CSS_SELECTOR, ".wi-tip")
+    assert tip.is_displayed() and tip.text
+    ActionChains(browser).move_to_element(browser.find_element(By.TAG_NAME, "h1")).perform()
+    assert not tip.is_displayed()
+    _full_screenshot(browser, ARTIFACTS / "report.png")
+    assert _console_errors(browser) == []
+
+
+def test_hostile_names_render_as_text_in_a_browser(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+
+    r = whyidle.diagnose(xss_trace(tmp_path / "xss.pt.trace.json.gz"))
+    page = tmp_path / "xss.html"
+    page.write_text(render_html(r))
+    browser.get(page.as_uri())
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text  # noqa: B018
+    assert browser.find_elements(By.TAG_NAME, "img") == []
+    assert len(browser.find_elements(By.TAG_NAME, "script")) == 2  # the data block and the report's own
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert XSS_KERNEL in body and XSS_OP in body
+    label = browser.find_element(By.CSS_SELECTOR, ".wi-strip-label").text
+    assert XSS_DEVICE in label
+    assert _console_errors(browser) == []
+    _full_screenshot(browser, ARTIFACTS / "report_hostile_names.png")
