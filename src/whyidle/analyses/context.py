@@ -55,16 +55,40 @@ class CauseEvidence:
     examples: tuple[tuple[int, int, int], ...]  # (start_ns, end_ns, ns of this cause)
 
 
+@dataclass(frozen=True)
+class _Thread:
+    """One thread's ops sorted by start (nested ones after their parent), and its top-level ops.
+
+    Top-level ops are disjoint and sorted, so the ones overlapping an interval are a contiguous
+    range found by binary search; the ops nested in a top-level op follow it contiguously.
+    """
+
+    rows: I64
+    s: I64
+    e: I64
+    top: I64  # positions in ``rows`` of the top-level ops
+    top_s: I64
+    top_e: I64
+    py: I64  # python_function rows
+
+    def tops_overlapping(self, lo: int, hi: int) -> tuple[int, int]:
+        return int(np.searchsorted(self.top_e, lo, side="right")), int(np.searchsorted(self.top_s, hi, side="left"))
+
+    def nested_span(self, k: int) -> tuple[int, int]:
+        """Positions in ``rows`` of top-level op ``k`` and everything nested in it."""
+        end = int(self.top[k + 1]) if k + 1 < self.top.size else self.rows.size
+        return int(self.top[k]), end
+
+
 class ThreadIndex:
-    """Per-thread op rows, sorted by start, with top-level flags; built lazily per thread."""
+    """Per-thread op tables, built lazily per thread."""
 
     def __init__(self, tl: Timeline) -> None:
         self.tl = tl
-        self._cache: dict[int, tuple[I64, npt.NDArray[np.bool_], I64]] = {}
+        self._cache: dict[int, _Thread] = {}
         self._dl = tl.name_mask(is_dataloader)
 
-    def rows(self, lane: int) -> tuple[I64, npt.NDArray[np.bool_], I64]:
-        """(rows, top_level, python_rows) of one thread."""
+    def thread(self, lane: int) -> _Thread:
         got = self._cache.get(lane)
         if got is not None:
             return got
@@ -72,14 +96,23 @@ class ThreadIndex:
         on = tl.lane == lane
         work = on & (np.isin(tl.kind, _WORK) | ((tl.kind == int(Kind.ANNOTATION)) & self._dl))
         rows = np.flatnonzero(work)  # timeline rows are sorted by start, longest first on ties
-        ends = tl.end_ns[rows]
-        reach = np.maximum.accumulate(ends) if rows.size else ends
-        top = np.ones(rows.size, dtype=np.bool_)
+        s, e = tl.start_ns[rows], tl.end_ns[rows]
+        reach = np.maximum.accumulate(e) if rows.size else e
+        is_top = np.ones(rows.size, dtype=np.bool_)
         if rows.size > 1:
-            top[1:] = tl.start_ns[rows[1:]] >= reach[:-1]
+            is_top[1:] = s[1:] >= reach[:-1]
+        top = np.flatnonzero(is_top)
         py = np.flatnonzero(on & (tl.kind == int(Kind.PYTHON)))
-        self._cache[lane] = (rows, top, py)
-        return rows, top, py
+        th = _Thread(rows, s, e, top, s[top], e[top], py)
+        self._cache[lane] = th
+        return th
+
+    def rows(self, lane: int) -> tuple[I64, npt.NDArray[np.bool_], I64]:
+        """(rows, top-level mask over rows, python_function rows) of one thread."""
+        th = self.thread(lane)
+        is_top = np.zeros(th.rows.size, dtype=np.bool_)
+        is_top[th.top] = True
+        return th.rows, is_top, th.py
 
 
 def _line_of_rows(tl: Timeline, rows: I64) -> str:
@@ -103,24 +136,28 @@ def gap_context(tl: Timeline, gaps: Gaps, i: int, index: ThreadIndex) -> GapCont
     lane = int(gaps.thread_lane[i])
     if lane < 0:
         return GapContext("", "", "", "", "", "", 0, "")
-    rows, top, py = index.rows(lane)
+    th = index.thread(lane)
     gs, he = int(gaps.start_ns[i]), int(max(gaps.host_end_ns[i], gaps.start_ns[i] + 1))
-    s, e = tl.start_ns[rows], tl.end_ns[rows]
-    open_at = rows[(s <= gs) & (e > gs)]
-    before_rows = rows[top & (e <= gs)]
-    before = tl.name_of(int(before_rows[np.argmax(tl.end_ns[before_rows])])) if before_rows.size else ""
+    lo, hi = th.tops_overlapping(gs, he)
+    before = tl.name_of(int(th.rows[th.top[lo - 1]])) if lo > 0 else ""
+    # Ops open when the gap began: the top-level op containing gs and its nested ops around gs.
+    open_at = np.empty(0, dtype=np.int64)
+    k = int(np.searchsorted(th.top_s, gs, side="right")) - 1
+    if k >= 0 and th.top_e[k] > gs:
+        a, _ = th.nested_span(k)
+        b = int(np.searchsorted(th.s, gs, side="right"))
+        pos = np.arange(a, b)
+        open_at = th.rows[pos[th.e[pos] > gs]]
     rt = open_at[tl.kind[open_at] != int(Kind.CPU_OP)]
-    ov = np.minimum(e, he) - np.maximum(s, gs)
-    cand = top & (ov > 0)
-    during, during_ns = "", 0
-    if cand.any():
-        j = np.flatnonzero(cand)[np.argmax(ov[cand])]
-        during, during_ns = tl.name_of(int(rows[j])), int(ov[j])
-    line = _line_of_rows(tl, open_at) or _python_frames_at(tl, py, gs)
-    if not line and cand.any():
-        j = np.flatnonzero(cand)[np.argmax(ov[cand])]
-        inside = rows[(s >= s[j]) & (e <= e[j])]
-        line = _line_of_rows(tl, inside) or _python_frames_at(tl, py, int(s[j]))
+    during, during_ns, j = "", 0, -1
+    if hi > lo:
+        ov = np.minimum(th.top_e[lo:hi], he) - np.maximum(th.top_s[lo:hi], gs)
+        j = lo + int(np.argmax(ov))
+        during, during_ns = tl.name_of(int(th.rows[th.top[j]])), int(ov[j - lo])
+    line = _line_of_rows(tl, open_at) or _python_frames_at(tl, th.py, gs)
+    if not line and j >= 0:
+        a, b = th.nested_span(j)
+        line = _line_of_rows(tl, th.rows[a:b]) or _python_frames_at(tl, th.py, int(th.top_s[j]))
     return GapContext(
         thread=tl.lanes[lane].label,
         before=before,
@@ -161,15 +198,14 @@ def cause_evidence(
         lane = int(gaps.thread_lane[i])
         if lane < 0:
             continue
-        rows, top, _py = index.rows(lane)
+        th = index.thread(lane)
         gs = int(gaps.start_ns[i])
         he = int(max(gaps.host_end_ns[i], gs + 1))
-        s, e = tl.start_ns[rows], tl.end_ns[rows]
-        ov = np.minimum(e, he) - np.maximum(s, gs)
-        sel = top & (ov > 0)
+        lo, hi = th.tops_overlapping(gs, he)
+        ov = np.minimum(th.top_e[lo:hi], he) - np.maximum(th.top_s[lo:hi], gs)
         seen: set[str] = set()
-        for j in np.flatnonzero(sel):
-            name = tl.name_of(int(rows[j]))
+        for j in range(hi - lo):
+            name = tl.name_of(int(th.rows[th.top[lo + j]]))
             if op_filter is not None and not op_filter(name):
                 continue
             ops_ns[name] += int(ov[j])

@@ -210,14 +210,11 @@ def _main_thread(tl: Timeline, links: Links, window: Window) -> int:
 
 
 def _is_h2d(tl: Timeline, rows: I64) -> npt.NDArray[np.bool_]:
-    out = np.zeros(rows.size, dtype=np.bool_)
+    """Whether each row (-1: none) is a host-to-device copy."""
+    h2d_name = np.fromiter((memcpy_direction(s) == "HtoD" for s in tl.strings), dtype=np.bool_, count=len(tl.strings))
     ok = rows >= 0
-    if ok.any():
-        r = rows[ok]
-        is_copy = tl.kind[r] == int(Kind.MEMCPY)
-        names = tl.names_of(r)
-        out[np.flatnonzero(ok)] = is_copy & np.array([memcpy_direction(s) == "HtoD" for s in names], dtype=np.bool_)
-    return out
+    r = np.maximum(rows, 0)
+    return ok & (tl.kind[r] == int(Kind.MEMCPY)) & h2d_name[tl.name[r]] if len(tl) else np.zeros(rows.size, dtype=np.bool_)
 
 
 def _split_host_time(
