@@ -82,6 +82,40 @@ class Config:
     # 3x the file size (measured with benchmarks/bench_scale.py), so 256 MiB keeps it under 1 GB.
     stream_min_bytes: int = 256 * 1024 * 1024
 
+    # --- Nsight Systems ------------------------------------------------------------------------
+    # Regular expression naming step ranges among NVTX ranges (--step-range). None: the nsys
+    # source's default, which recognises ProfilerStep#N and common trainer names (train_step,
+    # "step 12", "iteration 7"; see whyidle.sources.nsys.DEFAULT_STEP_PATTERN).
+    step_range: str | None = None
+    # The synchronising-call finding fires when cudaDeviceSynchronize/cudaStreamSynchronize calls
+    # hold at least min_finding_share_of_window of the window AND happen at least this often per
+    # second of window: one sync per step is the usual loss.item(); tens per second means a sync
+    # in the inner loop (the playbook's "frequent synchronisation" pattern).
+    sync_calls_min_per_s: float = 10.0
+
+    # --- GPU counter logs --------------------------------------------------------------------
+    # GPU-Util at or above this is a burst, below it a pause. A starving or synchronising job swings
+    # between near 0 and near 100 between samples (the playbook's burst-then-pause picture), so the
+    # midpoint separates them without tuning.
+    counter_busy_min_pct: float = 50.0
+    # A rhythm is regular when the autocorrelation of the busy/pause signal reaches this at its
+    # dominant period (0: noise, 1: perfectly periodic). 0.3 keeps jittered step loops (step time
+    # varying by +-20%) and rejects random idle stretches, measured on synthetic logs in the tests.
+    counter_rhythm_min_autocorr: float = 0.3
+    # Underfilled: GPU-Util busy (>= counter_busy_min_pct) while DCGM SM activity is below this.
+    # NVIDIA's DCGM guide calls SM activity of 0.8 necessary for effective use; below 0.5 at
+    # least half the SMs sit idle while "GPU-Util" reads busy.
+    counter_sm_active_low_pct: float = 50.0
+    # The low-utilisation finding fires when the time-weighted mean GPU-Util is below this without
+    # a regular rhythm (the GPU is mostly idle, not starving in steps).
+    counter_low_util_mean_pct: float = 50.0
+    # Time zone of counter logs that write wall-clock times without one (nvidia-smi), in minutes
+    # east of UTC. None: the zone of the machine running whyidle.
+    counters_utc_offset_min: int | None = None
+    # Sampling interval of logs without timestamps (dcgmi dmon), in ms. None: inferred from the
+    # energy counter and power when logged, else the tool's 1 s default.
+    counters_interval_ms: float | None = None
+
     # --- CI gates (CLI) ----------------------------------------------------------------------
     fail_on_groups: tuple[str, ...] = field(default_factory=tuple)
     min_busy_fraction: float | None = None

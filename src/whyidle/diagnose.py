@@ -75,6 +75,9 @@ def _gap_records(a: Analyses, cfg: Config) -> tuple[GapRecord, ...]:
 
 def report_from(a: Analyses, cfg: Config) -> Report:
     findings, skipped = build_findings(a, cfg)
+    from whyidle.findings.nsys_rules import nsys_findings
+
+    findings = tuple(sorted(findings + nsys_findings(a, cfg), key=lambda f: (-f.idle_ns, -f.affected_busy_ns)))
     tl = a.tl
     totals = a.gaps.total_by_cause()
     idle_by_cause = {c.key: int(totals[i]) for i, c in enumerate(C.CAUSES)}
@@ -109,10 +112,17 @@ def report_from(a: Analyses, cfg: Config) -> Report:
     )
 
 
-def diagnose(source: str | os.PathLike[str] | Timeline, config: Config | None = None, **overrides: object) -> Report:
+def diagnose(
+    source: str | os.PathLike[str] | Timeline,
+    config: Config | None = None,
+    counters: str | os.PathLike[str] | None = None,
+    **overrides: object,
+) -> Report:
     """Diagnose a profile (a path to any supported input, or a Timeline) and return the Report.
 
     Keyword overrides replace fields of ``config``: ``diagnose(path, skip_first_steps=2)``.
+    ``counters``: a GPU counter log joined with the trace by wall-clock time as extra evidence.
+    A counter log given as ``source`` gives a report of the counter analyses alone.
     """
     cfg = config or Config()
     if overrides:
@@ -122,5 +132,34 @@ def diagnose(source: str | os.PathLike[str] | Timeline, config: Config | None = 
     else:
         from whyidle.sources import load
 
-        tl = load(source)
-    return report_from(analyse(tl, cfg), cfg)
+        tl = load(source, step_pattern=cfg.step_range)
+    if tl.meta.counters is not None and len(tl) == 0:
+        return _counter_report(tl, cfg)
+    a = analyse(tl, cfg)
+    report = report_from(a, cfg)
+    if counters is not None:
+        report = _join_counters(report, a, counters, cfg)
+    return report
+
+
+def _counter_report(tl: Timeline, cfg: Config) -> Report:
+    from whyidle.analyses.counters import analyse_counters
+    from whyidle.findings.counter_rules import counter_only_report
+    from whyidle.sources.counters import load_counters
+
+    log = tl.meta.counters
+    if (cfg.counters_utc_offset_min is not None or cfg.counters_interval_ms is not None) and tl.meta.path:
+        log = load_counters(tl.meta.path, utc_offset_min=cfg.counters_utc_offset_min, interval_ms=cfg.counters_interval_ms)
+    return counter_only_report(report_from(analyse(tl, cfg), cfg), analyse_counters(log, cfg), cfg)
+
+
+def _join_counters(report: Report, a: Analyses, path: str | os.PathLike[str], cfg: Config) -> Report:
+    from whyidle.analyses.counters import join_counters
+    from whyidle.findings.counter_rules import with_counters
+    from whyidle.sources.counters import load_counters
+    from whyidle.timeline.model import LaneKind
+
+    log = load_counters(os.fspath(path), utc_offset_min=cfg.counters_utc_offset_min, interval_ms=cfg.counters_interval_ms)
+    devices = sorted({ln.device for ln in a.tl.lanes if ln.kind is LaneKind.GPU_STREAM})
+    joined = join_counters(log, (a.window.start_ns, a.window.end_ns), a.tl.meta.devices, devices, cfg)
+    return with_counters(report, joined, cfg)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from whyidle.analyses.counters import CounterAnalysis
 from whyidle.analyses.kernels import KernelStats
 from whyidle.analyses.utilization import Utilization
 
@@ -124,6 +125,7 @@ class Report:
     cold_start: bool
     no_device_activity: bool
     extra: dict[str, Any] = field(default_factory=dict)
+    counters: CounterAnalysis | None = None  # GPU counter figures (a counter log, alone or joined)
 
     @property
     def idle_ns(self) -> int:

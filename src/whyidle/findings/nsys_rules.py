@@ -1,0 +1,199 @@
+"""Nsight Systems findings: the CUDA API calls behind the idle time, attributed gap by gap.
+
+nsys records every CUDA runtime call, so on top of the shared cause findings whyidle names the
+calls that created the idle time. Each rule reads the existing gap attribution
+(:mod:`whyidle.analyses.gaps`) and charges a gap's time to a call only where the call explains it:
+
+* pageable async copy: gaps whose next device work is a copy from pageable host memory queued by
+  ``cudaMemcpyAsync`` (the driver stages it through a bounce buffer, so the "async" copy blocks
+  the host and cannot overlap): the part of the gap from the copy call's start to the copy;
+* synchronous copy/memset (``cudaMemcpy``, ``cudaMemset``... without ``Async``): the part of each
+  gap's host side [gap start, launch) that the launching thread spent inside such a call;
+* frequent ``cudaDeviceSynchronize``/``cudaStreamSynchronize``: the synchronization-attributed
+  time of gaps where the thread was inside such a call at the gap's start (the sync drained the
+  queue) or during the gap's host side.
+
+Each finding refines a shared cause finding (H2D copy or host sync); its ``part_of`` fact says
+which, so the two are not added up.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from whyidle.analyses import causes as C
+from whyidle.config import Config
+from whyidle.findings.model import Evidence, Finding, Fix
+from whyidle.findings.rules import Analyses
+from whyidle.timeline.intervals import Intervals
+from whyidle.timeline.model import Kind
+
+__all__ = ["nsys_findings"]
+
+I64 = npt.NDArray[np.int64]
+
+_SYNC_COPY = re.compile(r"^(cuda|cu)(Memcpy|Memset)(2D|3D|Peer|ToSymbol|FromSymbol|HtoD|DtoH|DtoD|D8|D16|D32)*(_v\d+)?$")
+_SYNC_API = re.compile(r"^(cudaDeviceSynchronize|cudaStreamSynchronize|cuCtxSynchronize|cuStreamSynchronize)(_v\d+)?$")
+_DOCS = "docs/inputs.md#nsight-systems"
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms"
+
+
+def _calls(a: Analyses, pattern: re.Pattern[str]) -> I64:
+    tl = a.tl
+    return np.flatnonzero((tl.kind == int(Kind.RUNTIME)) & tl.name_mask(lambda s: bool(pattern.match(s))))
+
+
+def _overlap_per_gap(a: Analyses, rows: I64, lo: I64, hi: I64) -> I64:
+    """For each gap, ns of [lo, hi) covered by ``rows`` on the gap's launching thread."""
+    g = a.gaps
+    tl = a.tl
+    out = np.zeros(len(g), dtype=np.int64)
+    for lane in np.unique(g.thread_lane[g.thread_lane >= 0]):
+        sel = np.flatnonzero(g.thread_lane == lane)
+        r = rows[tl.lane[rows] == lane]
+        if r.size == 0:
+            continue
+        iv = Intervals.union_of(tl.start_ns[r], tl.end_ns[r])
+        out[sel] = iv.overlap(lo[sel], hi[sel])
+    return out
+
+
+def _finding(
+    fid: str, cause: C.Cause, title: str, ns: int, gaps: int, a: Analyses, facts: list[tuple[str, Any]], fix: Fix
+) -> Finding:
+    idle = a.utilization.idle_ns
+    cap = a.utilization.capacity_ns
+    facts.append(("part_of", cause.key))
+    return Finding(
+        id=fid,
+        group=cause.group,
+        cause=fid.split(".", 1)[-1],
+        title=title,
+        idle_ns=ns,
+        share_of_idle=ns / idle if idle else 0.0,
+        share_of_window=ns / cap if cap else 0.0,
+        evidence=Evidence(gaps, ns, None, None, (), (), (), tuple(facts)),
+        fix=fix,
+    )
+
+
+def _pageable(a: Analyses, cfg: Config) -> Finding | None:
+    g, tl = a.gaps, a.tl
+    ok = g.next_row >= 0
+    if not ok.any():
+        return None
+    nxt = np.where(ok, g.next_row, 0)
+    launch = np.where(g.launch_row >= 0, g.launch_row, 0)
+    is_pageable = ok & (tl.kind[nxt] == int(Kind.MEMCPY)) & tl.name_mask(lambda s: "Pageable" in s)[nxt]
+    is_async = (g.launch_row >= 0) & tl.name_mask(lambda s: "Async" in s)[launch]
+    hit = is_pageable & is_async
+    # the device waited from the copy call's start (the host staging the pageable buffer) to the
+    # copy; what came before the call belongs to the gap's other causes
+    waited = g.end_ns - np.maximum(g.start_ns, np.where(g.launch_row >= 0, tl.start_ns[launch], g.end_ns))
+    ns = int(np.maximum(waited, 0)[hit].sum())
+    if ns <= 0 or ns < cfg.min_finding_share_of_window * a.utilization.capacity_ns:
+        return None
+    copies = np.flatnonzero((tl.kind == int(Kind.MEMCPY)) & tl.name_mask(lambda s: "Pageable" in s))
+    nbytes = int(tl.nbytes[copies][tl.nbytes[copies] > 0].sum())
+    facts: list[tuple[str, Any]] = [("pageable_copies", int(copies.size)), ("pageable_bytes", nbytes), ("gaps_before_pageable_copy", int(hit.sum()))]
+    fix = Fix(
+        summary="Copy from pinned memory so the copy is truly asynchronous and overlaps compute.",
+        steps=(
+            f"{int(hit.sum())} device-idle gaps ({_ms(ns)}) end with a cudaMemcpyAsync from pageable host memory: the driver "
+            "stages it through a bounce buffer and the host waits, so nothing overlaps.",
+            "PyTorch: DataLoader(pin_memory=True) and tensor.to(device, non_blocking=True); elsewhere cudaHostAlloc / "
+            "cudaHostRegister the source buffer.",
+        ),
+        code="loader = DataLoader(ds, pin_memory=True, num_workers=4)\nx = x.to('cuda', non_blocking=True)",
+        verify="Re-capture with nsys: the copies should read 'Pinned -> Device' and the gaps before them shrink.",
+        expected=f"up to {_ms(ns)} of device idle; an upper bound",
+        docs=_DOCS,
+    )
+    return _finding("api.pageable_memcpy", C.H2D_COPY, "Async copies from pageable memory block the host", ns, int(hit.sum()), a, facts, fix)
+
+
+def _sync_copies(a: Analyses, cfg: Config) -> Finding | None:
+    g = a.gaps
+    rows = _calls(a, _SYNC_COPY)
+    if rows.size == 0 or len(g) == 0:
+        return None
+    ov = _overlap_per_gap(a, rows, g.start_ns, g.host_end_ns)
+    ns = int(ov.sum())
+    if ns <= 0 or ns < cfg.min_finding_share_of_window * a.utilization.capacity_ns:
+        return None
+    names = sorted({a.tl.name_of(int(r)) for r in rows})
+    facts: list[tuple[str, Any]] = [("calls", int(rows.size)), ("apis", ", ".join(names)), ("gaps", int((ov > 0).sum()))]
+    fix = Fix(
+        summary="Replace synchronous cudaMemcpy/cudaMemset with their Async forms on a stream, from pinned memory.",
+        steps=(
+            f"{int(rows.size)} synchronous calls ({', '.join(names)}) held the launching thread for {_ms(ns)} of device idle: "
+            "each waits for all queued work and for the copy itself.",
+            "Use cudaMemcpyAsync/cudaMemsetAsync on the work stream (PyTorch: .to(device, non_blocking=True) from pinned "
+            "tensors; avoid .cpu()/.item() inside the loop).",
+        ),
+        code="cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream);",
+        verify="Re-capture with nsys: cudaMemcpy/cudaMemset should be gone from the CUDA API summary.",
+        expected=f"up to {_ms(ns)} of device idle; an upper bound",
+        docs=_DOCS,
+    )
+    return _finding("api.sync_memcpy", C.HOST_SYNC, "Synchronous cudaMemcpy/cudaMemset stall the device", ns, int((ov > 0).sum()), a, facts, fix)
+
+
+def _sync_calls(a: Analyses, cfg: Config) -> Finding | None:
+    g = a.gaps
+    rows = _calls(a, _SYNC_API)
+    if rows.size == 0 or len(g) == 0:
+        return None
+    tol = cfg.sync_wake_tolerance_ns
+    at_start = _overlap_per_gap(a, rows, g.start_ns - tol, g.start_ns + tol) > 0
+    during = _overlap_per_gap(a, rows, g.start_ns, g.host_end_ns) > 0
+    sync_col = g.slices[:, C.cause_index(C.HOST_SYNC)] if len(g) else np.zeros(0, dtype=np.int64)
+    hit = (at_start | during) & (sync_col > 0)
+    ns = int(sync_col[hit].sum())
+    window_s = a.window.duration_ns / 1e9
+    per_s = rows.size / window_s if window_s > 0 else 0.0
+    if ns <= 0 or ns < cfg.min_finding_share_of_window * a.utilization.capacity_ns:
+        return None
+    names = sorted({a.tl.name_of(int(r)) for r in rows})
+    frequent = per_s >= cfg.sync_calls_min_per_s
+    facts: list[tuple[str, Any]] = [
+        ("calls", int(rows.size)),
+        ("calls_per_s", round(per_s, 2)),
+        ("apis", ", ".join(names)),
+        ("gaps", int(hit.sum())),
+        ("frequent", frequent),
+    ]
+    title = (
+        f"Frequent {'/'.join(names)} ({per_s:.0f}/s) drain the GPU queue"
+        if frequent
+        else f"{'/'.join(names)} calls drain the GPU queue"
+    )
+    fix = Fix(
+        summary="Synchronise less: only where the host needs a result, and not every iteration.",
+        steps=(
+            f"{int(rows.size)} calls ({per_s:.1f} per second) left the device idle for {_ms(ns)} in {int(hit.sum())} gaps: the host "
+            "waited for the queue to empty, then had to refill it.",
+            "Remove debugging/timing syncs from the loop (use CUDA events), read scalars (loss.item()) every N steps, "
+            "and let work queue ahead.",
+        ),
+        code="if step % 50 == 0:\n    print(loss.item())  # not every step",
+        verify="Re-capture with nsys: fewer cudaStreamSynchronize/cudaDeviceSynchronize calls and shorter gaps after them.",
+        expected=f"up to {_ms(ns)} of device idle; an upper bound",
+        docs=_DOCS,
+    )
+    return _finding("api.sync_calls", C.HOST_SYNC, title, ns, int(hit.sum()), a, facts, fix)
+
+
+def nsys_findings(a: Analyses, cfg: Config) -> tuple[Finding, ...]:
+    """The API-level findings for an Nsight Systems capture (empty for other sources)."""
+    if a.tl.meta.source_format != "nsys" or a.quality.no_device_activity or len(a.gaps) == 0:
+        return ()
+    out = [f for f in (_pageable(a, cfg), _sync_copies(a, cfg), _sync_calls(a, cfg)) if f is not None]
+    return tuple(out)
