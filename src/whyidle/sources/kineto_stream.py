@@ -163,6 +163,8 @@ class _Columns:
         self.negative = 0
         self.n_events = 0
         self.seen_ph = False
+        self.step_flags: list[bool] = []
+        self.coll_flags: list[bool] = []
 
     def add(self, events: list[Any]) -> None:
         b = self.b
@@ -213,8 +215,11 @@ class _Columns:
                 lane_of[lkey] = li
             lane[i] = li
         strings = b._strings
-        step_names = np.fromiter((bool(_STEP_RE.match(s_)) for s_ in strings), dtype=np.bool_, count=len(strings))
-        coll_names = np.fromiter((bool(_COLLECTIVE_RE.search(s_)) for s_ in strings), dtype=np.bool_, count=len(strings))
+        new = strings[len(self.step_flags) :]  # flags for the names first seen in this batch
+        self.step_flags.extend(bool(_STEP_RE.match(s_)) for s_ in new)
+        self.coll_flags.extend(bool(_COLLECTIVE_RE.search(s_)) for s_ in new)
+        step_names = np.array(self.step_flags, dtype=np.bool_)
+        coll_names = np.array(self.coll_flags, dtype=np.bool_)
         host_range = (kind == int(Kind.CPU_OP)) | (kind == int(Kind.ANNOTATION))
         kind[host_range & step_names[name_ids]] = int(Kind.STEP)
         kind[(kind == int(Kind.KERNEL)) & coll_names[name_ids]] = int(Kind.COLLECTIVE)

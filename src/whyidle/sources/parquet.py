@@ -95,14 +95,15 @@ def load_parquet(path: str | os.PathLike[str]) -> Timeline:
     pa, pq = _pa()
     p = Path(path)
     try:
+        schema = pq.read_schema(p)
+        raw = (schema.metadata or {}).get(METADATA_KEY)
+        if raw is None or any(c not in schema.names for c in Timeline.COLUMNS):
+            raise TraceFormatError(p, "is a Parquet file but not a whyidle timeline; write one with: whyidle convert TRACE -o FILE.parquet")
         table = pq.read_table(p, columns=list(Timeline.COLUMNS))
     except FileNotFoundError:
         raise InputError(p, "no such file") from None
     except (OSError, pa.ArrowException) as exc:
         raise TraceFormatError(p, f"is not a readable Parquet file ({exc})") from None
-    raw = (table.schema.metadata or {}).get(METADATA_KEY)
-    if raw is None:
-        raise TraceFormatError(p, "is a Parquet file but not a whyidle timeline; write one with: whyidle convert TRACE -o FILE.parquet")
     side = msgspec.json.decode(raw)
     if side.get("format_version") != FORMAT_VERSION:
         raise TraceFormatError(p, f"is a whyidle timeline of format version {side.get('format_version')}; this whyidle reads version {FORMAT_VERSION}")

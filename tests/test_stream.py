@@ -1,0 +1,120 @@
+"""The out-of-core Kineto reader gives exactly the in-memory reader's Timeline."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import whyidle.sources.kineto_stream as ks
+from whyidle.errors import TraceFormatError
+from whyidle.lab.synthetic import training_trace
+from whyidle.sources import load
+from whyidle.sources._io import read_bytes
+from whyidle.sources.kineto import parse_kineto
+from whyidle.sources.kineto_stream import parse_kineto_stream, should_stream
+from whyidle.timeline.model import Timeline
+
+TRACES = Path(__file__).parents[1].parent / "shared" / "traces"
+REAL = sorted(p for p in TRACES.rglob("*.json*") if p.is_file()) if TRACES.exists() else []
+
+
+def assert_same(a: Timeline, b: Timeline) -> None:
+    for c in Timeline.COLUMNS:
+        x, y = getattr(a, c), getattr(b, c)
+        assert x.dtype == y.dtype, c
+        assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), c
+    assert a.lanes == b.lanes
+    assert a.strings == b.strings
+    # The ignored-category note lists ties in set order in memory; compare its items.
+    qa = [sorted(q.split(": ")[-1].split(", ")) if "ignored" in q else q for q in a.meta.quality]
+    qb = [sorted(q.split(": ")[-1].split(", ")) if "ignored" in q else q for q in b.meta.quality]
+    assert qa == qb
+    a.meta.quality, b.meta.quality = [], []
+    assert a.meta == b.meta
+
+
+@pytest.fixture(params=[4096, 1 << 20], ids=["4KiB-batches", "1MiB-batches"])
+def batch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setattr(ks, "_BATCH", request.param)
+    monkeypatch.setattr(ks, "_BLOCK", min(request.param, ks._BLOCK))
+    return int(request.param)
+
+
+@pytest.mark.skipif(not REAL, reason=f"real traces not found in {TRACES}")
+@pytest.mark.parametrize("path", REAL, ids=[p.name for p in REAL])
+def test_every_real_trace_same_timeline(path: Path, batch: int) -> None:
+    try:
+        expected = parse_kineto(read_bytes(path), path=str(path))
+    except TraceFormatError:
+        with pytest.raises(TraceFormatError):
+            parse_kineto_stream(path)
+        return
+    assert_same(expected, parse_kineto_stream(path))
+
+
+@pytest.mark.parametrize("schema", ["new", "2021"])
+def test_synthetic_compact_json_and_plain_file(tmp_path: Path, batch: int, schema: str) -> None:
+    doc = training_trace("sync", steps=3, schema=schema)
+    doc["baseTimeNanoseconds"] = 1_700_000_000_000_000_000  # written after the events, as Kineto does
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc, separators=(",", ":")))
+    assert_same(parse_kineto(p.read_bytes(), path=str(p)), parse_kineto_stream(p))
+
+
+def test_bare_list_and_multi_member_gzip(tmp_path: Path) -> None:
+    events = training_trace("none", steps=2)["traceEvents"]
+    text = json.dumps(events).encode()
+    p = tmp_path / "t.json.gz"
+    half = len(text) // 2
+    p.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]))
+    assert_same(parse_kineto(text, path=str(p)), parse_kineto_stream(p))
+
+
+def test_unpadded_nanosecond_style_decided_by_the_last_mib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Integer times in the first MiB, 2024 exporter's unpadded fractions only at the end: the
+    # first pass guesses "decimal", the last MiB says otherwise, and a second pass reads it right.
+    monkeypatch.setattr(ks, "_BLOCK", 1 << 16)
+    monkeypatch.setattr(ks, "_BATCH", 1 << 16)
+    ev = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 1000 + i, "dur": 1} for i in range(30000)]
+    ev += [{"ph": "X", "cat": "cpu_op", "name": "late", "pid": 1, "tid": 1, "ts": f"@{i}", "dur": 3} for i in range(3)]
+    text = json.dumps({"schemaVersion": 1, "traceEvents": ev})
+    text = text.replace('"@0"', "50000.5").replace('"@1"', "50001.10").replace('"@2"', "50002.25")
+    p = tmp_path / "t.json"
+    p.write_text(text)
+    mem = parse_kineto(text.encode(), path=str(p))
+    assert any("without zero-padded" in q for q in mem.meta.quality)
+    assert_same(mem, parse_kineto_stream(p))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2}, {"ph": "X", "ts": 1', "truncated"),
+        ('{"traceEvents": {}}', "not a list"),
+        ('{"schemaVersion": 1}', "without a 'traceEvents' list"),
+        ('{"traceEvents": []}', "empty 'traceEvents'"),
+        ("hello", "not valid JSON"),
+    ],
+)
+def test_bad_input_is_one_clear_error(tmp_path: Path, text: str, message: str) -> None:
+    p = tmp_path / "bad.json"
+    p.write_text(text)
+    with pytest.raises(TraceFormatError, match=message):
+        parse_kineto_stream(p)
+
+
+def test_load_streams_above_the_threshold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(training_trace("none", steps=2)).encode()))
+    assert not should_stream(p)
+    assert should_stream(p, min_bytes=1)
+    called: list[Path] = []
+    real = ks.load_kineto_stream
+    monkeypatch.setattr(ks, "should_stream", lambda path, min_bytes=None: True)
+    monkeypatch.setattr(ks, "load_kineto_stream", lambda path: called.append(path) or real(path))
+    tl = load(p)
+    assert called == [p] and len(tl) > 0
