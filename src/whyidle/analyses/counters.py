@@ -95,6 +95,7 @@ class GpuCounters:
     pattern: BurstPattern | None
     underfilled_ns: int  # time with GPU-Util busy (>= counter_busy_min_pct) and SM activity low (0 without SM activity)
     busy_ns: float  # time-weighted GPU-Util x time: time a kernel ran, per the driver
+    busy_basis: str  # "gpu_util_pct", or "sm_active_pct" when the log has no GPU-Util
     has_sm_active: bool
     pcie_rx_pause_ratio: float | None  # mean PCIe RX during pauses / during bursts
 
@@ -255,7 +256,8 @@ def _gpu(log: CounterLog, gpu: str, cfg: Config) -> GpuCounters | None:
             pattern = burst_pattern(busy[valid], interval, basis, threshold, cfg)
         w = time_weights(util.time_ns, interval)
         ok = np.isfinite(util.value)
-        busy_ns = float(np.sum(util.value[ok] / 100.0 * w[ok]))
+        # the time-weighted mean over the samples that have a value, over the whole span
+        busy_ns = float(np.average(util.value[ok] / 100.0, weights=w[ok]) * (end - start)) if w[ok].sum() > 0 else 0.0
         sm = series.get("sm_active_pct")
         if sm is not None and basis == "gpu_util_pct" and np.isfinite(sm.value).any():
             smv = _resample(sm, start, interval, n)
@@ -280,6 +282,7 @@ def _gpu(log: CounterLog, gpu: str, cfg: Config) -> GpuCounters | None:
         pattern=pattern,
         underfilled_ns=underfilled,
         busy_ns=busy_ns,
+        busy_basis=basis if util is not None else "",
         has_sm_active="sm_active_pct" in series and bool(np.isfinite(series["sm_active_pct"].value).any()),
         pcie_rx_pause_ratio=rx_ratio,
     )

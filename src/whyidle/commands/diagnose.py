@@ -44,6 +44,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--fail-on", metavar="GROUP[,GROUP]", help=f"exit 1 if a finding is in these groups ({', '.join(GROUPS)})")
     p.add_argument("--min-busy", type=float, metavar="FRACTION", help="exit 1 if the device busy fraction is below this (0..1)")
     p.add_argument("--width", type=int, default=None, help="terminal width (default: the terminal's, at most 100)")
+    p.add_argument("--counters", metavar="LOG", help="a GPU counter log (nvidia-smi dmon / --query-gpu, dcgmi dmon, whyidle watch) joined with the trace by wall-clock time")
+    p.add_argument("--step-range", metavar="REGEX", help="Nsight Systems: NVTX range names that mark steps (default: ProfilerStep#N and common trainer names)")
+    p.add_argument("--counters-utc-offset", type=int, metavar="MINUTES", help="time zone of nvidia-smi timestamps, minutes east of UTC (default: this machine's)")
+    p.add_argument("--counters-interval-ms", type=float, metavar="MS", help="sampling interval of counter logs without timestamps (dcgmi dmon -d)")
     p.add_argument("--jobs", type=int, metavar="N", help="multi-rank folders: parse ranks in N processes (default: all cores)")
     p.add_argument("--workers", type=int, metavar="N", help="multi-rank folders: run the ranks on a local Dask cluster of N processes")
     p.add_argument("--scheduler", metavar="ADDRESS", help="multi-rank folders: run the ranks on this Dask scheduler (tcp://host:8786)")
@@ -69,6 +73,9 @@ def _config(args: argparse.Namespace) -> Config:
         batch_size=args.batch_size,
         fail_on_groups=fail_on,
         min_busy_fraction=args.min_busy,
+        step_range=getattr(args, "step_range", None),
+        counters_utc_offset_min=getattr(args, "counters_utc_offset", None),
+        counters_interval_ms=getattr(args, "counters_interval_ms", None),
     )
 
 
@@ -118,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
         from whyidle.sources import load
 
         with progress(f"whyidle: reading {args.trace}"):
-            timeline = load(args.trace)
-            report = diagnose(timeline, cfg)
+            timeline = load(args.trace, step_pattern=cfg.step_range)
+            report = diagnose(timeline, cfg, counters=getattr(args, "counters", None))
         emit(report, args, timeline)
         failures = gate(report, cfg)
     for msg in failures:

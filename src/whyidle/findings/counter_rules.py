@@ -247,6 +247,8 @@ def counter_utilization(a: CounterAnalysis) -> Utilization:
 def counter_only_report(base: Report, a: CounterAnalysis, cfg: Config) -> Report:
     """The report of a counter log read on its own (``whyidle diagnose dmon.log``)."""
     findings, skipped = counter_findings(a, cfg)
+    util = counter_utilization(a)
+    findings = tuple(replace(f, share_of_idle=f.idle_ns / util.idle_ns if util.idle_ns else 0.0) for f in findings)
     start = min((g.start_ns for g in a.gpus), default=0)
     end = max((g.end_ns for g in a.gpus), default=0)
     names = tuple(g.name or f"GPU {g.gpu}" for g in a.gpus)
@@ -254,7 +256,7 @@ def counter_only_report(base: Report, a: CounterAnalysis, cfg: Config) -> Report
         base,
         source=replace(base.source, devices=names, training=False),
         window=WindowInfo(start, end, "counter log", (), ()),
-        utilization=counter_utilization(a),
+        utilization=util,
         findings=findings,
         skipped=skipped,
         quality=tuple(a.notes),
@@ -266,6 +268,8 @@ def counter_only_report(base: Report, a: CounterAnalysis, cfg: Config) -> Report
 def with_counters(report: Report, a: CounterAnalysis, cfg: Config) -> Report:
     """A trace's report with a counter log's figures and findings added as extra evidence."""
     findings, skipped = counter_findings(a, cfg, trace_groups=report.idle_by_group_ns if a.joined else None)
+    idle = report.utilization.idle_ns
+    findings = tuple(replace(f, share_of_idle=min(f.idle_ns / idle, 1.0) if idle else 0.0) for f in findings)
     merged = sorted(report.findings + findings, key=lambda f: (-f.idle_ns, -f.affected_busy_ns))
     return replace(
         report,

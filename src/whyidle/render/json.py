@@ -79,6 +79,54 @@ def _gap(g: GapRecord) -> dict[str, Any]:
     }
 
 
+def counters_to_dict(a: Any) -> dict[str, Any]:
+    """The counter section: per GPU, time-weighted distributions and the burst/pause rhythm."""
+    from whyidle.findings.counter_rules import explanations_for
+
+    metrics = [d.metric for g in a.gpus for d in g.distributions]
+    return {
+        "source_format": a.source_format,
+        "path": a.path,
+        "clock": a.clock,
+        "interval_ns": a.interval_ns,
+        "joined_with_trace": a.joined,
+        "notes": list(a.notes),
+        "gpus": [
+            {
+                "gpu": g.gpu,
+                "name": g.name,
+                "start_ns": g.start_ns,
+                "end_ns": g.end_ns,
+                "busy_ns": int(g.busy_ns),
+                "busy_basis": g.busy_basis,
+                "underfilled_ns": g.underfilled_ns,
+                "pcie_rx_pause_over_burst": g.pcie_rx_pause_ratio,
+                "distributions": {
+                    d.metric: {
+                        "unit": d.unit, "samples": d.samples, "covered_ns": d.covered_ns, "mean": d.mean,
+                        "p5": d.p5, "p50": d.p50, "p95": d.p95, "min": d.min, "max": d.max,
+                    }
+                    for d in g.distributions
+                },
+                "pattern": None
+                if g.pattern is None
+                else {
+                    "basis": g.pattern.basis,
+                    "busy_threshold_pct": g.pattern.busy_min_pct,
+                    "duty_cycle": g.pattern.duty_cycle,
+                    "period_ns": g.pattern.period_ns,
+                    "regularity": g.pattern.regularity,
+                    "regular": g.pattern.regular,
+                    "pauses": g.pattern.pauses,
+                    "mean_pause_ns": g.pattern.mean_pause_ns,
+                },
+            }
+            for g in a.gpus
+        ],
+        "explanations": {m: text for m, text in explanations_for(metrics)},
+    }
+
+
 def report_to_dict(r: Report) -> dict[str, Any]:
     u = r.utilization
     k = r.kernels
@@ -105,7 +153,11 @@ def report_to_dict(r: Report) -> dict[str, Any]:
             "all_steps": list(r.window.all_steps),
         },
         "utilization": {
-            "basis": "device: union of busy time over all streams, per device, summed over devices",
+            "basis": (
+                "counters: time-weighted GPU-Util (share of time a kernel ran), summed over GPUs"
+                if r.window.basis == "counter log"
+                else "device: union of busy time over all streams, per device, summed over devices"
+            ),
             "n_devices": u.n_devices,
             "busy_fraction": u.busy_fraction,
             "kernel_busy_fraction": u.kernel_busy_fraction,
@@ -170,6 +222,7 @@ def report_to_dict(r: Report) -> dict[str, Any]:
         "cold_start": r.cold_start,
         "no_device_activity": r.no_device_activity,
         **({"extra": r.extra} if r.extra else {}),
+        **({"counters": counters_to_dict(r.counters)} if r.counters is not None else {}),
     }
 
 

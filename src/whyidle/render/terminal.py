@@ -49,12 +49,18 @@ def _headline(r: Report) -> Table:
         else r.window.basis
     )
     t.add_row("Window", f"{_ms(r.window.duration_ns)}, {basis}")
-    t.add_row(
-        "GPU busy",
-        f"{u.busy_fraction:.1%} of the window (kernels only {u.kernel_busy_fraction:.1%}), "
-        f"union over all streams",
-    )
-    t.add_row("GPU idle", f"{_ms(u.idle_ns)} in {r.gap_count} gaps")
+    if r.window.basis == "counter log":
+        sm_basis = r.counters is not None and any(g.busy_basis == "sm_active_pct" for g in r.counters.gpus)
+        what = "SM activity (the log has no GPU-Util)" if sm_basis else "GPU-Util: the share of time a kernel ran"
+        t.add_row("GPU busy", f"{u.busy_fraction:.1%} of the log (time-weighted {what})")
+        t.add_row("GPU idle", f"{_ms(u.idle_ns)} without a kernel running")
+    else:
+        t.add_row(
+            "GPU busy",
+            f"{u.busy_fraction:.1%} of the window (kernels only {u.kernel_busy_fraction:.1%}), "
+            f"union over all streams",
+        )
+        t.add_row("GPU idle", f"{_ms(u.idle_ns)} in {r.gap_count} gaps")
     if u.steps:
         times = u.step_times_ns
         t.add_row("Step time", f"mean {_ms(float(times.mean()))}, max {_ms(float(times.max()))}")
@@ -68,7 +74,7 @@ def _headline(r: Report) -> Table:
         occ = f", est. occupancy {k.achieved_occupancy_pct:.0f}%" if k.achieved_occupancy_pct is not None else ""
         t.add_row("Kernels", f"{k.count} ({k.short_share:.0%} under 10 us), est. SM efficiency {k.sm_efficiency:.0%}{occ}")
     groups = r.idle_by_group_ns
-    if u.idle_ns > 0:
+    if u.idle_ns > 0 and any(groups.values()):
         parts = [f"{g} {ns / u.idle_ns:.0%}" for g, ns in groups.items() if ns > 0]
         t.add_row("Idle by cause", ", ".join(parts))
     return t
@@ -113,9 +119,49 @@ def render_terminal(r: Report, width: int = 80, color: bool = False) -> str:
     return buf.getvalue()
 
 
+def _fmt_value(v: float, unit: str) -> str:
+    if unit == "B/s":
+        return f"{v / 1e6:.1f} MB/s"
+    return f"{v:.0f} {unit}" if abs(v) >= 100 else f"{v:.1f} {unit}".replace(" %", "%")
+
+
+def _counters_section(r: Report) -> Group:
+    """GPU counter figures per GPU, with what each metric means (only when the report has counters)."""
+    from whyidle.findings.counter_rules import explanations_for
+
+    a = r.counters
+    parts: list[Text | Table] = []
+    if a is None:
+        return Group()
+    joined = " over the trace's window" if a.joined else ""
+    parts.append(Text(f"GPU counters ({a.source_format}, every {a.interval_ns / 1e6:g} ms{joined}):", style="bold"))
+    metrics: list[str] = []
+    for g in a.gpus:
+        t = Table(title=f"GPU {g.gpu}" + (f" ({g.name})" if g.name else ""), title_justify="left", box=None, padding=(0, 1))
+        for col in ("metric", "mean", "p5", "median", "p95", "max"):
+            t.add_column(col, justify="left" if col == "metric" else "right")
+        for d in g.distributions:
+            from whyidle.timeline.counters import METRICS
+
+            label = METRICS[d.metric].label if d.metric in METRICS else d.metric
+            t.add_row(label, *(_fmt_value(v, d.unit) for v in (d.mean, d.p5, d.p50, d.p95, d.max)))
+            metrics.append(d.metric)
+        parts.append(t)
+        p = g.pattern
+        if p is not None and p.period_ns is not None and p.regular:
+            parts.append(Text(f"  Rhythm: bursts every {_ms(p.period_ns)}, busy {p.duty_cycle:.0%} of the time (regularity {p.regularity:.2f}, {p.pauses} pauses)"))
+        elif p is not None:
+            parts.append(Text(f"  Rhythm: none regular; busy {p.duty_cycle:.0%} of the time"))
+    for _, text in explanations_for(metrics):
+        parts.append(Text(f"  {text}", style="dim"))
+    return Group(*parts)
+
+
 def print_report(r: Report, console: Console) -> None:
     console.print(Text("whyidle: why is this GPU idle?", style="bold"))
     console.print(_headline(r))
+    if r.counters is not None:
+        console.print(_counters_section(r))
     if r.no_device_activity:
         console.print(Text("No GPU activity in this trace: nothing to diagnose.", style="bold yellow"))
     if r.findings:
