@@ -87,7 +87,7 @@ I64 = npt.NDArray[np.int64]
 # ProfilerStep#N (torch.profiler, also under emit_nvtx), and the range names trainers commonly
 # push: "train_step", "training_step 12", "step 3", "iteration 7", "Iteration#2", "batch_5".
 DEFAULT_STEP_PATTERN = (
-    r"^(?:ProfilerStep#\d+"
+    r"(?i)^(?:ProfilerStep#\d+"
     r"|(?:train(?:ing)?[ _-]?)(?:step|iter(?:ation)?|batch)(?:[ _#:-]*\d+)?"
     r"|(?:step|iter(?:ation)?|batch)[ _#:-]*\d+)$"
 )
