@@ -224,6 +224,12 @@ def _median_interval(times: list[int]) -> int:
     return int(np.median(d)) if d.size else 0
 
 
+def _log_interval(times: dict[str, list[int]]) -> int:
+    """The typical sample spacing over GPUs (GPUs with a single sample say nothing)."""
+    per_gpu = [d for d in (_median_interval(v) for v in times.values()) if d > 0]
+    return int(np.median(per_gpu)) if per_gpu else 0
+
+
 # -- whyidle counter file -----------------------------------------------------------------------
 
 
@@ -267,7 +273,7 @@ def _parse_whyidle(path: str, text: str) -> CounterLog:
         for j, h in enumerate(header[2:], start=2):
             if h in METRICS and j < len(r):
                 b.add(gpu, h, t, _num(r[j]))
-    interval = int(np.median([_median_interval(v) for v in times.values()])) if times else 0
+    interval = _log_interval(times)
     return CounterLog("whyidle counters", path, "epoch", interval, b.series(), gpus, tuple(quality))
 
 
@@ -352,7 +358,7 @@ def _parse_dmon(path: str, text: str, utc_offset_min: int | None, interval_ms: f
         )
     if unknown:
         quality.append(f"dmon columns whyidle does not use were ignored: {', '.join(sorted(unknown))}")
-    interval = int(np.median([_median_interval(v) for v in times.values()])) if times else 0
+    interval = _log_interval(times)
     return CounterLog("nvidia-smi dmon", path, clock, interval or _DMON_DEFAULT_INTERVAL_NS, b.series(), {g: {} for g in times}, tuple(quality))
 
 
@@ -415,7 +421,7 @@ def _parse_query(path: str, text: str, utc_offset_min: int | None, fields: Seque
         quality.append(f"--query-gpu fields whyidle does not use were ignored: {', '.join(unknown)}")
     if not b.cols:
         raise TraceFormatError(path, "has no --query-gpu field whyidle reads (utilization.gpu, utilization.memory, power.draw, clocks.sm...)")
-    interval = int(np.median([_median_interval(v) for v in times.values()])) if times else 0
+    interval = _log_interval(times)
     return CounterLog(
         "nvidia-smi --query-gpu", path, "epoch" if has_time else "relative", interval or _DMON_DEFAULT_INTERVAL_NS, b.series(), gpus, tuple(quality)
     )
