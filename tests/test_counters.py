@@ -226,7 +226,7 @@ def test_underfilled_from_sm_activity(tmp_path: Path) -> None:
     f = {x.id: x for x in r.findings}["counters.underfilled"]
     assert f.group == "underfilled" and f.affected_busy_ns == 50 * 100 * MS
     text_out = tmp_path / "r.txt"
-    assert main(["diagnose", str(p), "-o", str(text_out)]) == 0
+    assert main(["diagnose", str(p), "--counters-interval-ms", "100", "-o", str(text_out)]) == 0
     text = " ".join(text_out.read_text().split())
     assert "GPU counters (dcgmi dmon, every 100 ms)" in text
     assert "is the share of time at least one kernel was running, not how much of the GPU it used" in text
