@@ -236,3 +236,60 @@ def test_real_sample_copied_and_made_read_only_still_loads(tmp_path: Path) -> No
     p.chmod(0o444)
     tl = load(p)
     assert int((tl.kind == Kind.KERNEL).sum()) == 19
+
+
+# -- nsys findings: the API calls behind the gaps ----------------------------------------------
+
+
+def _sync_loop_db(path: Path, version: str, sync_name: str = "cudaStreamSynchronize_v3020") -> Path:
+    """20 iterations of: launch, kernel 100 us, a synchronising call until the kernel ends, 88 us of Python.
+
+    Each of the 19 gaps [b+110, b+210) is drained by the sync: 100 us of host sync each.
+    """
+    from nsysbuild import gpid, gtid
+
+    db = NsysDB(path, version)
+    t = gtid(7, 7)
+    db.row("TARGET_INFO_SESSION_START_TIME", utcEpochNs=EPOCH_NS, utcTime="", localTime="")
+    for i in range(20):
+        b = i * 200
+        db.row("CUPTI_ACTIVITY_KIND_RUNTIME", start=b * US, end=(b + 5) * US, eventClass=0, globalTid=t, correlationId=2 * i + 1, nameId=db.sid("cudaLaunchKernel_v7000"))
+        db.row(
+            "CUPTI_ACTIVITY_KIND_KERNEL", start=(b + 10) * US, end=(b + 110) * US, deviceId=0, streamId=7, correlationId=2 * i + 1,
+            globalPid=gpid(7), demangledName=db.sid("conv_backward"), shortName=db.sid("conv_backward"),
+        )  # fmt: skip
+        db.row("CUPTI_ACTIVITY_KIND_RUNTIME", start=(b + 6) * US, end=(b + 112) * US, eventClass=0, globalTid=t, correlationId=2 * i + 2, nameId=db.sid(sync_name))
+    return db.close()
+
+
+@pytest.mark.parametrize("version", ("2022.2.1.31", "2025.1.1.110"))
+def test_frequent_sync_calls_attributed_to_their_gaps(tmp_path: Path, version: str) -> None:
+    r = diagnose(_sync_loop_db(tmp_path / "s.sqlite", version))
+    assert r.gap_count == 19
+    assert r.idle_by_cause_ns["synchronization/host_sync"] == 19 * 100 * US
+    f = {x.id: x for x in r.findings}["api.sync_calls"]
+    facts = dict(f.evidence.facts)
+    assert f.idle_ns == 19 * 100 * US and f.evidence.gap_count == 19
+    assert facts["calls"] == 20 and facts["frequent"] is True and facts["part_of"] == "synchronization/host_sync"
+    assert facts["calls_per_s"] == pytest.approx(20 / 3.9e-3, rel=1e-3)  # window [10 us, 3910 us)
+    assert "cudaStreamSynchronize" in f.title
+
+
+def test_synchronous_memcpy_attributed(tmp_path: Path) -> None:
+    r = diagnose(_sync_loop_db(tmp_path / "m.sqlite", "2024.6.2.25", sync_name="cudaMemcpy_v3020"))
+    f = {x.id: x for x in r.findings}["api.sync_memcpy"]
+    # each gap is drained by the blocking cudaMemcpy: its 100 us of host sync
+    assert f.idle_ns == 19 * 100 * US and "api.sync_calls" not in {x.id for x in r.findings}
+    assert dict(f.evidence.facts)["apis"] == "cudaMemcpy"
+
+
+def test_pageable_async_copy_attributed(tmp_path: Path) -> None:
+    r = diagnose(standard_db(tmp_path / "p.sqlite", "2025.1.1.110"), min_finding_share_of_window=0.01)
+    f = {x.id: x for x in r.findings}["api.pageable_memcpy"]
+    assert f.idle_ns == 95 * US  # from the cudaMemcpyAsync call (2505 us) to the copy (2600 us)
+    assert f.group == "starvation" and dict(f.evidence.facts)["pageable_bytes"] == 1 << 20
+    # the API findings are nsys-only: the same timeline labelled as another source has none
+    tl = load(standard_db(tmp_path / "q.sqlite", "2025.1.1.110"))
+    tl.meta.source_format = "kineto"
+    r2 = diagnose(tl, min_finding_share_of_window=0.01)
+    assert not any(x.id.startswith("api.") for x in r2.findings)

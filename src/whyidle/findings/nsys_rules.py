@@ -7,11 +7,10 @@ calls that created the idle time. Each rule reads the existing gap attribution
 * pageable async copy: gaps whose next device work is a copy from pageable host memory queued by
   ``cudaMemcpyAsync`` (the driver stages it through a bounce buffer, so the "async" copy blocks
   the host and cannot overlap): the part of the gap from the copy call's start to the copy;
-* synchronous copy/memset (``cudaMemcpy``, ``cudaMemset``... without ``Async``): the part of each
-  gap's host side [gap start, launch) that the launching thread spent inside such a call;
-* frequent ``cudaDeviceSynchronize``/``cudaStreamSynchronize``: the synchronization-attributed
-  time of gaps where the thread was inside such a call at the gap's start (the sync drained the
-  queue) or during the gap's host side.
+* synchronous copy/memset (``cudaMemcpy``, ``cudaMemset``... without ``Async``) and frequent
+  ``cudaDeviceSynchronize``/``cudaStreamSynchronize``: the synchronization-attributed time of
+  gaps where the launching thread was inside such a call at the gap's start (the call drained the
+  queue, so the host time that follows is charged to it) or during the gap's host side.
 
 Each finding refines a shared cause finding (H2D copy or host sync); its ``part_of`` fact says
 which, so the two are not added up.
@@ -63,6 +62,17 @@ def _overlap_per_gap(a: Analyses, rows: I64, lo: I64, hi: I64) -> I64:
         iv = Intervals.union_of(tl.start_ns[r], tl.end_ns[r])
         out[sel] = iv.overlap(lo[sel], hi[sel])
     return out
+
+
+def _sync_gaps(a: Analyses, rows: I64, cfg: Config) -> tuple[npt.NDArray[np.bool_], int]:
+    """Gaps a call of ``rows`` drained or held, and the synchronization time attributed to them."""
+    g = a.gaps
+    tol = cfg.sync_wake_tolerance_ns
+    at_start = _overlap_per_gap(a, rows, g.start_ns - tol, g.start_ns + tol) > 0
+    during = _overlap_per_gap(a, rows, g.start_ns, g.host_end_ns) > 0
+    sync_col = g.slices[:, C.cause_index(C.HOST_SYNC)]
+    hit = (at_start | during) & (sync_col > 0)
+    return hit, int(sync_col[hit].sum())
 
 
 def _finding(
@@ -124,12 +134,11 @@ def _sync_copies(a: Analyses, cfg: Config) -> Finding | None:
     rows = _calls(a, _SYNC_COPY)
     if rows.size == 0 or len(g) == 0:
         return None
-    ov = _overlap_per_gap(a, rows, g.start_ns, g.host_end_ns)
-    ns = int(ov.sum())
+    hit, ns = _sync_gaps(a, rows, cfg)
     if ns <= 0 or ns < cfg.min_finding_share_of_window * a.utilization.capacity_ns:
         return None
     names = sorted({a.tl.name_of(int(r)) for r in rows})
-    facts: list[tuple[str, Any]] = [("calls", int(rows.size)), ("apis", ", ".join(names)), ("gaps", int((ov > 0).sum()))]
+    facts: list[tuple[str, Any]] = [("calls", int(rows.size)), ("apis", ", ".join(names)), ("gaps", int(hit.sum()))]
     fix = Fix(
         summary="Replace synchronous cudaMemcpy/cudaMemset with their Async forms on a stream, from pinned memory.",
         steps=(
@@ -143,7 +152,7 @@ def _sync_copies(a: Analyses, cfg: Config) -> Finding | None:
         expected=f"up to {_ms(ns)} of device idle; an upper bound",
         docs=_DOCS,
     )
-    return _finding("api.sync_memcpy", C.HOST_SYNC, "Synchronous cudaMemcpy/cudaMemset stall the device", ns, int((ov > 0).sum()), a, facts, fix)
+    return _finding("api.sync_memcpy", C.HOST_SYNC, "Synchronous cudaMemcpy/cudaMemset stall the device", ns, int(hit.sum()), a, facts, fix)
 
 
 def _sync_calls(a: Analyses, cfg: Config) -> Finding | None:
@@ -151,12 +160,7 @@ def _sync_calls(a: Analyses, cfg: Config) -> Finding | None:
     rows = _calls(a, _SYNC_API)
     if rows.size == 0 or len(g) == 0:
         return None
-    tol = cfg.sync_wake_tolerance_ns
-    at_start = _overlap_per_gap(a, rows, g.start_ns - tol, g.start_ns + tol) > 0
-    during = _overlap_per_gap(a, rows, g.start_ns, g.host_end_ns) > 0
-    sync_col = g.slices[:, C.cause_index(C.HOST_SYNC)] if len(g) else np.zeros(0, dtype=np.int64)
-    hit = (at_start | during) & (sync_col > 0)
-    ns = int(sync_col[hit].sum())
+    hit, ns = _sync_gaps(a, rows, cfg)
     window_s = a.window.duration_ns / 1e9
     per_s = rows.size / window_s if window_s > 0 else 0.0
     if ns <= 0 or ns < cfg.min_finding_share_of_window * a.utilization.capacity_ns:
