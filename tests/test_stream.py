@@ -118,3 +118,28 @@ def test_load_streams_above_the_threshold(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(ks, "load_kineto_stream", lambda path: called.append(path) or real(path))
     tl = load(p)
     assert called == [p] and len(tl) > 0
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_false_cuts_inside_events_and_strings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int) -> None:
+    # '}, {' inside names, call stacks and lists of objects (even ones keyed like events) in args:
+    # every batch boundary lands on false cuts first; the result must still be exact.
+    monkeypatch.setattr(ks, "_BATCH", 2048)
+    monkeypatch.setattr(ks, "_BLOCK", 2048)
+    ev = [
+        {
+            "ph": "X", "cat": "cpu_op", "name": f"op}}, {{{i % 7}", "pid": 1, "tid": 1, "ts": 1000 + i, "dur": 1,
+            "args": {"Input Dims": [[4 + i % 3, 3]], "x": [{"name": 1}, {"ph": "}, {"}], "Call stack": f"a}}, {{\"ph\": b{i % 5}"},
+        }
+        for i in range(1500)
+    ]
+    p = tmp_path / "adv.json"
+    p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev, "deviceProperties": [{"id": 0}], "x": [[1], [2]]}))
+    assert_same(parse_kineto(p.read_bytes(), path=str(p)), parse_kineto_stream(p, jobs=jobs))
+
+
+@pytest.mark.skipif(not REAL, reason=f"real traces not found in {TRACES}")
+def test_parallel_chunks_same_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ks, "_BATCH", 1 << 20)
+    path = TRACES / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz"
+    assert_same(parse_kineto(read_bytes(path), path=str(path)), parse_kineto_stream(path, jobs=2))

@@ -27,8 +27,9 @@ from __future__ import annotations
 import gc
 import os
 import zlib
-from collections import Counter
-from collections.abc import Iterator
+from collections import Counter, deque
+from collections.abc import Generator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,8 @@ __all__ = ["load_kineto_stream", "parse_kineto_stream", "should_stream", "estima
 
 _BLOCK = 8 << 20  # bytes of plain text read per step
 _GZ_READ = 1 << 20  # compressed bytes read per step (JSON traces inflate 10-30x)
-_MAX_FALSE_CUTS = 8  # candidate cuts tried per batch before the text is called malformed
+_PARALLEL_MIN_BYTES = 64 << 20  # below this, starting worker processes costs more than it saves
+_MAX_FALSE_CUTS = 64  # candidate cuts tried per batch before the text is called malformed
 _BATCH = 16 << 20  # text per decoded batch of events
 _MIB = 1 << 20
 _WS = b" \t\r\n"
@@ -97,7 +99,7 @@ def should_stream(path: Path, min_bytes: int | None = None) -> bool:
         return False
 
 
-def _blocks(path: Path) -> Iterator[bytes]:
+def _blocks(path: Path) -> Generator[bytes, None, None]:
     """The decompressed content, block by block (gzip members one after another)."""
     try:
         f = open(path, "rb")
@@ -147,15 +149,171 @@ def _samples(part: bytes) -> tuple[list[str], bool]:
     return texts, big
 
 
+@dataclass
+class _Local:
+    """One batch as columns with batch-local tables (names, lanes, stacks): small to pickle."""
+
+    n_events: int
+    seen_ph: bool
+    has_x: bool
+    thread_names: list[tuple[str, str, Any]]
+    unknown: dict[str, int]  # in first-seen order
+    names: list[str]
+    lane_keys: list[tuple[bool, int, str, str, str]]  # (device?, device, pid, tid/stream, thread tid)
+    stacks: list[str]
+    negative: int
+    cols: dict[str, np.ndarray]
+
+
+def _local_columns(events: list[Any], style: str, path: str) -> _Local:
+    """Columns of one batch of decoded events, as kineto._parse computes them."""
+    seen_ph = any(isinstance(e.ph, str) for e in events[:1000])
+    thread_names = [
+        (str(e.pid), str(e.tid), e.args.name)
+        for e in events
+        if e.ph == "M" and e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str)
+    ]
+    xs = [e for e in events if e.ph == "X"]
+    unknown: dict[str, int] = {}
+    empty = _Local(len(events), seen_ph, bool(xs), thread_names, unknown, [], [], [], 0, {})
+    if not xs:
+        return empty
+    cats = [e.cat for e in xs]
+    cat_kind: dict[Any, int] = {}
+    for c in dict.fromkeys(cats):
+        ck = _CATEGORIES.get(c.lower() if isinstance(c, str) else "")
+        cat_kind[c] = int(ck) if ck is not None else -1
+    kind_all = np.fromiter((cat_kind[c] for c in cats), dtype=np.int16, count=len(cats))
+    for c, k in cat_kind.items():
+        if k == -1 and not (isinstance(c, str) and c.lower() in _IGNORED):
+            unknown[str(c)] = unknown.get(str(c), 0) + cats.count(c)
+    keep = np.flatnonzero(kind_all >= 0)
+    if keep.size != len(xs):
+        xs = [xs[i] for i in keep]
+    if not xs:
+        return empty
+    kind = kind_all[keep].astype(np.int8)
+    n = len(xs)
+    name_ids_of: dict[str, int] = {}
+    names: list[str] = []
+    name_ids = np.empty(n, dtype=np.int32)
+    for i, e in enumerate(xs):
+        nm = e.name if isinstance(e.name, str) else str(e.name)
+        j = name_ids_of.get(nm)
+        if j is None:
+            j = name_ids_of[nm] = len(names)
+            names.append(nm)
+        name_ids[i] = j
+    is_device = np.isin(kind, [int(k) for k in _DEVICE_KINDS])
+    lane = np.empty(n, dtype=np.int32)
+    args = [e.args for e in xs]
+    dev_flags = is_device.tolist()
+    lane_of: dict[tuple[Any, Any, bool], int] = {}
+    lane_keys: list[tuple[bool, int, str, str, str]] = []
+    for i, e in enumerate(xs):
+        lkey = (e.pid, e.tid, dev_flags[i])
+        li = lane_of.get(lkey)
+        if li is None:
+            if dev_flags[i]:
+                a = args[i]
+                dev = _as_int(a.device, -1) if a is not None and a.device is not None else _as_int(e.pid, 0)
+                lane_keys.append((True, dev, str(e.pid), _stream_of(e, a), ""))
+            else:
+                lane_keys.append((False, -1, str(e.pid), str(e.tid), ""))
+            li = lane_of[lkey] = len(lane_keys) - 1
+        lane[i] = li
+    step_names = np.fromiter((bool(_STEP_RE.match(s_)) for s_ in names), dtype=np.bool_, count=len(names))
+    coll_names = np.fromiter((bool(_COLLECTIVE_RE.search(s_)) for s_ in names), dtype=np.bool_, count=len(names))
+    host_range = (kind == int(Kind.CPU_OP)) | (kind == int(Kind.ANNOTATION))
+    kind[host_range & step_names[name_ids]] = int(Kind.STEP)
+    kind[(kind == int(Kind.KERNEL)) & coll_names[name_ids]] = int(Kind.COLLECTIVE)
+    start_ns = _to_ns([e.ts for e in xs], style, path, "timestamp 'ts'")
+    dur_ns = _to_ns([0 if e.dur is None else e.dur for e in xs], style, path, "duration 'dur'")
+    negative = int((dur_ns < 0).sum())
+    if negative:
+        dur_ns = np.maximum(dur_ns, 0)
+    corr = _int_or([a.correlation if a is not None else None for a in args], -1)
+    dev_idx = np.flatnonzero(is_device).tolist()
+    bps = np.full(n, np.nan, dtype=np.float32)
+    occ = np.full(n, np.nan, dtype=np.float32)
+    nbytes = np.full(n, -1, dtype=np.int64)
+    if dev_idx:
+        dargs = [args[i] for i in dev_idx]
+        bps[dev_idx] = [_as_float(a.blocks_per_sm) if a is not None else np.nan for a in dargs]
+        occ[dev_idx] = [_as_float(a.occupancy) if a is not None else np.nan for a in dargs]
+        nbytes[dev_idx] = _int_or([a.bytes if a is not None else None for a in dargs], -1)
+    host_idx = np.flatnonzero(~is_device).tolist()
+    stack = np.full(n, -1, dtype=np.int32)
+    shape0 = np.full(n, -1, dtype=np.int64)
+    stacks: list[str] = []
+    if host_idx:
+        stack_of: dict[str, int] = {}
+
+        def intern_stack(st: str) -> int:
+            k = stack_of.get(st)
+            if k is None:
+                k = stack_of[st] = len(stacks)
+                stacks.append(st)
+            return k
+
+        hargs = [args[i] for i in host_idx]
+        stack[host_idx] = [
+            intern_stack(a.call_stack) if a is not None and isinstance(a.call_stack, str) and a.call_stack else -1 for a in hargs
+        ]
+        shape0[host_idx] = [_lead_dim(a.input_dims) if a is not None and a.input_dims is not None else -1 for a in hargs]
+    cols = {
+        "start_ns": start_ns,
+        "end_ns": start_ns + dur_ns,  # base time is added at the end
+        "lane": lane,
+        "kind": kind,
+        "name": name_ids,
+        "corr": corr,
+        "stack": stack,
+        "shape0": shape0,
+        "blocks_per_sm": bps,
+        "occupancy": occ,
+        "nbytes": nbytes,
+    }
+    return _Local(len(events), seen_ph, True, thread_names, unknown, names, lane_keys, stacks, negative, cols)
+
+
+_BAD_CUT = "bad cut"
+
+
+def _decode_local(text: bytes, exact: bool, style: str, path: str) -> _Local | str:
+    """Decode one batch ``[...]`` into columns (runs in worker processes too).
+
+    Returns :data:`_BAD_CUT` when the text is not whole events (the cut was wrong) and an error
+    message (str) for a trace that is not a profiler trace.
+    """
+    gc.disable()
+    try:
+        try:
+            events = (_EXACT_BATCH_DECODER if exact else _BATCH_DECODER).decode(text)
+        except msgspec.ValidationError as exc:
+            msg = str(exc)
+            if ".ts`" in msg or ".dur`" in msg:
+                return "has a time that is not a number; expected microseconds"
+            return f"is JSON but not a Chrome/Kineto trace ({msg})"
+        except msgspec.DecodeError:
+            return _BAD_CUT
+        try:
+            return _local_columns(events, style, path)
+        except TraceFormatError as exc:
+            return str(exc.args[0]) if exc.args else "has an event that cannot be read"
+    finally:
+        gc.enable()
+
+
 class _Columns:
-    """Accumulates batches of decoded events into a TimelineBuilder, as kineto._parse does."""
+    """Merges batches (in file order) into one TimelineBuilder with global tables."""
 
     def __init__(self, path: str, style: str) -> None:
         self.path = path
         self.style = style
         self.meta = TimelineMeta(source_format="kineto", path=path)
         self.b = TimelineBuilder(self.meta)
-        self.lane_of: dict[tuple[Any, Any, bool], int] = {}
+        self.lane_of: dict[tuple[bool, int, str, str, str], int] = {}
         self.unknown: Counter[str] = Counter()
         self.thread_names: list[tuple[str, str, Any]] = []
         self.stack_ids: dict[str, int] = {}  # stacks are interned after every name, as in memory
@@ -163,105 +321,35 @@ class _Columns:
         self.negative = 0
         self.n_events = 0
         self.seen_ph = False
-        self.step_flags: list[bool] = []
-        self.coll_flags: list[bool] = []
+        self.has_x = False
 
-    def add(self, events: list[Any]) -> None:
+    def merge(self, loc: _Local) -> None:
         b = self.b
-        if self.n_events < 1000 and any(isinstance(e.ph, str) for e in events[: 1000 - self.n_events]):
+        if self.n_events < 1000 and loc.seen_ph:
             self.seen_ph = True
-        self.n_events += len(events)
-        xs = [e for e in events if e.ph == "X"]
-        self.thread_names.extend(
-            (str(e.pid), str(e.tid), e.args.name)
-            for e in events
-            if e.ph == "M" and e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str)
-        )
-        if not xs:
+        self.has_x = self.has_x or loc.has_x
+        self.n_events += loc.n_events
+        self.thread_names.extend(loc.thread_names)
+        for k, v in loc.unknown.items():
+            self.unknown[k] += v
+        self.negative += loc.negative
+        if not loc.cols:
             return
-        cats = [e.cat for e in xs]
-        cat_kind: dict[Any, int] = {}
-        for c in dict.fromkeys(cats):
-            ck = _CATEGORIES.get(c.lower() if isinstance(c, str) else "")
-            cat_kind[c] = int(ck) if ck is not None else -1
-        kind_all = np.fromiter((cat_kind[c] for c in cats), dtype=np.int16, count=len(cats))
-        for c, k in cat_kind.items():
-            if k == -1 and not (isinstance(c, str) and c.lower() in _IGNORED):
-                self.unknown[str(c)] += cats.count(c)
-        keep = np.flatnonzero(kind_all >= 0)
-        if keep.size != len(xs):
-            xs = [xs[i] for i in keep]
-        if not xs:
-            return
-        kind = kind_all[keep].astype(np.int8)
-        n = len(xs)
-        names = [e.name if isinstance(e.name, str) else str(e.name) for e in xs]
-        name_ids = b.intern_many(names)
-        is_device = np.isin(kind, [int(k) for k in _DEVICE_KINDS])
-        lane = np.empty(n, dtype=np.int32)
-        args = [e.args for e in xs]
-        dev_flags = is_device.tolist()
-        lane_of = self.lane_of
-        for i, e in enumerate(xs):
-            lkey = (e.pid, e.tid, dev_flags[i])
-            li = lane_of.get(lkey)
+        c = dict(loc.cols)
+        c["name"] = b.intern_many(loc.names)[c["name"]]
+        lanes = np.empty(len(loc.lane_keys), dtype=np.int32)
+        for i, key in enumerate(loc.lane_keys):
+            li = self.lane_of.get(key)
             if li is None:
-                if dev_flags[i]:
-                    a = args[i]
-                    dev = _as_int(a.device, -1) if a is not None and a.device is not None else _as_int(e.pid, 0)
-                    li = b.lane_id(LaneKind.GPU_STREAM, dev, str(e.pid), _stream_of(e, a))
-                else:
-                    li = b.lane_id(LaneKind.CPU_THREAD, -1, str(e.pid), str(e.tid))
-                lane_of[lkey] = li
-            lane[i] = li
-        strings = b._strings
-        new = strings[len(self.step_flags) :]  # flags for the names first seen in this batch
-        self.step_flags.extend(bool(_STEP_RE.match(s_)) for s_ in new)
-        self.coll_flags.extend(bool(_COLLECTIVE_RE.search(s_)) for s_ in new)
-        step_names = np.array(self.step_flags, dtype=np.bool_)
-        coll_names = np.array(self.coll_flags, dtype=np.bool_)
-        host_range = (kind == int(Kind.CPU_OP)) | (kind == int(Kind.ANNOTATION))
-        kind[host_range & step_names[name_ids]] = int(Kind.STEP)
-        kind[(kind == int(Kind.KERNEL)) & coll_names[name_ids]] = int(Kind.COLLECTIVE)
-        start_ns = _to_ns([e.ts for e in xs], self.style, self.path, "timestamp 'ts'")
-        dur_ns = _to_ns([0 if e.dur is None else e.dur for e in xs], self.style, self.path, "duration 'dur'")
-        neg = int((dur_ns < 0).sum())
-        if neg:
-            self.negative += neg
-            dur_ns = np.maximum(dur_ns, 0)
-        corr = _int_or([a.correlation if a is not None else None for a in args], -1)
-        dev_idx = np.flatnonzero(is_device).tolist()
-        bps = np.full(n, np.nan, dtype=np.float32)
-        occ = np.full(n, np.nan, dtype=np.float32)
-        nbytes = np.full(n, -1, dtype=np.int64)
-        if dev_idx:
-            dargs = [args[i] for i in dev_idx]
-            bps[dev_idx] = [_as_float(a.blocks_per_sm) if a is not None else np.nan for a in dargs]
-            occ[dev_idx] = [_as_float(a.occupancy) if a is not None else np.nan for a in dargs]
-            nbytes[dev_idx] = _int_or([a.bytes if a is not None else None for a in dargs], -1)
-        host_idx = np.flatnonzero(~is_device).tolist()
-        stack = np.full(n, -1, dtype=np.int32)
-        shape0 = np.full(n, -1, dtype=np.int64)
-        if host_idx:
-            hargs = [args[i] for i in host_idx]
-            stack[host_idx] = [
-                self._stack(a.call_stack) if a is not None and isinstance(a.call_stack, str) and a.call_stack else -1
-                for a in hargs
-            ]
-            shape0[host_idx] = [_lead_dim(a.input_dims) if a is not None and a.input_dims is not None else -1 for a in hargs]
-        b.add_columns(
-            start_ns=start_ns,
-            end_ns=start_ns + dur_ns,  # base time is added at the end
-            lane=lane,
-            kind=kind,
-            name=name_ids,
-            corr=corr,
-            stack=stack,
-            shape0=shape0,
-            blocks_per_sm=bps,
-            occupancy=occ,
-            nbytes=nbytes,
-        )
+                dev, device, pid, tid, _ = key
+                li = b.lane_id(LaneKind.GPU_STREAM, device, pid, tid) if dev else b.lane_id(LaneKind.CPU_THREAD, -1, pid, tid)
+                self.lane_of[key] = li
+            lanes[i] = li
+        c["lane"] = lanes[c["lane"]]
+        if loc.stacks:
+            remap = np.array([self._stack(st) for st in loc.stacks] + [-1], dtype=np.int32)
+            c["stack"] = remap[c["stack"]]
+        b.add_columns(**c)
 
     def _stack(self, s: str) -> int:
         i = self.stack_ids.get(s)
@@ -289,7 +377,7 @@ class _Columns:
                 base_ns = _as_int(doc.baseTimeNanoseconds, 0)
         if self.n_events == 0:
             raise TraceFormatError(self.path, "has an empty 'traceEvents' list; expected profiler events")
-        if not b._chunks and not self.seen_ph:
+        if not self.has_x and not self.seen_ph:
             raise TraceFormatError(self.path, "holds no Chrome trace events (no 'ph' fields); expected a PyTorch profiler trace")
         # Stacks after every name, in first-use order, as the in-memory reader interns them.
         remap = np.array([b.intern(s) for s in self.stacks] + [-1], dtype=np.int32)
@@ -341,24 +429,102 @@ def _skip_ws(buf: bytes | bytearray, i: int) -> int:
     return i
 
 
+_EVENT_KEYS = (b'"ph"', b'"cat"', b'"name"', b'"pid"', b'"tid"', b'"ts"', b'"dur"', b'"args"', b'"id"')
+
+
 def _cut(buf: bytearray, lo: int, hi: int) -> int:
-    """Candidate end (exclusive) of the last whole event in ``buf[lo:hi]``: a '}' then ',' then '{'."""
+    """Candidate end (exclusive) of the last whole event in ``buf[lo:hi]``.
+
+    A '}' then ',' then '{' opening an object whose first key is an event field ("ph", "name",
+    ...); failing that anywhere in the range, any '}' ',' '{'.
+    """
+    c = _find_cut(buf, lo, hi, True)
+    return c if c >= 0 else _find_cut(buf, lo, hi, False)
+
+
+def _find_cut(buf: bytearray, lo: int, hi: int, strict: bool) -> int:
+    n = len(buf)
     while True:
         c = buf.rfind(b"}", lo, hi)
         if c < 0:
             return -1
         j = _skip_ws(buf, c + 1)
-        if j < len(buf) and buf[j] == 0x2C:  # ','
+        if j < n and buf[j] == 0x2C:  # ','
             k = _skip_ws(buf, j + 1)
-            if k < len(buf) and buf[k] == 0x7B:  # '{'
-                return c + 1
+            if k < n and buf[k] == 0x7B:  # '{'
+                if not strict:
+                    return c + 1
+                m = _skip_ws(buf, k + 1)
+                if buf.startswith(_EVENT_KEYS, m):
+                    return c + 1
         hi = c
 
 
-def _run(path: Path, style: str, exact: bool) -> tuple[Timeline | None, bytes, bytes]:
+class _Batches:
+    """Decodes batches in order, in this process or in a pool of worker processes.
+
+    Cuts are speculative with workers: a batch whose cut proves wrong (its text does not decode)
+    is joined with the next one, byte for byte, and decoded again.
+    """
+
+    def __init__(self, cols: _Columns, exact: bool, jobs: int) -> None:
+        self.cols = cols
+        self.exact = exact
+        self.pool: Any = None
+        self.pending: deque[tuple[Any, bytes, bytes]] = deque()  # (future, text, separator after it)
+        self.carry = b""
+        self.jobs = jobs
+        if jobs > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            self.pool = ProcessPoolExecutor(max_workers=jobs)
+
+    def _check(self, res: _Local | str) -> _Local | None:
+        if isinstance(res, str):
+            if res == _BAD_CUT:
+                return None
+            raise TraceFormatError(self.cols.path, res)
+        return res
+
+    def decode_now(self, text: bytes) -> _Local | None:
+        return self._check(_decode_local(b"[" + text + b"]", self.exact, self.cols.style, self.cols.path))
+
+    def submit(self, text: bytes, sep: bytes) -> None:
+        text = self.carry + text
+        self.carry = b""
+        fut = self.pool.submit(_decode_local, b"[" + text + b"]", self.exact, self.cols.style, self.cols.path)
+        self.pending.append((fut, text, sep))
+        while len(self.pending) > 2 * self.jobs:
+            self._drain_one()
+
+    def _drain_one(self) -> None:
+        fut, text, sep = self.pending.popleft()
+        loc = self._check(fut.result())
+        while loc is None:  # a wrong cut: join with the next batch
+            if not self.pending:
+                self.carry = text + sep
+                return
+            nfut, ntext, nsep = self.pending.popleft()
+            nfut.cancel()
+            text, sep = text + sep + ntext, nsep
+            loc = self.decode_now(text)
+        self.cols.merge(loc)
+
+    def flush(self) -> bytes:
+        """Merge everything in flight; returns text carried over from a wrong last cut."""
+        while self.pending:
+            self._drain_one()
+        carry, self.carry = self.carry, b""
+        return carry
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+
+def _run(path: Path, style: str, exact: bool, jobs: int = 1) -> tuple[Timeline | None, bytes, bytes]:
     """One pass: the Timeline, and the first and last MiB of text (to confirm the time style)."""
     spath = str(path)
-    decoder = _EXACT_BATCH_DECODER if exact else _BATCH_DECODER
     cols = _Columns(spath, style)
     blocks = _blocks(path)
     buf = bytearray()
@@ -382,16 +548,6 @@ def _run(path: Path, style: str, exact: bool) -> tuple[Timeline | None, bytes, b
             del tail[: len(tail) - _MIB]
         buf.extend(blk)
         return True
-
-    def decode(text: bytes | bytearray) -> list[Any]:
-        try:
-            out: list[Any] = decoder.decode(text)
-            return out
-        except msgspec.ValidationError as exc:
-            msg = str(exc)
-            if ".ts`" in msg or ".dur`" in msg:
-                raise TraceFormatError(spath, "has a time that is not a number; expected microseconds") from None
-            raise TraceFormatError(spath, f"is JSON but not a Chrome/Kineto trace ({msg})") from None
 
     # -- head: up to the '[' of traceEvents (or of a bare list) -------------------------------
     more()
@@ -424,55 +580,69 @@ def _run(path: Path, style: str, exact: bool) -> tuple[Timeline | None, bytes, b
         head = head[:-1] if head.endswith(b",") else head
         doc = _decode_head(head + b"}", spath, exact)
         pos = j + 1
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
+    batches = _Batches(cols, exact, jobs)
     try:
         # -- events ---------------------------------------------------------------------------
         while True:
             pos = _skip_ws(buf, pos)
-            if pos < len(buf) and buf[pos] == 0x5D:  # ']': end of the array
+            if pos < len(buf) and buf[pos] == 0x5D and not batches.carry and not batches.pending:  # ']'
                 pos += 1
                 break
             if len(buf) - pos < _BATCH and more():
                 continue
             c = _cut(buf, pos, len(buf))
-            events = None
-            tries = 0
-            while c > pos:
-                try:
-                    events = decode(b"[" + buf[pos:c] + b"]")
-                    break
-                except msgspec.DecodeError as exc:
+            loc = None
+            if c > pos and batches.pool is None:
+                loc = batches.decode_now(batches.carry + bytes(buf[pos:c]))
+                tries = 0
+                while loc is None:  # a wrong cut: try the one before it
                     tries += 1
-                    if tries >= _MAX_FALSE_CUTS:
-                        raise TraceFormatError(spath, f"is not valid JSON inside 'traceEvents' ({exc}); expected a PyTorch profiler trace") from None
                     c = _cut(buf, pos, c - 1)
-            if events is None:
+                    if c <= pos:
+                        break
+                    if tries >= _MAX_FALSE_CUTS:
+                        raise TraceFormatError(spath, "is not valid JSON inside 'traceEvents'; expected a PyTorch profiler trace")
+                    loc = batches.decode_now(bytes(buf[pos:c]))
+            if c <= pos:
                 if more():
                     continue
                 # The last events: up to the array's closing ']'.
-                end = _close(buf, pos, decode)
+                rest = batches.flush() + bytes(buf[pos:])
+                end = _close(rest, batches.decode_now)
                 if end < 0:
                     raise TraceFormatError(spath, "the JSON is truncated or malformed inside 'traceEvents'; was the trace fully written?")
-                cols.add(decode(b"[" + buf[pos:end] + b"]"))
-                pos = end + 1
+                loc = batches.decode_now(rest[:end])
+                assert loc is not None
+                cols.merge(loc)
+                buf = bytearray(rest[end + 1 :])
+                pos = 0
                 break
-            cols.add(events)
-            del events
-            j = _skip_ws(buf, c)
-            pos = j + 1  # past the ','
-            del buf[:pos]
+            j = _skip_ws(buf, c)  # at the ','
+            nxt = _skip_ws(buf, j + 1)
+            text, sep = bytes(buf[pos:c]), bytes(buf[c:nxt])
+            if batches.pool is not None:
+                batches.submit(text, sep)
+            else:
+                assert loc is not None
+                cols.merge(loc)
+            del buf[:nxt]
             pos = 0
-        # -- tail: the rest of the object ------------------------------------------------------
-        while more():
-            pass
-        rest = bytes(buf[pos:]).strip()
-        if doc is not None:
-            rest = rest[1:].lstrip() if rest.startswith(b",") else rest
-            if rest and rest != b"}":
-                doc = _merge(doc, _decode_head(b"{" + rest, spath, exact))
-            elif not rest:
-                raise TraceFormatError(spath, "the JSON is truncated (no closing '}'); was the trace fully written?")
+        batches.flush()
+    finally:
+        batches.close()
+    # -- tail: the rest of the object ----------------------------------------------------------
+    while more():
+        pass
+    rest_b = bytes(buf[pos:]).strip()
+    if doc is not None:
+        rest_b = rest_b[1:].lstrip() if rest_b.startswith(b",") else rest_b
+        if rest_b and rest_b != b"}":
+            doc = _merge(doc, _decode_head(b"{" + rest_b, spath, exact))
+        elif not rest_b:
+            raise TraceFormatError(spath, "the JSON is truncated (no closing '}'); was the trace fully written?")
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
         timeline = cols.finish(doc)
     finally:
         if gc_was_enabled:
@@ -480,31 +650,54 @@ def _run(path: Path, style: str, exact: bool) -> tuple[Timeline | None, bytes, b
     return timeline, bytes(first), bytes(tail[-_MIB:])
 
 
-def _close(buf: bytearray, lo: int, decode: Any) -> int:
-    """Position of the ']' closing the events array in ``buf[lo:]`` (all remaining text)."""
-    at = lo
+def _close(text: bytes, decode_now: Any) -> int:
+    """Position of the ']' closing the events array in ``text`` (all the remaining text).
+
+    Tried from the right: a longer prefix leaves trailing text and a shorter one is unbalanced,
+    so the first that decodes is the array's end; only the few ']' of the tail are tried.
+    """
+    hi = len(text)
     while True:
-        q = buf.find(b"]", at)
+        q = text.rfind(b"]", 0, hi)
         if q < 0:
             return -1
-        try:
-            decode(b"[" + buf[lo:q] + b"]")
+        if decode_now(text[:q]) is not None:
             return q
-        except (msgspec.DecodeError, TraceFormatError):
-            at = q + 1
+        hi = q
 
 
-def parse_kineto_stream(path: str | os.PathLike[str]) -> Timeline:
-    """Read a Kineto trace (plain or gzip) in bounded memory; same Timeline as parse_kineto."""
+# Worker processes for decoding chunks: None picks min(cores, 4) for large traces; callers that
+# already run one trace per core (whyidle.ranks) set it to 1.
+DEFAULT_JOBS: int | None = None
+
+
+def _auto_jobs(p: Path) -> int:
+    if DEFAULT_JOBS is not None:
+        return max(DEFAULT_JOBS, 1)
+    try:
+        big = estimated_size(p) >= _PARALLEL_MIN_BYTES
+    except OSError:
+        big = False
+    return min(os.cpu_count() or 1, 4) if big else 1
+
+
+def parse_kineto_stream(path: str | os.PathLike[str], jobs: int | None = None) -> Timeline:
+    """Read a Kineto trace (plain or gzip) in bounded memory; same Timeline as parse_kineto.
+
+    ``jobs``: processes decoding chunks (default: :data:`DEFAULT_JOBS`, or by size).
+    """
     p = Path(path)
+    jobs = _auto_jobs(p) if jobs is None else max(jobs, 1)
     # Decide from the first MiB, as the in-memory reader would with the first and last MiB.
-    with open(p, "rb") as f:
-        magic = f.read(2)
-    head = next(_blocks(p)) if magic == GZIP_MAGIC else p.open("rb").read(_MIB)
+    gen = _blocks(p)
+    try:
+        head = next(gen)
+    finally:
+        gen.close()
     texts, big = _samples(head[:_MIB])
     style = _fraction_style(texts)
     exact = big or style == "unpadded_ns"
-    tl, first, last = _run(p, style, exact)
+    tl, first, last = _run(p, style, exact, jobs)
     texts2, big2 = _samples(first)
     if len(first) >= _MIB and last:
         t_last, b_last = _samples(last)
@@ -513,7 +706,7 @@ def parse_kineto_stream(path: str | os.PathLike[str]) -> Timeline:
     style2 = _fraction_style(texts2)
     exact2 = big2 or style2 == "unpadded_ns"
     if (style2, exact2) != (style, exact):
-        tl, _, _ = _run(p, style2, exact2)
+        tl, _, _ = _run(p, style2, exact2, jobs)
     assert tl is not None
     return tl
 
