@@ -41,10 +41,16 @@ class RankResult:
     error: str = ""
 
 
-def rank_job(path: str, cfg: Config) -> RankResult:
-    """Parse and diagnose one rank's trace (runs in a worker process or on a Dask worker)."""
+def rank_job(path: str, cfg: Config, chunk_jobs: int | None = 1) -> RankResult:
+    """Parse and diagnose one rank's trace (runs in a worker process or on a Dask worker).
+
+    ``chunk_jobs``: processes decoding chunks of a large trace (None: by size); 1 where ranks
+    already run one per core.
+    """
     from whyidle.diagnose import analyse, report_from
-    from whyidle.sources import load
+    from whyidle.sources import kineto_stream, load
+
+    kineto_stream.DEFAULT_JOBS = chunk_jobs
 
     try:
         tl = load(path)
@@ -102,7 +108,7 @@ def map_local(paths: Sequence[str], cfg: Config, jobs: int | None = None, progre
     if jobs == 1:
         out = []
         for i, p in enumerate(paths):
-            out.append(rank_job(p, cfg))
+            out.append(rank_job(p, cfg, chunk_jobs=None))
             if progress:
                 progress(i + 1, n)
         return out
