@@ -189,6 +189,7 @@ class _Schema:
     def __init__(self, con: sqlite3.Connection) -> None:
         self.con = con
         self.tables: dict[str, list[str]] = {}
+        self.notnull: dict[str, set[str]] = {}
         for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
             self.tables[str(name)] = []
 
@@ -197,8 +198,10 @@ class _Schema:
             return []
         cols = self.tables[table]
         if not cols:
-            cols = [str(r[1]) for r in self.con.execute(f'PRAGMA table_info("{table}")')]
+            info = list(self.con.execute(f'PRAGMA table_info("{table}")'))
+            cols = [str(r[1]) for r in info]
             self.tables[table] = cols
+            self.notnull[table] = {str(r[1]) for r in info if r[3]}
         return cols
 
     def has(self, table: str, *cols: str) -> bool:
@@ -208,7 +211,8 @@ class _Schema:
     def ints(self, table: str, cols: Sequence[str], where: str = "") -> I64:
         """Integer columns (NULL -> -1; absent columns -> -1) as an (n, len(cols)) array."""
         have = set(self.columns(table))
-        exprs = [f'COALESCE("{c}", -1)' if c in have else "-1" for c in cols]
+        nn = self.notnull.get(table, set())
+        exprs = [(f'"{c}"' if c in nn else f'COALESCE("{c}", -1)') if c in have else "-1" for c in cols]
         sql = f'SELECT {", ".join(exprs)} FROM "{table}"' + (f" WHERE {where}" if where else "")
         rows = self.con.execute(sql).fetchall()
         if not rows:
@@ -228,6 +232,16 @@ class _Schema:
         if not self.has(table, "name", "value"):
             return {}
         return {str(k): str(v) for k, v in self.con.execute(f'SELECT name, value FROM "{table}"')}
+
+
+def _factorize(x: I64) -> tuple[I64, I64]:
+    """(distinct values, index of each row's value); fast when the column is constant."""
+    if x.size == 0:
+        return x[:0], np.empty(0, dtype=np.int64)
+    if (x == x[0]).all():
+        return x[:1], np.zeros(x.size, dtype=np.int64)
+    uniq, inv = np.unique(x, return_inverse=True)
+    return uniq, inv.reshape(-1).astype(np.int64, copy=False)
 
 
 def _as_int(v: Any) -> int:
@@ -252,7 +266,7 @@ class _Strings:
         """Timeline string-table ids for StringIds ids (one lookup per distinct id)."""
         if ids.size == 0:
             return np.empty(0, dtype=np.int32)
-        uniq, inv = np.unique(ids, return_inverse=True)
+        uniq, inv = _factorize(ids)
         texts = []
         for u in uniq.tolist():
             s = self.values.get(int(u), missing or f"<string {u}>")
@@ -287,7 +301,7 @@ class _Reader:
     # ---- helpers ----
     def _proc_idx(self, pids: I64) -> I64:
         out = np.empty(pids.size, dtype=np.int64)
-        uniq, inv = np.unique(pids, return_inverse=True)
+        uniq, inv = _factorize(pids)
         idx = np.empty(uniq.size, dtype=np.int64)
         for j, p in enumerate(uniq.tolist()):
             i = self.proc_index.get(p)
@@ -303,7 +317,7 @@ class _Reader:
         return np.where(corr >= 0, key, -1)
 
     def _thread_lanes(self, gtids: I64) -> npt.NDArray[np.int32]:
-        uniq, inv = np.unique(gtids, return_inverse=True)
+        uniq, inv = _factorize(gtids)
         lanes = np.empty(uniq.size, dtype=np.int32)
         for j, g in enumerate(uniq.tolist()):
             pid, tid = decode_global_tid(int(g))
@@ -311,13 +325,17 @@ class _Reader:
         return lanes[inv.reshape(-1)]
 
     def _stream_lanes(self, dev: I64, gpids: I64, stream: I64) -> npt.NDArray[np.int32]:
-        keys = np.stack([dev, gpids, stream], axis=1) if dev.size else np.empty((0, 3), dtype=np.int64)
-        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-        lanes = np.empty(uniq.shape[0], dtype=np.int32)
-        for j, (d, gp, st) in enumerate(uniq.tolist()):
-            pid, _ = decode_global_tid(int(gp))
-            lanes[j] = self.b.lane_id(LaneKind.GPU_STREAM, int(d), str(pid), str(st))
-        return lanes[inv.reshape(-1)]
+        # one int64 key per (device, process, stream): device ids and streams fit in 16 and 32 bits
+        pidx = self._proc_idx(gpids)
+        key = ((dev & 0xFFFF) << 48) | ((pidx & 0xFFFF) << 32) | (stream & 0xFFFFFFFF)
+        uniq, inv = _factorize(key)
+        first = np.zeros(uniq.size, dtype=np.int64)
+        first[inv[::-1]] = np.arange(inv.size - 1, -1, -1)  # a row of each key
+        lanes = np.empty(uniq.size, dtype=np.int32)
+        for j, r in enumerate(first.tolist()):
+            pid, _ = decode_global_tid(int(gpids[r]))
+            lanes[j] = self.b.lane_id(LaneKind.GPU_STREAM, int(dev[r]), str(pid), str(int(stream[r])))
+        return lanes[inv]
 
     def _times(self, start: I64, end: I64) -> tuple[I64, I64]:
         end = np.where(end < start, start, end)
@@ -534,27 +552,23 @@ class _Reader:
         if a.shape[0] == 0:
             return 0
         start, end = self._times(a[:, 0], a[:, 1])
-        kinds = np.empty(a.shape[0], dtype=np.int8)
-        names: list[str] = []
         step_re = self.step_re
-        for i, s in enumerate(texts):
-            if step_re.search(s):
-                kinds[i] = int(Kind.STEP)
-                names.append(s)
-                continue
+        classes: dict[str, tuple[int, int]] = {}  # text -> (kind, name id), decided once per text
+        for s in set(texts):
             m = _EMIT_NVTX_OP.match(s)
-            if m:
-                kinds[i] = int(Kind.CPU_OP)
-                names.append(m.group(1))
+            if step_re.search(s):
+                classes[s] = (int(Kind.STEP), self.b.intern(s))
+            elif m:
+                classes[s] = (int(Kind.CPU_OP), self.b.intern(m.group(1)))
             else:
-                kinds[i] = int(Kind.ANNOTATION)
-                names.append(s)
+                classes[s] = (int(Kind.ANNOTATION), self.b.intern(s))
+        kn = np.array([classes[s] for s in texts], dtype=np.int64).reshape(len(texts), 2)
         self.b.add_columns(
             start_ns=start,
             end_ns=end,
             lane=self._thread_lanes(a[:, 2]),
-            kind=kinds,
-            name=self.b.intern_many(names),
+            kind=kn[:, 0].astype(np.int8),
+            name=kn[:, 1].astype(np.int32),
         )
         return int(a.shape[0])
 
