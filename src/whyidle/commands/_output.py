@@ -92,3 +92,22 @@ def progress(message: str, delay_s: float = 1.0) -> Iterator[None]:
         timer.cancel()
         if started.is_set():
             status.stop()
+
+
+@contextlib.contextmanager
+def progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress callback ``(done, total)`` drawing a bar on stderr (only on a terminal)."""
+    if not sys.stderr.isatty():
+        yield lambda done, total: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+    task = bar.add_task(label, total=None)
+    with bar:
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update

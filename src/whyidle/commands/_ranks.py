@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from whyidle.commands._output import progress_bar
 from whyidle.config import Config
 from whyidle.errors import UsageError
 from whyidle.findings.model import MultiRankReport
 
-__all__ = ["is_run_dir", "run_ranks", "progress_bar"]
+__all__ = ["is_run_dir", "run_ranks"]
 
 
 def is_run_dir(path: str) -> bool:
@@ -21,25 +19,6 @@ def is_run_dir(path: str) -> bool:
 
     p = Path(path)
     return p.is_dir() and len(find_traces(p)) > 1
-
-
-@contextlib.contextmanager
-def progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
-    """A progress callback ``(done, total)`` drawing a bar on stderr (only on a terminal)."""
-    if not sys.stderr.isatty():
-        yield lambda done, total: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-    task = bar.add_task(label, total=None)
-    with bar:
-
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield update
 
 
 def run_ranks(args: argparse.Namespace, cfg: Config) -> MultiRankReport:
