@@ -128,15 +128,19 @@ def sync_finder(mode_switch: Any = None) -> Iterator[SyncFinder]:
         yield finder
         return
     previous = mode_switch.get()
-    with warnings.catch_warnings(record=True) as records:
-        warnings.simplefilter("always")
-        mode_switch.set("warn")
-        try:
-            yield finder
-        finally:
-            mode_switch.set(previous)
-            finder.sites = _aggregate(records)
-            _replay_others(records)
+    records: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            mode_switch.set("warn")
+            try:
+                yield finder
+            finally:
+                mode_switch.set(previous)
+                records = list(caught)
+                finder.sites = _aggregate(records)
+    finally:
+        _replay_others(records)  # outside the recording, so they reach the user's filters
 
 
 def _replay_others(records: list[warnings.WarningMessage]) -> None:

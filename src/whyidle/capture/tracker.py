@@ -184,7 +184,8 @@ class TrackerStats:
 
 
 def batch_samples(batch: object) -> int | None:
-    """Samples in a batch: the leading dimension of its first tensor (or array), else its len()."""
+    """Samples in a batch: the leading dimension of its first tensor (or array), searched
+    breadth-first through tuples, lists and dicts; a flat list of plain values counts its items."""
     seen = 0
     stack: list[object] = [batch]
     while stack and seen < 64:
@@ -200,6 +201,8 @@ def batch_samples(batch: object) -> int | None:
             stack.extend(b.values())
         elif isinstance(b, (list, tuple)):
             stack.extend(b)
+    if isinstance(batch, (list, tuple)) and batch and all(isinstance(v, (int, float, str, bytes)) for v in batch):
+        return len(batch)
     return None
 
 
