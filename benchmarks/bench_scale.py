@@ -148,8 +148,9 @@ while p.poll() is None:
     time.sleep(0.02)
 out, err = p.communicate()
 wall = time.perf_counter() - t0
-maxrss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-print(json.dumps({"rc": p.returncode, "wall_s": wall, "tree_peak_bytes": peak, "child_maxrss_bytes": maxrss,
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+maxrss = ru.ru_maxrss * 1024
+print(json.dumps({"rc": p.returncode, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "tree_peak_bytes": peak, "child_maxrss_bytes": maxrss,
                   "killed": killed, "out": out.decode()[-300:], "err": err.decode()[-600:]}))
 """
 
@@ -161,7 +162,7 @@ def measure(what: str, path: Path, jobs: int, kill_bytes: int) -> dict[str, Any]
     try:
         out: dict[str, Any] = json.loads(res.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        return {"rc": -1, "err": res.stderr[-600:], "wall_s": float("nan"), "tree_peak_bytes": 0, "child_maxrss_bytes": 0, "killed": False}
+        return {"rc": -1, "err": res.stderr[-600:], "wall_s": float("nan"), "cpu_s": float("nan"), "tree_peak_bytes": 0, "child_maxrss_bytes": 0, "killed": False}
     return out
 
 
@@ -193,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_scale: HolisticTraceAnalysis is not installed (pip install HolisticTraceAnalysis); skipping HTA", file=sys.stderr)
         whats.remove("hta")
     results = []
-    print(f"machine: {os.cpu_count()} cores; base trace {args.base.name}; stream xN uses {args.jobs} processes")
+    print(
+        f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start; base trace {args.base.name}; "
+        f"stream xN uses {args.jobs} processes"
+    )
     for gb in sizes:
         path = args.workdir / f"tiled_{gb:g}GB.json"
         target = int(gb * 1e9)
@@ -211,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append({"size_bytes": size, "what": what, **r})
             status = "killed (over --kill-gb)" if r.get("killed") else ("ok" if r["rc"] == 0 else f"failed rc={r['rc']}: {r.get('err', '')[-200:]}")
             print(
-                f"{size / 1e9:5.2f} GB  {what:<10} {r['wall_s']:8.1f} s  peak tree RSS {r['tree_peak_bytes'] / 1e9:6.2f} GB  "
+                f"{size / 1e9:5.2f} GB  {what:<10} {r['wall_s']:8.1f} s (cpu {r.get('cpu_s', float('nan')):6.1f} s)  peak tree RSS {r['tree_peak_bytes'] / 1e9:6.2f} GB  "
                 f"(max process {r['child_maxrss_bytes'] / 1e9:5.2f} GB)  {status}",
                 flush=True,
             )
@@ -220,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             for what, r in rows.items():
                 if what != "floor" and r["rc"] == 0:
                     print(
-                        f"        {what:<10} time x{r['wall_s'] / floor['wall_s']:.2f} of the floor, "
+                        f"        {what:<10} time x{r['wall_s'] / floor['wall_s']:.2f} of the floor "
+                        f"(cpu x{r.get('cpu_s', 0) / max(floor.get('cpu_s', 0), 1e-9):.2f}), "
                         f"peak memory x{r['tree_peak_bytes'] / max(floor['tree_peak_bytes'], 1):.2f} of the floor, "
                         f"x{r['tree_peak_bytes'] / size:.2f} of the trace size"
                     )

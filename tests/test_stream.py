@@ -47,6 +47,8 @@ def batch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> in
 @pytest.mark.skipif(not REAL, reason=f"real traces not found in {TRACES}")
 @pytest.mark.parametrize("path", REAL, ids=[p.name for p in REAL])
 def test_every_real_trace_same_timeline(path: Path, batch: int) -> None:
+    if batch < 1 << 20 and path.stat().st_size > 1 << 20:
+        pytest.skip("4 KiB batches on the large traces add time and no new case; the small ones cover them")
     try:
         expected = parse_kineto(read_bytes(path), path=str(path))
     except TraceFormatError:
