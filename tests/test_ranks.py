@@ -279,3 +279,56 @@ def test_cross_rank_exact_on_built_profiles() -> None:
     assert comm[1].waiting_ns == 2_900_000 + 20_000
     assert comm[2].waiting_ns == 10_000
     assert comm[0].overlap_fraction == pytest.approx(0.5, abs=1e-6)
+
+
+# -- scaling efficiency ----------------------------------------------------------------------
+
+
+def test_scaling_points(capsys: pytest.CaptureFixture[str]) -> None:
+    from whyidle.commands.scaling import efficiencies, parse_point
+
+    rows = efficiencies([parse_point("4:2400"), parse_point("1:1000"), parse_point("8:4000")])
+    assert [(p.gpus, per, round(eff, 6)) for p, per, eff in rows] == [(1, 1000.0, 1.0), (4, 600.0, 0.6), (8, 500.0, 0.5)]
+    assert main(["scaling", "1:1000", "4:2400"]) == 0
+    assert "600 per GPU = 60% efficiency per GPU; 40% lost" in capsys.readouterr().out
+    assert main(["scaling", "4"]) == 2
+    assert main(["scaling", "1:1000"]) == 2
+
+
+def _report_doc(step_ms: float, compute_ms: float, comm_ms: float, idle: dict[str, float]) -> dict[str, Any]:
+    ms = 1_000_000
+    step = {
+        "duration_ns": int(step_ms * ms),
+        "compute_ns": int(compute_ms * ms),
+        "communication_ns": int(comm_ms * ms),
+        "memcpy_ns": 0,
+        "memset_ns": 0,
+        "idle_by_cause_ns": {k: int(v * ms) for k, v in idle.items()},
+    }
+    return {"steps": [step, step]}
+
+
+def test_scaling_loss_breakdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from whyidle.commands.scaling import loss_breakdown, step_composition
+
+    before = _report_doc(100, 80, 5, {"starvation/input_pipeline": 15})
+    one = _report_doc(125, 80, 20, {"starvation/input_pipeline": 25})
+    after = {
+        "kind": "multi_rank",
+        "ranks": [{"rank": r, "report": one} for r in range(4)],
+        "cross_rank": {"collective_ns": 100, "waiting_ns": 75, "transfer_ns": 25},
+    }
+    b, gb = step_composition(before)
+    a, ga = step_composition(after)
+    assert (gb, ga) == (1, 4)
+    assert a["communication: waiting for the slowest rank"] == pytest.approx(15e6)
+    parts = {k: (d, share) for k, d, share in loss_breakdown(b, a)}
+    # 25 ms more per step: 15 ms waiting, 10 ms input pipeline; transfer 5 -> 5 unchanged
+    assert parts["communication: waiting for the slowest rank"] == (pytest.approx(15e6), pytest.approx(0.6))
+    assert parts["idle: starvation/input_pipeline"] == (pytest.approx(10e6), pytest.approx(0.4))
+    assert "compute" not in parts and "communication: transfer" not in parts
+    (tmp_path / "b.json").write_text(json.dumps(before))
+    (tmp_path / "a.json").write_text(json.dumps(after))
+    assert main(["scaling", "--before", str(tmp_path / "b.json"), "--after", str(tmp_path / "a.json")]) == 0
+    out = capsys.readouterr().out
+    assert "80% efficiency per GPU" in out and "waiting for the slowest rank" in out
