@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from whyidle.commands._output import progress_bar
+from whyidle.commands._output import format_for, progress_bar
 from whyidle.config import Config
 from whyidle.errors import UsageError
 from whyidle.findings.model import MultiRankReport
@@ -30,5 +30,8 @@ def run_ranks(args: argparse.Namespace, cfg: Config) -> MultiRankReport:
             raise UsageError(f"--{opt} must be a positive number of processes")
     if args.scheduler and args.workers:
         raise UsageError("pass either --scheduler (an existing Dask cluster) or --workers (a local one), not both")
+    fmt = "json" if args.json and not args.output else format_for(args.format, args.output)
+    if fmt not in ("terminal", "json"):
+        raise UsageError(f"a run folder (one trace per rank) is reported as terminal text or JSON, not {fmt}; diagnose one rank's trace for {fmt}")
     with progress_bar(f"whyidle: ranks in {args.trace}") as update:
         return diagnose_ranks(args.trace, cfg, jobs=args.jobs, workers=args.workers, scheduler=args.scheduler, progress=update)

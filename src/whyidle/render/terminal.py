@@ -190,7 +190,7 @@ def print_multi_rank(m: Any, console: Console) -> None:
         console.print(Text("Stragglers (the rank the others waited for at collectives):", style="bold red"))
         for s in cr.stragglers:
             why = f"; why: {s.cause.key} (+{_ms(s.cause.excess_ns_per_step)} per step vs the other ranks)" if s.cause else "; no cause stands out in its own trace"
-            steps = f" in steps {', '.join(map(str, s.steps))}" if s.steps else ""
+            steps = f" in step{'s' if len(s.steps) > 1 else ''} {', '.join(map(str, s.steps))}" if s.steps else ""
             console.print(
                 f"  rank {s.rank}: last at {s.collectives_last} of {s.collectives_total} collectives{steps}, "
                 f"others waited {_ms(s.lateness_ns)} (max {_ms(s.max_lateness_ns)}){why}"
