@@ -133,7 +133,7 @@ def test_tracker_reads_device_marks_lazily_and_never_waits_in_the_loop() -> None
         clock.advance(10 * MS)
         dev.reached = 2 * i  # the device lags: it has passed the marks of earlier steps only
     assert dev.calls and not any(dev.calls)  # the hot path only asked without waiting
-    in_loop = [s.device_ns for s in tr._steps]
+    in_loop = [s.device_ns for s in tr.stats(wait=False).steps]
     assert in_loop[0] == 10 * MS and in_loop[-1] is None
     st = tr.stats()  # after the loop: waits for the rest
     assert all(s.device_ns == 10 * MS for s in st.steps) and st.device_timing

@@ -186,6 +186,13 @@ class TrackerStats:
 def batch_samples(batch: object) -> int | None:
     """Samples in a batch: the leading dimension of its first tensor (or array), searched
     breadth-first through tuples, lists and dicts; a flat list of plain values counts its items."""
+    if isinstance(batch, (tuple, list)) and batch:  # fast path: (x, y, ...) with x a tensor
+        shape = getattr(batch[0], "shape", None)
+        if shape is not None and not isinstance(batch[0], type):
+            try:
+                return int(shape[0]) if len(shape) else None
+            except Exception:
+                return None
     seen = 0
     stack: list[object] = [batch]
     while stack and seen < 64:
@@ -206,21 +213,45 @@ def batch_samples(batch: object) -> int | None:
     return None
 
 
-@dataclass
 class _Open:
-    number: int
-    start_ns: int
-    data_wait_ns: int = 0
-    copy_ns: int = 0
-    samples: int | None = None
-    mark_a: Any = None
+    """The step in progress (a plain slotted class: it is built once per step in the hot path)."""
+
+    __slots__ = ("number", "start_ns", "data_wait_ns", "copy_ns", "samples", "mark_a")
+
+    def __init__(self, number: int, start_ns: int, data_wait_ns: int = 0) -> None:
+        self.number = number
+        self.start_ns = start_ns
+        self.data_wait_ns = data_wait_ns
+        self.copy_ns = 0
+        self.samples: int | None = None
+        self.mark_a: Any = None
 
 
-@dataclass
-class _Pending:
-    index: int  # into StepTracker._steps
-    a: Any
-    b: Any
+# A closed step in the hot path: [number, start_ns, end_ns, wait_ns, copy_ns, samples, device_ns];
+# StepRecords are built from these in stats(), outside the loop.
+_Row = list[Any]
+
+
+class _CopyBlock:
+    """``with tracker.copy():`` without a generator-based context manager (cheaper per step)."""
+
+    __slots__ = ("_tr", "_t0")
+
+    def __init__(self, tr: StepTracker[Any]) -> None:
+        self._tr = tr
+        self._t0 = 0
+
+    def __enter__(self) -> None:
+        tr = self._tr
+        tr._copy_depth += 1
+        if tr._copy_depth == 1:
+            self._t0 = tr._now()
+
+    def __exit__(self, *exc: object) -> None:
+        tr = self._tr
+        tr._copy_depth -= 1
+        if tr._copy_depth == 0 and not tr._broken:
+            tr._safe(tr._copy_done, self._t0, tr._now())
 
 
 class StepTracker(Generic[T]):
@@ -242,14 +273,15 @@ class StepTracker(Generic[T]):
         self._timer = device_timer
         self._clock = clock
         self._device = device_timer.label if device_timer is not None else device
-        self._steps: list[StepRecord] = []
-        self._pending: deque[_Pending] = deque()
+        self._steps: list[_Row] = []
+        self._pending: deque[tuple[_Row, Any, Any]] = deque()
         self._open: _Open | None = None
         self._broken = False
         self._notes: list[str] = []
         self._loop_line = ""
         self._info = LoaderInfo.of(loader)
         self._copy_depth = 0
+        self._copy_block = _CopyBlock(self)
 
     # -- failing open ---------------------------------------------------------------------------
     def _fail(self, exc: BaseException) -> None:
@@ -278,25 +310,23 @@ class StepTracker(Generic[T]):
         if o is None:
             return
         self._open = None
-        device_ns = None
+        row: _Row = [o.number, o.start_ns, t, o.data_wait_ns, o.copy_ns, o.samples, None]
+        self._steps.append(row)
         if self._timer is not None and o.mark_a is not None:
-            b = self._timer.mark()
-            self._pending.append(_Pending(len(self._steps), o.mark_a, b))
-        self._steps.append(StepRecord(o.number, o.start_ns, t, o.data_wait_ns, o.copy_ns, o.samples, device_ns))
-        self._poll(wait=False)
+            self._pending.append((row, o.mark_a, self._timer.mark()))
+            self._poll(wait=False)
 
     def _poll(self, wait: bool) -> None:
         """Read finished device-mark pairs, oldest first; without ``wait`` stop at the first unfinished."""
         if self._timer is None:
             return
         while self._pending:
-            p = self._pending[0]
-            ns = self._timer.elapsed_ns(p.a, p.b, wait)
+            row, a, b = self._pending[0]
+            ns = self._timer.elapsed_ns(a, b, wait)
             if ns is None:
                 return
             self._pending.popleft()
-            s = self._steps[p.index]
-            self._steps[p.index] = StepRecord(s.number, s.start_ns, s.end_ns, s.data_wait_ns, s.copy_ns, s.samples, ns)
+            row[6] = int(ns)
 
     def _where(self, depth: int) -> None:
         if self._loop_line:
@@ -312,20 +342,21 @@ class StepTracker(Generic[T]):
         if self._loader is None:
             raise TypeError("whyidle.track() was given no loader to iterate; use track(loader), or call tracker.step()")
         it = iter(self._loader)
-        first = True
+        clock = self._clock
+        self._safe(self._where, 3)
         try:
             while True:
-                t0 = self._now()
+                t0 = clock() if not self._broken else 0
                 try:
                     batch = next(it)
                 except StopIteration:
                     self._safe(self._close, t0)
                     return
-                t1 = self._now()
-                if first:
-                    first = False
-                    self._safe(self._where, 3)
-                self._safe(self._delivered, t0, t1, batch)
+                if not self._broken:
+                    try:
+                        self._delivered(t0, clock(), batch)
+                    except Exception as exc:
+                        self._fail(exc)
                 yield batch
         finally:
             # a `break` out of the loop (or an exception in it): end the step now
@@ -368,18 +399,9 @@ class StepTracker(Generic[T]):
         if self._timer is not None and self._open.mark_a is None:
             self._open.mark_a = self._timer.mark()
 
-    @contextlib.contextmanager
-    def copy(self) -> Iterator[None]:
-        """Marks a host->device copy; its host time is the step's copy time."""
-        t0 = self._now()
-        self._copy_depth += 1
-        try:
-            yield
-        finally:
-            self._copy_depth -= 1
-            t1 = self._now()
-            if self._copy_depth == 0:
-                self._safe(self._copy_done, t0, t1)
+    def copy(self) -> _CopyBlock:
+        """``with tracker.copy():`` marks a host->device copy; its host time is the step's copy time."""
+        return self._copy_block
 
     def _copy_done(self, t0: int, t1: int) -> None:
         if self._open is None:
@@ -402,7 +424,7 @@ class StepTracker(Generic[T]):
     def _step(self, t: int, batch: object, samples: int | None) -> None:
         self._where(4)
         if self._open is None:  # a step with no data()/copy() mark: it began when the last ended
-            start = self._steps[-1].end_ns if self._steps else self._created
+            start = self._steps[-1][2] if self._steps else self._created
             self._open = _Open(number=len(self._steps), start_ns=start)
             if self._timer is not None:
                 self._open.mark_a = self._timer.mark()
@@ -433,13 +455,14 @@ class StepTracker(Generic[T]):
         notes = list(self._notes)
         if self._timer is None:
             notes.append("no device timing: step compute is the host time between batches (a CPU run, or device_timer=None)")
-        unread = sum(1 for s in self._steps if s.device_ns is None) if self._timer is not None else 0
+        steps = tuple(StepRecord(*row) for row in self._steps)
+        unread = sum(1 for s in steps if s.device_ns is None) if self._timer is not None else 0
         if unread:
             notes.append(f"{unread} step(s) have no device time (their device marks were not read)")
         return TrackerStats(
-            steps=tuple(self._steps),
+            steps=steps,
             device=self._device,
-            device_timing=self._timer is not None and unread < len(self._steps),
+            device_timing=self._timer is not None and unread < len(steps),
             loader=self._info,
             loop_line=self._loop_line,
             skip_first=self._skip_first,

@@ -112,12 +112,13 @@ class NvmlProbe:
         out: list[Sample] = []
         for i, h in enumerate(self._handles):
             row: dict[str, float] = {}
-            for key, read in (
+            readers: list[tuple[str, Callable[[], Any]]] = [
                 ("util", lambda: nv.nvmlDeviceGetUtilizationRates(h)),
                 ("mem_used_mib", lambda: nv.nvmlDeviceGetMemoryInfo(h).used / 2**20),
                 ("sm_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
                 ("power_w", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
-            ):
+            ]
+            for key, read in readers:
                 try:
                     v = read()
                 except nv.NVMLError:
