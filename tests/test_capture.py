@@ -503,3 +503,88 @@ def test_import_whyidle_does_not_import_torch() -> None:
     assert "track" in dir(whyidle)
     with pytest.raises(AttributeError):
         whyidle.no_such_thing  # noqa: B018
+
+
+def _fake_pynvml(fail_init: bool = False) -> Any:
+    import types
+
+    nv = types.ModuleType("pynvml")
+
+    class NVMLError(Exception):
+        pass
+
+    class Util:
+        gpu, memory = 87, 41
+
+    class Mem:
+        used = 3 * 2**30
+
+    class Pci:
+        busId = "00000000:07:00.0"
+
+    def init() -> None:
+        if fail_init:
+            raise NVMLError("Driver Not Loaded")
+
+    def power(h: int) -> int:
+        if h == 1:
+            raise NVMLError("Not Supported")
+        return 312_500
+
+    nv.NVMLError = NVMLError  # type: ignore[attr-defined]
+    nv.NVML_CLOCK_SM = 1  # type: ignore[attr-defined]
+    nv.NVML_PCIE_UTIL_TX_BYTES, nv.NVML_PCIE_UTIL_RX_BYTES = 0, 1  # type: ignore[attr-defined]
+    nv.nvmlInit = init  # type: ignore[attr-defined]
+    nv.nvmlShutdown = lambda: None  # type: ignore[attr-defined]
+    nv.nvmlDeviceGetCount = lambda: 2  # type: ignore[attr-defined]
+    nv.nvmlDeviceGetHandleByIndex = lambda i: i  # type: ignore[attr-defined]
+    nv.nvmlDeviceGetName = lambda h: b"NVIDIA H200"  # type: ignore[attr-defined]
+    nv.nvmlDeviceGetUUID = lambda h: f"GPU-{h}"  # type: ignore[attr-defined]
+    nv.nvmlDeviceGetPciInfo = lambda h: Pci()  # type: ignore[attr-defined]
+    nv.nvmlDeviceGetUtilizationRates = lambda h: Util()  # type: ignore[attr-defined]
+    nv.nvmlDeviceGetMemoryInfo = lambda h: Mem()  # type: ignore[attr-defined]
+    nv.nvmlDeviceGetClockInfo = lambda h, c: 1980  # type: ignore[attr-defined]
+    nv.nvmlDeviceGetPowerUsage = power  # type: ignore[attr-defined]
+    nv.nvmlDeviceGetPcieThroughput = lambda h, c: 2048 if c == 0 else 4096  # type: ignore[attr-defined]
+    return nv
+
+
+def test_nvml_probe_reads_every_counter_and_leaves_unsupported_ones_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    from whyidle.capture.watch import NvmlProbe
+
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml())
+    p = NvmlProbe()
+    assert p.info()["0"] == {"name": "NVIDIA H200", "uuid": "GPU-0", "pci_bus_id": "00000000:07:00.0"}
+    (g0, v0), (g1, v1) = p.sample()
+    assert g0 == "0" and v0 == {
+        "gpu_util_pct": 87.0,
+        "mem_util_pct": 41.0,
+        "mem_used_mib": 3072.0,
+        "sm_clock_mhz": 1980.0,
+        "power_w": 312.5,
+        "pcie_tx_bytes_per_s": 2048 * 1024.0,  # NVML reports KB/s
+        "pcie_rx_bytes_per_s": 4096 * 1024.0,
+    }
+    assert g1 == "1" and "power_w" not in v1 and v1["gpu_util_pct"] == 87.0
+    res = WatchResult(0, [Row(1_000, g, v) for g, v in p.sample()], gpus=p.info())
+    from whyidle.sources.counters import parse_counters
+
+    log = parse_counters(to_counter_file(res).encode(), "x.csv")
+    pw = log.get("1", "power_w")
+    assert log.gpus["1"]["name"] == "NVIDIA H200" and (pw is None or bool(np_isnan(pw.value[0])))
+
+
+def np_isnan(v: float) -> bool:
+    return v != v
+
+
+def test_no_driver_is_a_note_and_the_process_is_still_sampled(monkeypatch: pytest.MonkeyPatch) -> None:
+    from whyidle.capture.watch import default_probes
+
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(fail_init=True))
+    probes, notes, gpus = default_probes(__import__("os").getpid())
+    assert gpus == {} and any("no NVIDIA driver answered" in n and "Driver Not Loaded" in n for n in notes)
+    if _has("psutil"):
+        assert [p.name for p in probes] == ["process tree"]
+        (series, values), = probes[0].sample()
+        assert series == "host" and values["host_rss_mib"] > 0
