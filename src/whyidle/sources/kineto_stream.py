@@ -486,27 +486,35 @@ class _Batches:
             raise TraceFormatError(self.cols.path, res)
         return res
 
+    def decode_view(self, buf: bytearray, lo: int, hi: int) -> _Local | None:
+        """Decode ``buf[lo:hi]`` in this process with one copy (serial path, no carry)."""
+        with memoryview(buf) as mv:
+            return self._check(_decode_local(b"".join((b"[", mv[lo:hi], b"]")), self.exact, self.cols.style, self.cols.path))
+
     def decode_now(self, text: bytes) -> _Local | None:
         return self._check(_decode_local(b"[" + text + b"]", self.exact, self.cols.style, self.cols.path))
 
-    def submit(self, text: bytes, sep: bytes) -> None:
-        text = self.carry + text
-        self.carry = b""
-        fut = self.pool.submit(_decode_local, b"[" + text + b"]", self.exact, self.cols.style, self.cols.path)
-        self.pending.append((fut, text, sep))
+    def submit(self, payload: bytes, sep: bytes) -> None:
+        """Decode ``payload`` ("[" + events text + "]") in a worker; ``sep`` is the text after it."""
+        if self.carry:
+            payload = b"".join((b"[", self.carry, memoryview(payload)[1:]))
+            self.carry = b""
+        fut = self.pool.submit(_decode_local, payload, self.exact, self.cols.style, self.cols.path)
+        self.pending.append((fut, payload, sep))
         while len(self.pending) > 2 * self.jobs:
             self._drain_one()
 
     def _drain_one(self) -> None:
-        fut, text, sep = self.pending.popleft()
+        fut, payload, sep = self.pending.popleft()
         loc = self._check(fut.result())
-        while loc is None:  # a wrong cut: join with the next batch
+        text = payload[1:-1] if loc is None else b""
+        while loc is None:  # a wrong cut: join with the next batch, byte for byte
             if not self.pending:
                 self.carry = text + sep
                 return
-            nfut, ntext, nsep = self.pending.popleft()
+            nfut, npayload, nsep = self.pending.popleft()
             nfut.cancel()
-            text, sep = text + sep + ntext, nsep
+            text, sep = text + sep + npayload[1:-1], nsep
             loc = self.decode_now(text)
         self.cols.merge(loc)
 
@@ -529,7 +537,7 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1) -> tuple[Timeline |
     blocks = _blocks(path)
     buf = bytearray()
     first = b""
-    tail = bytearray()
+    recent: list[bytes] = []  # the last blocks, at least 1 MiB together (no copies)
     eof = False
 
     def more() -> bool:
@@ -543,9 +551,9 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1) -> tuple[Timeline |
             return False
         if len(first) < _MIB:
             first += blk[: _MIB - len(first)]
-        tail.extend(blk)
-        if len(tail) > 2 * _MIB:
-            del tail[: len(tail) - _MIB]
+        recent.append(blk)
+        while len(recent) > 1 and sum(map(len, recent[1:])) >= _MIB:
+            recent.pop(0)
         buf.extend(blk)
         return True
 
@@ -593,7 +601,7 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1) -> tuple[Timeline |
             c = _cut(buf, pos, len(buf))
             loc = None
             if c > pos and batches.pool is None:
-                loc = batches.decode_now(batches.carry + bytes(buf[pos:c]))
+                loc = batches.decode_view(buf, pos, c)
                 tries = 0
                 while loc is None:  # a wrong cut: try the one before it
                     tries += 1
@@ -602,7 +610,7 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1) -> tuple[Timeline |
                         break
                     if tries >= _MAX_FALSE_CUTS:
                         raise TraceFormatError(spath, "is not valid JSON inside 'traceEvents'; expected a PyTorch profiler trace")
-                    loc = batches.decode_now(bytes(buf[pos:c]))
+                    loc = batches.decode_view(buf, pos, c)
             if c <= pos:
                 if more():
                     continue
@@ -619,9 +627,9 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1) -> tuple[Timeline |
                 break
             j = _skip_ws(buf, c)  # at the ','
             nxt = _skip_ws(buf, j + 1)
-            text, sep = bytes(buf[pos:c]), bytes(buf[c:nxt])
             if batches.pool is not None:
-                batches.submit(text, sep)
+                with memoryview(buf) as mv:
+                    batches.submit(b"".join((b"[", mv[pos:c], b"]")), bytes(mv[c:nxt]))
             else:
                 assert loc is not None
                 cols.merge(loc)
@@ -647,7 +655,7 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1) -> tuple[Timeline |
     finally:
         if gc_was_enabled:
             gc.enable()
-    return timeline, bytes(first), bytes(tail[-_MIB:])
+    return timeline, bytes(first), b"".join(recent)[-_MIB:]
 
 
 def _close(text: bytes, decode_now: Any) -> int:
