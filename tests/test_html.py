@@ -315,3 +315,25 @@ def test_hostile_names_render_as_text_in_a_browser(browser, tmp_path: Path) -> N
     assert XSS_DEVICE in label
     assert _console_errors(browser) == []
     _full_screenshot(browser, ARTIFACTS / "report_hostile_names.png")
+
+
+def _small_shared() -> list[Path]:
+    from conftest import SHARED_TRACES
+
+    if not SHARED_TRACES.exists():
+        return []
+    found = sorted(p for p in SHARED_TRACES.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
+    return [p for p in found if p.stat().st_size < 1_500_000]
+
+
+@pytest.mark.parametrize("path", _small_shared(), ids=lambda p: p.name[:50])
+def test_every_small_shared_trace_renders(path: Path) -> None:
+    try:
+        tl = whyidle.load(path)
+        r = whyidle.diagnose(tl)
+    except whyidle.WhyidleError:
+        pytest.skip("whyidle does not diagnose this trace (tested in test_real_traces.py)")
+    page = render_html(r, tl)
+    d = _data(page)
+    assert len(d["devices"]) == (0 if r.no_device_activity else r.utilization.n_devices)
+    assert len(page) < 400_000

@@ -155,3 +155,27 @@ def test_resnet_round_trip(resnet0: Path, tmp_path: Path) -> None:
     assert "SingleProcessDataLoaderIter" in biggest["args"]["cpu_op_during"]
     assert biggest["args"]["python_line"] == "resnet50_profiler_api.py:42 in <module>"
     _same_diagnosis(r, whyidle.diagnose(out))
+
+
+def _small_shared() -> list[Path]:
+    from conftest import SHARED_TRACES
+
+    if not SHARED_TRACES.exists():
+        return []
+    found = sorted(p for p in SHARED_TRACES.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz")))
+    return [p for p in found if p.stat().st_size < 1_500_000]
+
+
+@pytest.mark.parametrize("path", _small_shared(), ids=lambda p: p.name[:50])
+def test_every_small_shared_trace_round_trips(path: Path, tmp_path: Path) -> None:
+    try:
+        tl = whyidle.load(path)
+        r = whyidle.diagnose(tl)
+    except whyidle.WhyidleError:
+        pytest.skip("whyidle does not diagnose this trace (tested in test_real_traces.py)")
+    out = tmp_path / "annotated.json"
+    out.write_bytes(render_perfetto(r, tl))
+    doc = json.loads(out.read_bytes())
+    events = doc if isinstance(doc, list) else doc["traceEvents"]
+    assert len(_by(events, "B", GAP_CATEGORY)) == r.gap_count
+    _same_diagnosis(r, whyidle.diagnose(out))

@@ -42,18 +42,18 @@ CAUSE_COLORS: dict[str, str] = {
     "synchronization/host_sync": "#9c5fb5",
     "underfilled/host_overhead": "#e8b92e",
     "underfilled/kernel_boundaries": "#b08d1a",
-    "insufficient_demand/idle_host": "#4bb3a8",
+    "insufficient_demand/idle_host": "#e377c2",
     "unattributed/cold_start": "#8d8d8d",
     "unattributed/untraced_host": "#a9a9a9",
     "unattributed/queued_work_waiting": "#7a7a7a",
     "unattributed/no_launch_info": "#c4c4c4",
 }
-BUSY_COLORS: dict[str, str] = {"compute": "#3b6fb6", "communication": "#6a4fc4", "copies": "#4f9d69"}
+BUSY_COLORS: dict[str, str] = {"compute": "#3b6fb6", "communication": "#1fa3c4", "copies": "#4f9d69"}
 GROUP_COLORS: dict[str, str] = {
     "starvation": "#e03e2d",
     "underfilled": "#d9a514",
     "synchronization": "#9c5fb5",
-    "insufficient_demand": "#3a9f95",
+    "insufficient_demand": "#d05fae",
     "unattributed": "#8d8d8d",
 }
 
@@ -146,14 +146,21 @@ def _lead(r: Report) -> str:
     idle_share = 1 - u.busy_fraction
     text = f"The GPU was idle {idle_share:.0%} of the window ({_ms(u.idle_ns)} in {r.gap_count:,} gaps)."
     idle_findings = [f for f in r.findings if f.idle_ns > 0]
-    if idle_findings:
-        f = idle_findings[0]
+    avoidable = [f for f in idle_findings if f.group != "unattributed"]
+
+    def where(f: Finding) -> str:
         per = f.evidence.per_step_idle_ns
-        where = f" ({_ms(per)} per step)" if per is not None else ""
-        text += f" The largest avoidable wait is {cause_label(f.key)}{where}: {f.title}."
-    elif r.findings:
+        return f" ({_ms(per)} per step)" if per is not None else f" ({_ms(f.idle_ns)})"
+
+    if idle_findings and idle_findings[0].group == "unattributed":
+        f = idle_findings[0]
+        text += f" The largest part{where(f)} is one the trace cannot attribute: {f.title}."
+    if avoidable:
+        f = avoidable[0]
+        text += f" The largest avoidable wait is {cause_label(f.key)}{where(f)}: {f.title}."
+    elif r.findings and not idle_findings:
         text += f" {r.findings[0].title}."
-    else:
+    elif not r.findings:
         text += " No cause explains 5% or more of the window."
     return text
 
