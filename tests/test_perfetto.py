@@ -179,3 +179,13 @@ def test_every_small_shared_trace_round_trips(path: Path, tmp_path: Path) -> Non
     events = doc if isinstance(doc, list) else doc["traceEvents"]
     assert len(_by(events, "B", GAP_CATEGORY)) == r.gap_count
     _same_diagnosis(r, whyidle.diagnose(out))
+
+
+def test_export_refuses_other_formats(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    trace = write_trace(training_trace("starvation"), tmp_path / "s.pt.trace.json")
+    r = whyidle.diagnose(trace)
+    nsys = replace(r, source=replace(r.source, format="nsys"))
+    with pytest.raises(whyidle.UnsupportedInputError, match="use -o report.html"):
+        render_perfetto(nsys)

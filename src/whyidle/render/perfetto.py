@@ -28,7 +28,7 @@ import numpy as np
 from whyidle import __version__
 from whyidle.analyses import causes as C
 from whyidle.analyses.context import gap_context
-from whyidle.errors import InputError, TraceFormatError
+from whyidle.errors import InputError, TraceFormatError, UnsupportedInputError
 from whyidle.findings.labels import cause_label
 from whyidle.findings.model import Report
 from whyidle.findings.rules import Analyses
@@ -167,6 +167,12 @@ def render_perfetto(report: Report, timeline: Timeline | None = None, *, gzip: b
     report was made from) saves parsing it a second time. ``gzip=True`` compresses the output.
     """
     path = report.source.path
+    if report.source.format != "kineto":
+        raise UnsupportedInputError(
+            path or "(unknown)",
+            f"is a {report.source.format or 'non-Kineto'} profile; the Perfetto export annotates Chrome-trace JSON "
+            "(PyTorch profiler) files; use -o report.html for a timeline of this one",
+        )
     if not path or not Path(path).is_file():
         raise InputError(path or "(unknown)", "the Perfetto export needs the original trace file, which is not available")
     a, _note = analyses_for(report, timeline)
