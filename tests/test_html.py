@@ -16,6 +16,8 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import whyidle
 from whyidle.analyses import causes as C
@@ -24,6 +26,8 @@ from whyidle.analyses.strip import activity_strip
 from whyidle.diagnose import analyse
 from whyidle.lab.synthetic import Sim, training_trace, write_trace
 from whyidle.render.html import DEFAULT_BINS, render_html
+
+from whyidle.timeline import Kind
 
 from tlbuild import TL, US
 
@@ -88,6 +92,28 @@ def test_strip_splits_each_bin_exactly() -> None:
     # Totals over the bins are exact: the gap's causes, spread evenly over it.
     assert s.idle_ns[:, ip].sum() == 510 * US and s.idle_ns[:, ho].sum() == 5 * US
     assert abs(s.idle_ns[1, ip] - 100 * US * 510 / 515) <= 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 5_000), st.integers(1, 400), st.integers(0, 1)), min_size=1, max_size=25),
+    st.integers(1, 64),
+)
+def test_strip_conserves_time(kernels: list[tuple[int, int, int]], bins: int) -> None:
+    """Whatever the work and the bin count: every bin adds up to its length, and the totals over
+    the bins are the utilisation's busy figures and the gaps' causes, exactly."""
+    t = TL()
+    for start, dur, stream in kernels:
+        t.work("k", start, start + dur, launch_at=start - 20, stream=7 + stream, kind=Kind.KERNEL if stream == 0 else Kind.MEMCPY)
+    tl = t.build()
+    a = analyse(tl)
+    (s,) = activity_strip(tl, link_launches(tl), a.window, a.gaps, bins=bins)
+    lengths = np.diff(s.edges_ns)
+    per_bin = s.busy_ns.sum(axis=1) + s.idle_ns.sum(axis=1)
+    assert np.all(np.abs(per_bin - lengths) <= len(C.CAUSES))
+    u = a.utilization
+    assert s.busy_ns[:, 0].sum() == u.compute_ns and s.busy_ns[:, 2].sum() == u.memcpy_ns + u.memset_ns
+    assert s.idle_ns.sum(axis=0).tolist() == a.gaps.total_by_cause().tolist()
 
 
 def test_strip_bins_never_exceed_the_window_in_ns() -> None:
