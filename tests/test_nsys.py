@@ -293,3 +293,13 @@ def test_pageable_async_copy_attributed(tmp_path: Path) -> None:
     tl.meta.source_format = "kineto"
     r2 = diagnose(tl, min_finding_share_of_window=0.01)
     assert not any(x.id.startswith("api.") for x in r2.findings)
+
+
+def test_blocked_host_names_the_os_calls(tmp_path: Path) -> None:
+    r = diagnose(standard_db(tmp_path / "b.sqlite", "2022.2.1.31"))
+    f = {x.id: x for x in r.findings}["api.blocked_host"]
+    # the futex [300, 2300) inside gap [200, 2410)'s untraced host side
+    assert f.idle_ns == 2000 * US and f.group == "starvation"  # training: a backward kernel is in the capture
+    facts = dict(f.evidence.facts)
+    assert facts["blocking_calls"] == "futex 2.0 ms" and facts["part_of"] == "unattributed/untraced_host"
+    assert "api.blocked_host" not in {x.id for x in diagnose(standard_db(tmp_path / "c.sqlite", "2022.2.1.31", osrt=False)).findings}

@@ -12,13 +12,18 @@ calls that created the idle time. Each rule reads the existing gap attribution
   gaps where the launching thread was inside such a call at the gap's start (the call drained the
   queue, so the host time that follows is charged to it) or during the gap's host side.
 
-Each finding refines a shared cause finding (H2D copy or host sync); its ``part_of`` fact says
-which, so the two are not added up.
+* blocked host: OS-runtime calls (``futex``, ``poll``, ``sem_wait``, ``read``...; captured with
+  ``nsys -t osrt``) covering a gap's host side where the attribution found nothing traced (untraced
+  host in training, idle host in inference): evidence of starvation or of too little demand.
+
+Each finding refines a shared cause finding (H2D copy, host sync, untraced or idle host); its
+``part_of`` fact says which, so the two are not added up.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -195,9 +200,69 @@ def _sync_calls(a: Analyses, cfg: Config) -> Finding | None:
     return _finding("api.sync_calls", C.HOST_SYNC, title, ns, int(hit.sum()), a, facts, fix)
 
 
+# OS-runtime calls that block a thread until something else happens: a lock or condition (a
+# data-loader queue), a descriptor (a pipe from a worker, a socket), or a timer.
+_BLOCKING_OSRT = re.compile(
+    r"^(futex|sem_wait|sem_timedwait|pthread_cond_wait|pthread_cond_timedwait|pthread_mutex_lock|pthread_join|"
+    r"poll|ppoll|epoll_wait|epoll_pwait|select|pselect6?|read|recv|recvfrom|recvmsg|accept4?|wait|waitpid|"
+    r"nanosleep|clock_nanosleep|usleep|sleep)$"
+)
+
+
+def _blocked_host(a: Analyses, cfg: Config) -> Finding | None:
+    g, tl = a.gaps, a.tl
+    rows = np.flatnonzero((tl.kind == int(Kind.ANNOTATION)) & tl.name_mask(lambda s: bool(_BLOCKING_OSRT.match(s))))
+    if rows.size == 0 or len(g) == 0:
+        return None
+    cause = C.UNTRACED_HOST if g.training else C.IDLE_HOST
+    nothing = g.slices[:, C.cause_index(C.UNTRACED_HOST)] + g.slices[:, C.cause_index(C.IDLE_HOST)]
+    per_gap = np.minimum(_overlap_per_gap(a, rows, g.start_ns, g.host_end_ns), nothing)
+    ns = int(per_gap.sum())
+    if ns <= 0 or ns < cfg.min_finding_share_of_window * a.utilization.capacity_ns:
+        return None
+    # which calls: overlap of each call name with the gaps' host side, on the launching threads
+    by_name: dict[str, int] = {}
+    hit = np.flatnonzero(per_gap > 0)
+    for r in rows.tolist():
+        lane = tl.lane[r]
+        sel = hit[g.thread_lane[hit] == lane]
+        if sel.size == 0:
+            continue
+        ov = np.minimum(g.host_end_ns[sel], tl.end_ns[r]) - np.maximum(g.start_ns[sel], tl.start_ns[r])
+        got = int(np.maximum(ov, 0).sum())
+        if got:
+            name = tl.name_of(r)
+            by_name[name] = by_name.get(name, 0) + got
+    calls = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:5])
+    group = "starvation" if g.training else "insufficient_demand"
+    facts: list[tuple[str, Any]] = [("blocking_calls", calls), ("gaps", int(hit.size))]
+    if g.training:
+        what = (
+            "In training this is the input pipeline or another thread the loop waits on: a lock or queue (futex, "
+            "sem_wait, pthread_cond_wait) or a pipe/file read is a starving loader."
+        )
+        lever = (
+            "Find what the thread waits for (nsys: the call's backtrace), then move that work off the critical path: "
+            "DataLoader(num_workers>0, persistent_workers=True, prefetch_factor=...)."
+        )
+    else:
+        what = "In a server this is waiting for requests (poll, epoll_wait, accept, recv): too little demand for the GPU."
+        lever = "Batch requests (dynamic batching) or serve more clients per GPU."
+    fix = Fix(
+        summary="The launching thread was blocked in the OS, not computing: feed it sooner.",
+        steps=(f"During {_ms(ns)} of device idle the launching thread sat in blocking OS calls ({calls}).", what, lever),
+        code="loader = DataLoader(ds, num_workers=8, persistent_workers=True, pin_memory=True)",
+        verify="Re-capture with nsys -t cuda,nvtx,osrt: the blocking calls inside the gaps should shrink.",
+        expected=f"up to {_ms(ns)} of device idle; an upper bound",
+        docs=_DOCS,
+    )
+    f = _finding("api.blocked_host", cause, "The launching thread was blocked in OS calls while the GPU waited", ns, int(hit.size), a, facts, fix)
+    return replace(f, group=group)
+
+
 def nsys_findings(a: Analyses, cfg: Config) -> tuple[Finding, ...]:
     """The API-level findings for an Nsight Systems capture (empty for other sources)."""
     if a.tl.meta.source_format != "nsys" or a.quality.no_device_activity or len(a.gaps) == 0:
         return ()
-    out = [f for f in (_pageable(a, cfg), _sync_copies(a, cfg), _sync_calls(a, cfg)) if f is not None]
+    out = [f for f in (_pageable(a, cfg), _sync_copies(a, cfg), _sync_calls(a, cfg), _blocked_host(a, cfg)) if f is not None]
     return tuple(out)
