@@ -265,6 +265,9 @@ def test_join_with_trace_by_utc_time(tmp_path: Path) -> None:
     assert any("joined with the trace by UTC time" in q for q in r.quality)
     rhythm = {f.id: f for f in r.findings}.get("counters.burst_pause")
     assert rhythm is not None and dict(rhythm.evidence.facts)["trace_dominant_group"] == "synchronization"
+    assert rhythm.idle_ns == 0 and rhythm.group == "synchronization"  # evidence, not a second claim on idle
+    assert r.findings[0].id == "host_sync"
+    assert any("mean GPU-Util of 60%" in q for q in r.quality)
     assert main(["diagnose", str(trace), "--counters", str(log), "--json"]) in (0, 1)
 
 

@@ -269,12 +269,30 @@ def with_counters(report: Report, a: CounterAnalysis, cfg: Config) -> Report:
     """A trace's report with a counter log's figures and findings added as extra evidence."""
     findings, skipped = counter_findings(a, cfg, trace_groups=report.idle_by_group_ns if a.joined else None)
     idle = report.utilization.idle_ns
-    findings = tuple(replace(f, share_of_idle=min(f.idle_ns / idle, 1.0) if idle else 0.0) for f in findings)
+    if a.joined:
+        # The trace's gap attribution already accounts for every idle nanosecond of the window; a
+        # counter finding is corroborating evidence there, not a second claim on the same idle time.
+        evidence_only = "GPU-counter evidence over the trace's window; the idle time itself is counted in the trace's findings"
+        findings = tuple(
+            replace(f, idle_ns=0, share_of_idle=0.0, affected_busy_ns=0, fix=replace(f.fix, expected=evidence_only)) for f in findings
+        )
+    else:
+        findings = tuple(replace(f, share_of_idle=min(f.idle_ns / idle, 1.0) if idle else 0.0) for f in findings)
+    notes = list(a.notes)
+    if a.joined:
+        for g in a.gpus:
+            util = g.dist("gpu_util_pct")
+            if util is not None:
+                notes.append(
+                    f"over the trace's window GPU {g.gpu}'s counters read a mean GPU-Util of {util.mean:.0f}%; the trace's "
+                    f"kernel-busy fraction is {report.utilization.kernel_busy_fraction:.0%} (GPU-Util is sampled by the "
+                    "driver, so short windows differ)"
+                )
     merged = sorted(report.findings + findings, key=lambda f: (-f.idle_ns, -f.affected_busy_ns))
     return replace(
         report,
         findings=tuple(merged),
         skipped=report.skipped + skipped,
-        quality=report.quality + tuple(n for n in a.notes if n not in report.quality),
+        quality=report.quality + tuple(n for n in notes if n not in report.quality),
         counters=a,
     )

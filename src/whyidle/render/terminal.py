@@ -122,7 +122,7 @@ def render_terminal(r: Report, width: int = 80, color: bool = False) -> str:
 def _fmt_value(v: float, unit: str) -> str:
     if unit == "B/s":
         return f"{v / 1e6:.1f} MB/s"
-    return f"{v:.0f} {unit}" if abs(v) >= 100 else f"{v:.1f} {unit}".replace(" %", "%")
+    return (f"{v:.0f} {unit}" if abs(v) >= 100 else f"{v:.1f} {unit}").replace(" %", "%")
 
 
 def _counters_section(r: Report) -> Group:
