@@ -303,3 +303,30 @@ def test_blocked_host_names_the_os_calls(tmp_path: Path) -> None:
     facts = dict(f.evidence.facts)
     assert facts["blocking_calls"] == "futex 2.0 ms" and facts["part_of"] == "unattributed/untraced_host"
     assert "api.blocked_host" not in {x.id for x in diagnose(standard_db(tmp_path / "c.sqlite", "2022.2.1.31", osrt=False)).findings}
+
+
+def test_cuda_graph_launch_links_every_node_kernel(tmp_path: Path) -> None:
+    """Kernels of a graph replay carry the correlation id of the one cudaGraphLaunch call."""
+    from nsysbuild import gpid, gtid
+
+    db = NsysDB(tmp_path / "g.sqlite", "2024.6.2.25")
+    db.row("CUPTI_ACTIVITY_KIND_RUNTIME", start=0, end=5 * US, eventClass=0, globalTid=gtid(3, 3), correlationId=9, nameId=db.sid("cudaGraphLaunch_v10000"))
+    for i in range(3):
+        db.row(
+            "CUPTI_ACTIVITY_KIND_KERNEL", start=(10 + 20 * i) * US, end=(25 + 20 * i) * US, deviceId=0, streamId=7, correlationId=9,
+            globalPid=gpid(3), demangledName=db.sid(f"node{i}"), shortName=db.sid(f"node{i}"), graphNodeId=i + 1,
+        )  # fmt: skip
+    tl = load(db.close())
+    links = link_launches(tl)
+    assert links.n_device_without_launch == 0 and len(set(links.launch_of.tolist())) == 1
+    assert tl.name_of(int(links.launch_of[0])) == "cudaGraphLaunch"
+
+
+def test_cli_step_range_option(tmp_path: Path) -> None:
+    p = standard_db(tmp_path / "s.sqlite", "2025.1.1.110", step=True)
+    out = tmp_path / "r.json"
+    assert main(["diagnose", str(p), "--step-range", "^never$", "-o", str(out)]) in (0, 1)
+    import json
+
+    assert json.loads(out.read_text())["window"]["basis"] == "device activity"
+    assert main(["diagnose", str(p), "--step-range", "([unclosed"]) == 2
