@@ -147,7 +147,8 @@ def weighted_quantiles(v: F64, w: F64, qs: tuple[float, ...]) -> tuple[float, ..
     order = np.argsort(v, kind="stable")
     v, w = v[order], w[order]
     cum = np.cumsum(w) / w.sum()
-    return tuple(float(v[min(int(np.searchsorted(cum, q, side="left")), v.size - 1)]) for q in qs)
+    # a tolerance so that a quantile falling exactly on a cumulative step is not lost to rounding
+    return tuple(float(v[min(int(np.searchsorted(cum, q - 1e-9, side="left")), v.size - 1)]) for q in qs)
 
 
 def _distribution(s: CounterSeries, interval_ns: int) -> Distribution | None:
