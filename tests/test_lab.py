@@ -31,6 +31,8 @@ def test_check_accepts_the_matching_trace_diagnosis(tmp_path: Path, synthetic: s
     r = _synthetic(tmp_path, synthetic)
     res = check_report(lab_flaw, r, "trace")  # type: ignore[arg-type]
     assert res.passed, res.message
+    if lab_flaw == "sync":  # captured with stacks: the finding names the line that syncs
+        assert r.findings[0].evidence.python_lines[0][0] == "train.py:47 in train"  # type: ignore[attr-defined]
 
 
 def test_check_rejects_a_wrong_or_missing_diagnosis(tmp_path: Path) -> None:

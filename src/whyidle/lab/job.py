@@ -72,11 +72,14 @@ def spec_for(flaw: str, device: str, steps: int | None = None, profile_steps: in
         raise ValueError(f"unknown flaw {flaw!r}; expected one of {', '.join(FLAWS)}")
     cuda = device == "cuda"
     if cuda:
-        # Big enough that a step's kernels (bf16, ~2.5 TFLOP) outlast the host's launches on an H100/H200.
-        base = dict(batch_size=2048, in_dim=256, width=8192, depth=3, classes=1000, io_latency_s=0.004)
+        # Big enough that a step's kernels (bf16, ~1.8 TFLOP, a few ms on an H100/H200) outlast
+        # the host's ~40 launches; 8 workers keep batches ahead on a GPU machine's cores.
+        base = dict(batch_size=2048, in_dim=256, width=8192, depth=3, classes=1000, io_latency_s=0.002)
+        workers = 8
     else:
         base = dict(batch_size=128, in_dim=128, width=768, depth=3, classes=10, io_latency_s=0.003)
-    good = dict(num_workers=fix_workers(), pin_memory=cuda, persistent_workers=True, prefetch_factor=4, non_blocking=cuda, cpu_metrics=False, fused_optimizer=cuda)
+        workers = fix_workers()
+    good = dict(num_workers=workers, pin_memory=cuda, persistent_workers=True, prefetch_factor=4, non_blocking=cuda, cpu_metrics=False, fused_optimizer=cuda)
     spec: dict[str, Any] = {**base, **good}
     if flaw == "none" and not cuda:
         # On CPU workers would compete with the compute for the same cores: a batch already in
@@ -85,13 +88,15 @@ def spec_for(flaw: str, device: str, steps: int | None = None, profile_steps: in
     elif flaw == "starvation":
         spec.update(num_workers=0, io_latency_s=0.025 if cuda else 0.03)
     elif flaw == "h2d":
+        # 50 MB of pageable input per step, copied with a blocking .to(): the copy outlasts the compute
         spec.update(in_dim=3 * 128 * 128, batch_size=256, width=4096, pin_memory=False, non_blocking=False, io_latency_s=0.0)
     elif flaw == "sync":
-        spec.update(cpu_metrics=True)
+        # logits (batch x 1000) copied to the CPU and reduced there every step
+        spec.update(cpu_metrics=True, io_latency_s=0.0)
     elif flaw == "smallbatch":
-        spec.update(batch_size=4, width=1024)
+        spec.update(batch_size=4, width=1024, depth=8, io_latency_s=0.0)
     elif flaw == "launch":
-        spec.update(width=64, depth=48, batch_size=32, fused_optimizer=False)
+        spec.update(width=64, depth=48, batch_size=32, fused_optimizer=False, io_latency_s=0.0)
     n = steps if steps is not None else (12 if not cuda else 30)
     p = profile_steps if profile_steps is not None else (3 if cuda else 0)
     return LabSpec(flaw=flaw, device=device, steps=n, profile_steps=p, **spec)
