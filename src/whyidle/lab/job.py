@@ -86,7 +86,8 @@ def spec_for(flaw: str, device: str, steps: int | None = None, profile_steps: in
         # memory (no storage latency) is the well-fed loop there.
         spec.update(num_workers=0, io_latency_s=0.0)
     elif flaw == "starvation":
-        spec.update(num_workers=0, io_latency_s=0.025 if cuda else 0.03)
+        # storage wait per batch: 3x the step's compute on CPU (~30 ms there), ~3x on an H200 (~3 ms)
+        spec.update(num_workers=0, io_latency_s=0.010 if cuda else 0.03)
     elif flaw == "h2d":
         # 50 MB of pageable input per step, copied with a blocking .to(): the copy outlasts the compute
         spec.update(in_dim=3 * 128 * 128, batch_size=256, width=4096, pin_memory=False, non_blocking=False, io_latency_s=0.0)
@@ -105,7 +106,7 @@ def spec_for(flaw: str, device: str, steps: int | None = None, profile_steps: in
 def apply_fix(spec: LabSpec, finding_id: str) -> tuple[LabSpec, str]:
     """The spec with the lever a finding names pulled, and a sentence saying what changed."""
     if finding_id.startswith("input_pipeline"):
-        workers = fix_workers()
+        workers = 8 if spec.device == "cuda" else fix_workers()
         fixed = replace(spec, num_workers=workers, persistent_workers=True, prefetch_factor=4, pin_memory=spec.device == "cuda")
         return fixed, f"DataLoader(num_workers={workers}, persistent_workers=True, prefetch_factor=4{', pin_memory=True' if fixed.pin_memory else ''})"
     if finding_id.startswith("h2d_copy"):
