@@ -53,6 +53,18 @@ def test_output_file_and_format_inference(starved: Path, tmp_path: Path) -> None
     assert main(["diagnose", str(starved), "-o", str(tmp_path / "r.weird")]) == 2
 
 
+def test_output_file_honours_the_umask(starved: Path, tmp_path: Path) -> None:
+    import os
+
+    out = tmp_path / "shared.json"
+    old = os.umask(0o022)
+    try:
+        assert main(["diagnose", str(starved), "-o", str(out)]) == 0
+    finally:
+        os.umask(old)
+    assert out.stat().st_mode & 0o777 == 0o644
+
+
 def test_gates(starved: Path, healthy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["diagnose", str(starved), "--fail-on", "starvation"]) == 1
     assert "gate failed" in capsys.readouterr().err

@@ -25,6 +25,10 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
+        # mkstemp creates 0600; a report is meant to be shared, so honour the umask like open().
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, p)
     except BaseException:
         with contextlib.suppress(OSError):
