@@ -196,6 +196,17 @@ def test_step_selection() -> None:
         whyidle.diagnose(t.build(), skip_first_steps=9)
 
 
+def test_steps_without_distinct_numbers_are_numbered_in_time_order() -> None:
+    t = TL()
+    t.host(TRAINING, 1, 2)
+    for n in range(3):
+        t.host("train_step", 100 * n, 100 * n + 100, kind=Kind.STEP)
+        t.work(f"k{n}", 100 * n + 10, 100 * n + 90, launch_at=100 * n + 1)
+    r = whyidle.diagnose(t.build(), steps=(2, 3))
+    assert r.window.steps == (2, 3) and r.window.start_ns == 100 * US
+    assert any("numbered 1.. in time order" in q for q in r.quality)
+
+
 def test_healthy_synthetic_training_has_no_finding() -> None:
     from whyidle.lab.synthetic import training_trace
     from whyidle.sources.kineto import parse_kineto

@@ -28,7 +28,7 @@ from whyidle.timeline.model import Kind, Timeline
 
 __all__ = ["Step", "Window", "select_window"]
 
-_STEP_NUM = re.compile(r"#(\d+)$")
+_STEP_NUM = re.compile(r"(\d+)\D*$")  # ProfilerStep#12, "train_step 12", "step_12/fwd"
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,12 @@ def select_window(tl: Timeline, links: Links, cfg: Config) -> Window:
     for r in step_rows:
         m = _STEP_NUM.search(tl.name_of(int(r)))
         numbers.append(int(m.group(1)) if m else -1)
+    notes_numbering: tuple[str, ...] = ()
+    if len(set(numbers)) != len(numbers) or -1 in numbers:
+        # Step names without distinct numbers (an NVTX range named "train_step"): number them
+        # 1, 2, ... in time order so that --steps can still select them.
+        numbers = list(range(1, len(numbers) + 1))
+        notes_numbering = ("step markers carry no distinct numbers; they are numbered 1.. in time order",)
     all_numbers = tuple(numbers)
     chosen = list(range(len(step_rows)))
     if cfg.skip_first_steps:
@@ -114,13 +120,12 @@ def select_window(tl: Timeline, links: Links, cfg: Config) -> Window:
     last_start, last_end = int(tl.start_ns[last_row]), int(tl.end_ns[last_row])
     # End of the device work launched inside the last selected step.
     end = last_end
-    launched = links.launch_of >= 0
-    if launched.any():
-        lrows = links.launch_of[launched]
-        ls = tl.start_ns[lrows]
+    has_launch = links.launch_of >= 0
+    if has_launch.any():
+        ls = tl.start_ns[links.launch_of[has_launch]]
         inside = (ls >= last_start) & (ls < last_end)
         if inside.any():
-            end = max(end, int(tl.end_ns[links.device_rows[launched][inside]].max()))
+            end = max(end, int(tl.end_ns[links.device_rows[has_launch][inside]].max()))
     first_start = int(tl.start_ns[step_rows[chosen[0]]])
     steps: list[Step] = []
     for j, i in enumerate(chosen):
@@ -128,7 +133,7 @@ def select_window(tl: Timeline, links: Links, cfg: Config) -> Window:
         s = int(tl.start_ns[r])
         nxt = int(tl.start_ns[step_rows[chosen[j + 1]]]) if j + 1 < len(chosen) else end
         steps.append(Step(numbers[i], s, max(nxt, s), int(tl.end_ns[r]), r))
-    notes: list[str] = []
+    notes: list[str] = list(notes_numbering)
     if cfg.skip_first_steps:
         notes.append(f"the first {cfg.skip_first_steps} steps were skipped (--skip-first)")
     return Window(first_start, end, "steps", tuple(steps), all_numbers, tuple(notes))

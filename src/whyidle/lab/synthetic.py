@@ -97,7 +97,7 @@ class Sim:
         launch_at = self.t
         self._host_event("runtime", launch_name, launch_at, host_dur, {"correlation": corr, "cbid": 211})
         start = max(self.dev_free + self.boundary_us, launch_at + self.launch_latency_us + staging_us)
-        args = {"device": self.device, "context": 1, "stream": self.stream, "correlation": corr, "External id": self._ext}
+        args: dict[str, Any] = {"device": self.device, "context": 1, "stream": self.stream, "correlation": corr, "External id": self._ext}
         if kind == "kernel":
             args.update({"blocks per SM": 4.0, "est. achieved occupancy %": 50, "grid": [432, 1, 1], "block": [256, 1, 1]})
         if extra:
