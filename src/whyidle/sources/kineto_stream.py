@@ -280,7 +280,24 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
 _BAD_CUT = "bad cut"
 
 
-def _decode_local(text: bytes, exact: bool, style: str, path: str) -> _Local | str:
+def _read_at(path: str, offset: int, length: int) -> bytearray:
+    """``"[" + file[offset:offset + length] + "]"``, read straight into one buffer."""
+    out = bytearray(length + 2)
+    out[0], out[-1] = 0x5B, 0x5D
+    with open(path, "rb") as f:
+        f.seek(offset)
+        got = f.readinto(memoryview(out)[1:-1])
+    if got != length:
+        raise OSError(f"{path} changed while it was read")
+    return out
+
+
+def _decode_at(path: str, offset: int, length: int, exact: bool, style: str) -> _Local | str:
+    """A worker reads its batch from a plain file itself: only offsets cross the pipe."""
+    return _decode_local(_read_at(path, offset, length), exact, style, path)
+
+
+def _decode_local(text: bytes | bytearray, exact: bool, style: str, path: str) -> _Local | str:
     """Decode one batch ``[...]`` into columns (runs in worker processes too).
 
     Returns :data:`_BAD_CUT` when the text is not whole events (the cut was wrong) and an error
@@ -471,7 +488,8 @@ class _Batches:
         self.cols = cols
         self.exact = exact
         self.pool: Any = None
-        self.pending: deque[tuple[Any, bytes, bytes]] = deque()  # (future, text, separator after it)
+        # (future, payload "[...]" or (offset, length) in a plain file, separator after it)
+        self.pending: deque[tuple[Any, bytes | tuple[int, int], bytes]] = deque()
         self.carry = b""
         self.jobs = jobs
         if jobs > 1:
@@ -504,17 +522,30 @@ class _Batches:
         while len(self.pending) > 2 * self.jobs:
             self._drain_one()
 
+    def submit_at(self, offset: int, length: int, sep: bytes) -> None:
+        """Decode ``length`` bytes at ``offset`` of the (plain) file in a worker."""
+        if self.carry:
+            self.submit(bytes(_read_at(self.cols.path, offset, length)), sep)
+            return
+        fut = self.pool.submit(_decode_at, self.cols.path, offset, length, self.exact, self.cols.style)
+        self.pending.append((fut, (offset, length), sep))
+        while len(self.pending) > 2 * self.jobs:
+            self._drain_one()
+
+    def _text(self, src: bytes | tuple[int, int]) -> bytes:
+        return src[1:-1] if isinstance(src, bytes) else bytes(_read_at(self.cols.path, *src)[1:-1])
+
     def _drain_one(self) -> None:
-        fut, payload, sep = self.pending.popleft()
+        fut, src, sep = self.pending.popleft()
         loc = self._check(fut.result())
-        text = payload[1:-1] if loc is None else b""
+        text = self._text(src) if loc is None else b""
         while loc is None:  # a wrong cut: join with the next batch, byte for byte
             if not self.pending:
                 self.carry = text + sep
                 return
-            nfut, npayload, nsep = self.pending.popleft()
+            nfut, nsrc, nsep = self.pending.popleft()
             nfut.cancel()
-            text, sep = text + sep + npayload[1:-1], nsep
+            text, sep = text + sep + self._text(nsrc), nsep
             loc = self.decode_now(text)
         self.cols.merge(loc)
 
@@ -535,6 +566,9 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1) -> tuple[Timeline |
     spath = str(path)
     cols = _Columns(spath, style)
     blocks = _blocks(path)
+    with open(path, "rb") as f:
+        plain = f.read(2) != GZIP_MAGIC  # workers then read their batches from the file
+    buf_off = 0  # file offset of buf[0] (plain files)
     buf = bytearray()
     first = b""
     recent: list[bytes] = []  # the last blocks, at least 1 MiB together (no copies)
@@ -627,13 +661,16 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1) -> tuple[Timeline |
                 break
             j = _skip_ws(buf, c)  # at the ','
             nxt = _skip_ws(buf, j + 1)
-            if batches.pool is not None:
+            if batches.pool is not None and plain:
+                batches.submit_at(buf_off + pos, c - pos, bytes(buf[c:nxt]))
+            elif batches.pool is not None:
                 with memoryview(buf) as mv:
                     batches.submit(b"".join((b"[", mv[pos:c], b"]")), bytes(mv[c:nxt]))
             else:
                 assert loc is not None
                 cols.merge(loc)
             del buf[:nxt]
+            buf_off += nxt
             pos = 0
         batches.flush()
     finally:
