@@ -78,8 +78,9 @@ class Config:
 
     # --- large traces (sources/kineto_stream.py) ---------------------------------------------
     # Kineto traces larger than this (uncompressed bytes, estimated for gzip) are read in chunks
-    # instead of whole: the in-memory decode holds the raw text plus its decoded events, about
-    # 3x the file size (measured with benchmarks/bench_scale.py), so 256 MiB keeps it under 1 GB.
+    # instead of whole: the in-memory decode holds the raw text plus its decoded events, 3.6x the
+    # file size (1.86 GB for 0.51 GB, 7.2 GB for 2.0 GB, benchmarks/bench_scale.py), so 256 MiB
+    # keeps it under 1 GB; the chunked reader held 0.65 GB for the 2.0 GB trace.
     stream_min_bytes: int = 256 * 1024 * 1024
 
     # --- Nsight Systems ------------------------------------------------------------------------
