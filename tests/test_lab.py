@@ -98,7 +98,7 @@ def test_record_all_needs_cuda(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_apply_fix_pulls_the_named_lever() -> None:
     spec = spec_for("starvation", "cpu")
     fixed, what = apply_fix(spec, "input_pipeline.single_process")
-    assert spec.num_workers == 0 and fixed.num_workers >= 2 and fixed.persistent_workers
+    assert spec.num_workers == 0 and fixed.num_workers >= 2 and fixed.prefetch_factor == 4
     assert "num_workers=" in what
     assert apply_fix(spec_for("sync", "cuda"), "host_sync")[0].cpu_metrics is False
     h2d, _ = apply_fix(spec_for("h2d", "cuda"), "h2d_copy")

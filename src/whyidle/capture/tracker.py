@@ -281,7 +281,6 @@ class StepTracker(Generic[T]):
         self._loop_line = ""
         self._info = LoaderInfo.of(loader)
         self._copy_depth = 0
-        self._copy_block = _CopyBlock(self)
 
     # -- failing open ---------------------------------------------------------------------------
     def _fail(self, exc: BaseException) -> None:
@@ -401,7 +400,9 @@ class StepTracker(Generic[T]):
 
     def copy(self) -> _CopyBlock:
         """``with tracker.copy():`` marks a host->device copy; its host time is the step's copy time."""
-        return self._copy_block
+        # A new block per call: a block kept on the tracker would make a reference cycle, and the
+        # loader (with its worker processes) would then outlive the loop until a GC pass.
+        return _CopyBlock(self)
 
     def _copy_done(self, t0: int, t1: int) -> None:
         if self._open is None:
