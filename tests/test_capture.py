@@ -183,6 +183,26 @@ def test_tracker_does_not_swallow_loader_errors_and_closes_on_break() -> None:
     assert [s.duration_ns for s in tr2.stats().steps] == [6 * MS] * 3
 
 
+def test_tracker_does_not_keep_the_loader_alive() -> None:
+    """No reference cycle: a DataLoader's worker processes end with the loop, not at a GC pass."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        clock = FakeClock()
+        loader = FakeLoader(clock, [MS] * 3)
+        ref = weakref.ref(loader)
+        tr = track(loader, clock=clock)
+        for _ in tr:
+            with tr.copy():
+                clock.advance(MS)
+        del tr, loader
+        assert ref() is None
+    finally:
+        gc.enable()
+
+
 def test_explicit_form_data_copy_step() -> None:
     clock = FakeClock()
     tr: StepTracker[Any] = track(clock=clock, batch_size=16)
