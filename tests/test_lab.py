@@ -146,3 +146,15 @@ def _relabel(res: object, flaw: str) -> object:
 
     rep = res.tracker_report  # type: ignore[attr-defined]
     return replace(res, check=check_report(flaw, rep, "tracker"))  # type: ignore[type-var]
+
+
+def test_lab_trace_dir_on_cpu_saves_a_real_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lab", "--flaw", "none", "--device", "cpu", "--steps", "3", "--trace-dir", str(tmp_path), "--json"]) == 0
+    out = capsys.readouterr()
+    d = json.loads(out.out)
+    assert d["extra"]["lab"]["check"]["basis"] == "tracker"
+    trace = Path(d["extra"]["lab"]["trace"])
+    assert trace.parent == tmp_path and trace.read_bytes()[:2] == b"\x1f\x8b"
+    assert "the trace has no device events" in out.err
+    r = diagnose(trace)
+    assert r.no_device_activity and r.window.steps  # a real CPU recording: steps, and no GPU events invented

@@ -28,7 +28,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
     p.add_argument("--steps", type=int, help="tracked steps (default: 12 on CPU, 30 on CUDA)")
     p.add_argument("--trace-dir", metavar="DIR", help="also capture a profiler trace into DIR (always on CUDA)")
-    p.add_argument("--json", action="store_true", help="print the JSON report (with the check under extra.lab)")
+    p.add_argument("--json", action="store_true", help="print the JSON report (with the check under extra.lab); with --flaw all, a list of them")
     p.add_argument("--width", type=int, default=100, help="terminal width of the report")
     p.add_argument("--record-all", metavar="DIR", help="CUDA only: record every flaw's trace into DIR, check each, write DIR/RECORDED.md")
     p.set_defaults(run=run)
@@ -48,22 +48,27 @@ def run(args: argparse.Namespace) -> int:
     dev = pick_device(args.device)
     flaws = [args.flaw] if args.flaw != "all" else list(_FLAWS if dev == "cuda" else CPU_FLAWS)
     failed = 0
+    reports: list[dict[str, Any]] = []
     for flaw in flaws:
         res = run_lab(flaw, dev, steps=args.steps, trace_dir=args.trace_dir)
-        if args.json and len(flaws) == 1:
-            from whyidle.render.json import render_json
-
-            sys.stdout.write(render_json(res.report))
-        elif not args.json:
+        if args.json:
+            reports.append(res.report.to_dict())
+        else:
             from whyidle.render.terminal import render_terminal
 
             print(f"== whyidle lab: flaw '{flaw}' on {dev} ==")
             print(render_terminal(res.report, width=args.width, color=sys.stdout.isatty()))
-            if res.run.trace_path:
-                print(f"trace: {res.run.trace_path}")
+        if res.run.trace_path:
+            cpu_note = " (a CPU run: the trace has no device events; the check read the step tracker)" if dev == "cpu" else ""
+            print(f"whyidle lab: trace saved to {res.run.trace_path}{cpu_note}", file=sys.stderr)
         status = "PASS" if res.check.passed else "FAIL"
         print(f"whyidle lab: {status} flaw={flaw} device={dev} basis={res.check.basis}: {res.check.message}", file=sys.stderr)
         failed += not res.check.passed
+    if args.json:
+        import msgspec
+
+        doc: Any = reports[0] if len(reports) == 1 else reports
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
     if args.flaw == "all" and dev == "cpu":
         for flaw, why in GPU_ONLY.items():
             print(f"whyidle lab: SKIP flaw={flaw}: needs CUDA ({why})", file=sys.stderr)

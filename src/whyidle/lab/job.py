@@ -221,7 +221,7 @@ def run_job(spec: LabSpec, trace_dir: str | Path | None = None, threads: int | N
 
     cuda = spec.device == "cuda"
     dev = torch.device("cuda" if cuda else "cpu")
-    n_prof = spec.profile_steps if (trace_dir is not None or cuda) else 0
+    n_prof = (spec.profile_steps or 3) if trace_dir is not None else spec.profile_steps if cuda else 0
     warm = 1 if n_prof else 0
     total = spec.steps + warm + n_prof
     t_start = time.perf_counter()
