@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -65,11 +66,14 @@ def live_demo(args: argparse.Namespace) -> int:
     dev = pick_device(args.device)
     spec = spec_for("starvation", dev, steps=args.steps, profile_steps=0)
     say = (lambda *a: None) if args.json else print
-    say(
+    intro = (
         f"whyidle demo: a live training run on {dev.upper()} - a small MLP on synthetic batches, each waiting "
-        f"{spec.io_latency_s * 1e3:.0f} ms on (simulated) storage, loaded by a DataLoader with num_workers=0.\n"
-        f"whyidle.track(loader) measures {spec.steps} steps (the first is left out as start-up).\n"
+        f"{spec.io_latency_s * 1e3:.0f} ms on (simulated) storage, loaded by a DataLoader with num_workers=0. "
+        f"whyidle.track(loader) measures {spec.steps} steps (the first is left out as start-up)."
     )
+    if dev == "cpu":
+        intro += " With no GPU here, 'GPU busy' below is the CPU's compute between batches."
+    say(textwrap.fill(intro, width=args.width) + "\n")
     before = run_lab("starvation", dev, spec=spec)
     b_report = before.tracker_report
     assert b_report is not None
