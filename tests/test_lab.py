@@ -158,3 +158,19 @@ def test_lab_trace_dir_on_cpu_saves_a_real_trace(tmp_path: Path, capsys: pytest.
     assert "the trace has no device events" in out.err
     r = diagnose(trace)
     assert r.no_device_activity and r.window.steps  # a real CPU recording: steps, and no GPU events invented
+
+
+LAB_DATA = Path(__file__).parent / "data" / "lab"
+
+
+@pytest.mark.parametrize("flaw", FLAWS)
+def test_recorded_gpu_trace_is_diagnosed_as_its_flaw(flaw: str) -> None:
+    """The real-hardware fixtures written by scripts/record_lab_traces.sh on a GPU."""
+    trace = LAB_DATA / f"lab_{flaw}.pt.trace.json.gz"
+    if not trace.exists():
+        pytest.skip(f"{trace.relative_to(Path(__file__).parent)} not recorded yet: run scripts/record_lab_traces.sh on a CUDA machine")
+    from whyidle.lab.record import MAX_TRACE_BYTES
+
+    assert trace.stat().st_size <= MAX_TRACE_BYTES
+    res = check_report(flaw, diagnose(trace), "trace")
+    assert res.passed, res.message
