@@ -54,6 +54,11 @@ def _headline(r: Report) -> Table:
         what = "SM activity (the log has no GPU-Util)" if sm_basis else "GPU-Util: the share of time a kernel ran"
         t.add_row("GPU busy", f"{u.busy_fraction:.1%} of the log (time-weighted {what})")
         t.add_row("GPU idle", f"{_ms(u.idle_ns)} without a kernel running")
+    elif r.source.format == "whyidle.track":
+        on_gpu = any(d and d != "cpu" for d in r.source.devices) and "CPU-side measurement" not in " ".join(r.quality)
+        what = "device time between step marks (CUDA events)" if on_gpu else "host compute between batches (no GPU: CPU run)"
+        t.add_row("Busy", f"{u.busy_fraction:.1%} of the steps: {what}")
+        t.add_row("Waiting", f"{_ms(u.idle_ns)} (data wait, copies, other host time)")
     else:
         t.add_row(
             "GPU busy",
