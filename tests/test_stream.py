@@ -145,3 +145,25 @@ def test_parallel_chunks_same_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ks, "_BATCH", 1 << 20)
     path = TRACES / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz"
     assert_same(parse_kineto(read_bytes(path), path=str(path)), parse_kineto_stream(path, jobs=2))
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_progress_reports_bytes_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gz: bool) -> None:
+    monkeypatch.setattr(ks, "_BLOCK", 1 << 14)
+    monkeypatch.setattr(ks, "_GZ_READ", 1 << 12)
+    text = json.dumps(training_trace("none", steps=3)).encode()
+    p = tmp_path / ("t.json.gz" if gz else "t.json")
+    p.write_bytes(gzip.compress(text) if gz else text)
+    seen: list[tuple[int, int]] = []
+    parse_kineto_stream(p, progress=lambda done, total: seen.append((done, total)))
+    size = p.stat().st_size
+    assert len(seen) >= 2
+    assert all(t == size for _, t in seen)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert seen[-1][0] == size
+
+
+def test_should_stream_only_json(tmp_path: Path) -> None:
+    p = tmp_path / "log.csv"
+    p.write_text("timestamp, utilization.gpu [%]\n" * 100)
+    assert not should_stream(p, min_bytes=1)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from whyidle.commands._output import progress
+from whyidle.commands._output import progress, progress_bar
 from whyidle.errors import UsageError
 
 __all__ = ["add_parser", "run"]
@@ -35,18 +35,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"-o {args.output}: expected a file name ending in .parquet")
     if not (out.parent if str(out.parent) else Path(".")).is_dir():
         raise UsageError(f"cannot write {out}: the folder {out.parent} does not exist")
+    from whyidle.sources import kineto_stream
+
     _pa()  # the extra is needed: say so before parsing a large trace
-    with progress(f"whyidle: reading {args.trace}"):
-        if args.stream == "always":
-            from whyidle.sources.kineto_stream import parse_kineto_stream
-
-            tl = parse_kineto_stream(args.trace)
-        elif args.stream == "never":
-            from whyidle.sources import kineto_stream
-
-            tl = load(args.trace) if not kineto_stream.should_stream(Path(args.trace)) else _load_in_memory(args.trace)
-        else:
-            tl = load(args.trace)
+    big = kineto_stream.should_stream(Path(args.trace))
+    if args.stream == "always" or (args.stream == "auto" and big):
+        with progress_bar(f"whyidle: reading {Path(args.trace).name}") as update:
+            tl = kineto_stream.parse_kineto_stream(args.trace, progress=update)
+    else:
+        with progress(f"whyidle: reading {args.trace}"):
+            tl = _load_in_memory(args.trace) if big else load(args.trace)
+    with progress(f"whyidle: writing {out}"):
         write_parquet(tl, out)
     print(f"whyidle: wrote {len(tl)} events, {len(tl.lanes)} lanes to {out}", file=sys.stderr)
     return 0

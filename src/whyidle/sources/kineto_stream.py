@@ -28,7 +28,7 @@ import gc
 import os
 import zlib
 from collections import Counter, deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,7 @@ from whyidle.sources.kineto import (
     _Num,
     _stream_of,
     _to_ns,
+    looks_like_kineto,
 )
 from whyidle.timeline.build import TimelineBuilder
 from whyidle.timeline.model import Kind, LaneKind, Timeline, TimelineMeta
@@ -94,12 +95,22 @@ def should_stream(path: Path, min_bytes: int | None = None) -> bool:
 
         min_bytes = Config().stream_min_bytes
     try:
-        return path.is_file() and estimated_size(path) >= min_bytes
-    except OSError:
-        return False
+        if not path.is_file() or estimated_size(path) < min_bytes:
+            return False
+        gen = _blocks(path)
+        try:
+            head = next(gen, b"")
+        finally:
+            gen.close()
+    except (OSError, TraceFormatError):
+        return False  # the in-memory reader reports the problem in words
+    return looks_like_kineto(head[:64])  # JSON; other large inputs go to their own readers
 
 
-def _blocks(path: Path) -> Generator[bytes, None, None]:
+Progress = Callable[[int, int], None]  # (file bytes read, file size)
+
+
+def _blocks(path: Path, progress: Progress | None = None) -> Generator[bytes, None, None]:
     """The decompressed content, block by block (gzip members one after another)."""
     try:
         f = open(path, "rb")
@@ -108,12 +119,19 @@ def _blocks(path: Path) -> Generator[bytes, None, None]:
     except OSError as exc:
         raise InputError(path, f"cannot be read ({exc.strerror or exc})") from None
     with f:
+        size = os.fstat(f.fileno()).st_size
+
+        def tell() -> None:
+            if progress is not None:
+                progress(f.tell(), size)
+
         first = f.read(_GZ_READ)
         if not first:
             raise TraceFormatError(path, "the file is empty; expected a profiler trace")
         if not first.startswith(GZIP_MAGIC):
             yield first
             while blk := f.read(_BLOCK):
+                tell()
                 yield blk
             return
         d = zlib.decompressobj(wbits=31)
@@ -124,6 +142,7 @@ def _blocks(path: Path) -> Generator[bytes, None, None]:
             except zlib.error as exc:
                 raise TraceFormatError(path, f"the gzip stream is corrupt ({exc})") from None
             if out:
+                tell()
                 yield out
             if d.eof:
                 rest = d.unused_data
@@ -561,11 +580,11 @@ class _Batches:
             self.pool.shutdown(cancel_futures=True)
 
 
-def _run(path: Path, style: str, exact: bool, jobs: int = 1) -> tuple[Timeline | None, bytes, bytes]:
+def _run(path: Path, style: str, exact: bool, jobs: int = 1, progress: Progress | None = None) -> tuple[Timeline | None, bytes, bytes]:
     """One pass: the Timeline, and the first and last MiB of text (to confirm the time style)."""
     spath = str(path)
     cols = _Columns(spath, style)
-    blocks = _blocks(path)
+    blocks = _blocks(path, progress)
     with open(path, "rb") as f:
         plain = f.read(2) != GZIP_MAGIC  # workers then read their batches from the file
     buf_off = 0  # file offset of buf[0] (plain files)
@@ -726,10 +745,11 @@ def _auto_jobs(p: Path) -> int:
     return min(os.cpu_count() or 1, 4) if big else 1
 
 
-def parse_kineto_stream(path: str | os.PathLike[str], jobs: int | None = None) -> Timeline:
+def parse_kineto_stream(path: str | os.PathLike[str], jobs: int | None = None, progress: Progress | None = None) -> Timeline:
     """Read a Kineto trace (plain or gzip) in bounded memory; same Timeline as parse_kineto.
 
     ``jobs``: processes decoding chunks (default: :data:`DEFAULT_JOBS`, or by size).
+    ``progress(bytes_read, file_size)`` is called as the file is read.
     """
     p = Path(path)
     jobs = _auto_jobs(p) if jobs is None else max(jobs, 1)
@@ -742,7 +762,7 @@ def parse_kineto_stream(path: str | os.PathLike[str], jobs: int | None = None) -
     texts, big = _samples(head[:_MIB])
     style = _fraction_style(texts)
     exact = big or style == "unpadded_ns"
-    tl, first, last = _run(p, style, exact, jobs)
+    tl, first, last = _run(p, style, exact, jobs, progress)
     texts2, big2 = _samples(first)
     if len(first) >= _MIB and last:
         t_last, b_last = _samples(last)
@@ -751,7 +771,7 @@ def parse_kineto_stream(path: str | os.PathLike[str], jobs: int | None = None) -
     style2 = _fraction_style(texts2)
     exact2 = big2 or style2 == "unpadded_ns"
     if (style2, exact2) != (style, exact):
-        tl, _, _ = _run(p, style2, exact2, jobs)
+        tl, _, _ = _run(p, style2, exact2, jobs, progress)
     assert tl is not None
     return tl
 
