@@ -118,9 +118,9 @@ def run(args: argparse.Namespace) -> int:
     from whyidle.commands._ranks import is_run_dir, run_ranks
 
     if is_run_dir(args.trace) or args.workers or args.scheduler:
-        report = run_ranks(args, cfg)
-        emit(report, args)
-        failures = [f"rank {e.rank}: {m}" for e in report.ranks if e.report is not None for m in gate(e.report, cfg)]
+        run_report = run_ranks(args, cfg)
+        emit(run_report, args)
+        failures = [f"rank {e.rank}: {m}" for e in run_report.ranks if e.report is not None for m in gate(e.report, cfg)]
     else:
         from whyidle.sources import load
 
