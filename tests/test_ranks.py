@@ -164,6 +164,13 @@ def test_cli_run_dir_json_and_terminal(tmp_path: Path, capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert "ranks from distributedInfo" in out and "Collectives:" in out
     assert main(["diagnose", str(run), "--jobs", "0"]) == 2
+    capsys.readouterr()
+    # CI gates apply to every rank
+    assert main(["diagnose", str(run), "--jobs", "1", "--json", "--min-busy", "0.9"]) == 1
+    err = capsys.readouterr().err
+    assert "rank 0: device busy" in err and "rank 1: device busy" in err
+    assert main(["diagnose", str(run), "-o", str(tmp_path / "r.html")]) == 2
+    assert "terminal text or JSON" in capsys.readouterr().err
 
 
 # -- built rank sets with known stragglers ---------------------------------------------------
