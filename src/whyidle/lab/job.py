@@ -21,7 +21,6 @@ On a CPU there is no device queue: ``h2d``, ``sync``, ``smallbatch`` and ``launc
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import warnings
 from collections.abc import Iterator

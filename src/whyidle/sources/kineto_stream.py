@@ -27,42 +27,28 @@ from __future__ import annotations
 import gc
 import os
 import zlib
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import numpy as np
 
 from whyidle.errors import InputError, TraceFormatError
 from whyidle.sources._io import GZIP_MAGIC
+from whyidle.sources.kineto_columns import _Columns, _Local, _local_columns
 from whyidle.sources.kineto import (
-    _CATEGORIES,
-    _COLLECTIVE_RE,
     _DECODER,
-    _DEVICE_KINDS,
     _EXACT_DECODER,
     _EXACT_FLOAT_US,
     _FLOAT_TIME_RE,
-    _IGNORED,
-    _STEP_RE,
-    _as_float,
-    _as_int,
     _Doc,
-    _Event,
-    _ExactEvent,
     _fraction_style,
-    _int_or,
-    _lead_dim,
-    _Num,
-    _stream_of,
-    _to_ns,
+    _EXACT_BATCH_DECODER,
+    _BATCH_DECODER,
     looks_like_kineto,
 )
-from whyidle.timeline.build import TimelineBuilder
-from whyidle.timeline.model import Kind, LaneKind, Timeline, TimelineMeta
+from whyidle.timeline.model import Timeline
 
 __all__ = ["load_kineto_stream", "parse_kineto_stream", "should_stream", "estimated_size"]
 
@@ -73,8 +59,6 @@ _MAX_FALSE_CUTS = 64  # candidate cuts tried per batch before the text is called
 _BATCH = 16 << 20  # text per decoded batch of events
 _MIB = 1 << 20
 _WS = b" \t\r\n"
-_BATCH_DECODER = msgspec.json.Decoder(list[_Event])
-_EXACT_BATCH_DECODER = msgspec.json.Decoder(list[_ExactEvent], float_hook=_Num)
 
 
 def estimated_size(path: Path) -> int:
@@ -168,134 +152,6 @@ def _samples(part: bytes) -> tuple[list[str], bool]:
     return texts, big
 
 
-@dataclass
-class _Local:
-    """One batch as columns with batch-local tables (names, lanes, stacks): small to pickle."""
-
-    n_events: int
-    seen_ph: bool
-    has_x: bool
-    thread_names: list[tuple[str, str, Any]]
-    unknown: dict[str, int]  # in first-seen order
-    names: list[str]
-    lane_keys: list[tuple[bool, int, str, str, str]]  # (device?, device, pid, tid/stream, thread tid)
-    stacks: list[str]
-    negative: int
-    cols: dict[str, np.ndarray]
-
-
-def _local_columns(events: list[Any], style: str, path: str) -> _Local:
-    """Columns of one batch of decoded events, as kineto._parse computes them."""
-    seen_ph = any(isinstance(e.ph, str) for e in events[:1000])
-    thread_names = [
-        (str(e.pid), str(e.tid), e.args.name)
-        for e in events
-        if e.ph == "M" and e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str)
-    ]
-    xs = [e for e in events if e.ph == "X"]
-    unknown: dict[str, int] = {}
-    empty = _Local(len(events), seen_ph, bool(xs), thread_names, unknown, [], [], [], 0, {})
-    if not xs:
-        return empty
-    cats = [e.cat for e in xs]
-    cat_kind: dict[Any, int] = {}
-    for c in dict.fromkeys(cats):
-        ck = _CATEGORIES.get(c.lower() if isinstance(c, str) else "")
-        cat_kind[c] = int(ck) if ck is not None else -1
-    kind_all = np.fromiter((cat_kind[c] for c in cats), dtype=np.int16, count=len(cats))
-    for c, k in cat_kind.items():
-        if k == -1 and not (isinstance(c, str) and c.lower() in _IGNORED):
-            unknown[str(c)] = unknown.get(str(c), 0) + cats.count(c)
-    keep = np.flatnonzero(kind_all >= 0)
-    if keep.size != len(xs):
-        xs = [xs[i] for i in keep]
-    if not xs:
-        return empty
-    kind = kind_all[keep].astype(np.int8)
-    n = len(xs)
-    name_ids_of: dict[str, int] = {}
-    names: list[str] = []
-    name_ids = np.empty(n, dtype=np.int32)
-    for i, e in enumerate(xs):
-        nm = e.name if isinstance(e.name, str) else str(e.name)
-        j = name_ids_of.get(nm)
-        if j is None:
-            j = name_ids_of[nm] = len(names)
-            names.append(nm)
-        name_ids[i] = j
-    is_device = np.isin(kind, [int(k) for k in _DEVICE_KINDS])
-    lane = np.empty(n, dtype=np.int32)
-    args = [e.args for e in xs]
-    dev_flags = is_device.tolist()
-    lane_of: dict[tuple[Any, Any, bool], int] = {}
-    lane_keys: list[tuple[bool, int, str, str, str]] = []
-    for i, e in enumerate(xs):
-        lkey = (e.pid, e.tid, dev_flags[i])
-        li = lane_of.get(lkey)
-        if li is None:
-            if dev_flags[i]:
-                a = args[i]
-                dev = _as_int(a.device, -1) if a is not None and a.device is not None else _as_int(e.pid, 0)
-                lane_keys.append((True, dev, str(e.pid), _stream_of(e, a), ""))
-            else:
-                lane_keys.append((False, -1, str(e.pid), str(e.tid), ""))
-            li = lane_of[lkey] = len(lane_keys) - 1
-        lane[i] = li
-    step_names = np.fromiter((bool(_STEP_RE.match(s_)) for s_ in names), dtype=np.bool_, count=len(names))
-    coll_names = np.fromiter((bool(_COLLECTIVE_RE.search(s_)) for s_ in names), dtype=np.bool_, count=len(names))
-    host_range = (kind == int(Kind.CPU_OP)) | (kind == int(Kind.ANNOTATION))
-    kind[host_range & step_names[name_ids]] = int(Kind.STEP)
-    kind[(kind == int(Kind.KERNEL)) & coll_names[name_ids]] = int(Kind.COLLECTIVE)
-    start_ns = _to_ns([e.ts for e in xs], style, path, "timestamp 'ts'")
-    dur_ns = _to_ns([0 if e.dur is None else e.dur for e in xs], style, path, "duration 'dur'")
-    negative = int((dur_ns < 0).sum())
-    if negative:
-        dur_ns = np.maximum(dur_ns, 0)
-    corr = _int_or([a.correlation if a is not None else None for a in args], -1)
-    dev_idx = np.flatnonzero(is_device).tolist()
-    bps = np.full(n, np.nan, dtype=np.float32)
-    occ = np.full(n, np.nan, dtype=np.float32)
-    nbytes = np.full(n, -1, dtype=np.int64)
-    if dev_idx:
-        dargs = [args[i] for i in dev_idx]
-        bps[dev_idx] = [_as_float(a.blocks_per_sm) if a is not None else np.nan for a in dargs]
-        occ[dev_idx] = [_as_float(a.occupancy) if a is not None else np.nan for a in dargs]
-        nbytes[dev_idx] = _int_or([a.bytes if a is not None else None for a in dargs], -1)
-    host_idx = np.flatnonzero(~is_device).tolist()
-    stack = np.full(n, -1, dtype=np.int32)
-    shape0 = np.full(n, -1, dtype=np.int64)
-    stacks: list[str] = []
-    if host_idx:
-        stack_of: dict[str, int] = {}
-
-        def intern_stack(st: str) -> int:
-            k = stack_of.get(st)
-            if k is None:
-                k = stack_of[st] = len(stacks)
-                stacks.append(st)
-            return k
-
-        hargs = [args[i] for i in host_idx]
-        stack[host_idx] = [
-            intern_stack(a.call_stack) if a is not None and isinstance(a.call_stack, str) and a.call_stack else -1 for a in hargs
-        ]
-        shape0[host_idx] = [_lead_dim(a.input_dims) if a is not None and a.input_dims is not None else -1 for a in hargs]
-    cols = {
-        "start_ns": start_ns,
-        "end_ns": start_ns + dur_ns,  # base time is added at the end
-        "lane": lane,
-        "kind": kind,
-        "name": name_ids,
-        "corr": corr,
-        "stack": stack,
-        "shape0": shape0,
-        "blocks_per_sm": bps,
-        "occupancy": occ,
-        "nbytes": nbytes,
-    }
-    return _Local(len(events), seen_ph, True, thread_names, unknown, names, lane_keys, stacks, negative, cols)
-
-
 _BAD_CUT = "bad cut"
 
 
@@ -339,104 +195,6 @@ def _decode_local(text: bytes | bytearray, exact: bool, style: str, path: str) -
             return str(exc.args[0]) if exc.args else "has an event that cannot be read"
     finally:
         gc.enable()
-
-
-class _Columns:
-    """Merges batches (in file order) into one TimelineBuilder with global tables."""
-
-    def __init__(self, path: str, style: str) -> None:
-        self.path = path
-        self.style = style
-        self.meta = TimelineMeta(source_format="kineto", path=path)
-        self.b = TimelineBuilder(self.meta)
-        self.lane_of: dict[tuple[bool, int, str, str, str], int] = {}
-        self.unknown: Counter[str] = Counter()
-        self.thread_names: list[tuple[str, str, Any]] = []
-        self.stack_ids: dict[str, int] = {}  # stacks are interned after every name, as in memory
-        self.stacks: list[str] = []
-        self.negative = 0
-        self.n_events = 0
-        self.seen_ph = False
-        self.has_x = False
-
-    def merge(self, loc: _Local) -> None:
-        b = self.b
-        if self.n_events < 1000 and loc.seen_ph:
-            self.seen_ph = True
-        self.has_x = self.has_x or loc.has_x
-        self.n_events += loc.n_events
-        self.thread_names.extend(loc.thread_names)
-        for k, v in loc.unknown.items():
-            self.unknown[k] += v
-        self.negative += loc.negative
-        if not loc.cols:
-            return
-        c = dict(loc.cols)
-        c["name"] = b.intern_many(loc.names)[c["name"]]
-        lanes = np.empty(len(loc.lane_keys), dtype=np.int32)
-        for i, key in enumerate(loc.lane_keys):
-            li = self.lane_of.get(key)
-            if li is None:
-                dev, device, pid, tid, _ = key
-                li = b.lane_id(LaneKind.GPU_STREAM, device, pid, tid) if dev else b.lane_id(LaneKind.CPU_THREAD, -1, pid, tid)
-                self.lane_of[key] = li
-            lanes[i] = li
-        c["lane"] = lanes[c["lane"]]
-        if loc.stacks:
-            remap = np.array([self._stack(st) for st in loc.stacks] + [-1], dtype=np.int32)
-            c["stack"] = remap[c["stack"]]
-        b.add_columns(**c)
-
-    def _stack(self, s: str) -> int:
-        i = self.stack_ids.get(s)
-        if i is None:
-            i = len(self.stacks)
-            self.stacks.append(s)
-            self.stack_ids[s] = i
-        return i
-
-    def finish(self, doc: _Doc | None) -> Timeline:
-        meta, b = self.meta, self.b
-        base_ns = 0
-        if doc is not None:
-            meta.source_version = f"schemaVersion {doc.schemaVersion}" if doc.schemaVersion is not None else "2021 (no schemaVersion)"
-            if isinstance(doc.deviceProperties, list):
-                meta.devices = [d for d in doc.deviceProperties if isinstance(d, dict)]
-            info = doc.distributedInfo
-            if isinstance(info, dict):
-                if type(info.get("rank")) is int:
-                    meta.rank = int(info["rank"])
-                    meta.rank_basis = "distributedInfo"
-                if type(info.get("world_size")) is int:
-                    meta.world_size = int(info["world_size"])
-            if doc.baseTimeNanoseconds is not None:
-                base_ns = _as_int(doc.baseTimeNanoseconds, 0)
-        if self.n_events == 0:
-            raise TraceFormatError(self.path, "has an empty 'traceEvents' list; expected profiler events")
-        if not self.has_x and not self.seen_ph:
-            raise TraceFormatError(self.path, "holds no Chrome trace events (no 'ph' fields); expected a PyTorch profiler trace")
-        # Stacks after every name, in first-use order, as the in-memory reader interns them.
-        remap = np.array([b.intern(s) for s in self.stacks] + [-1], dtype=np.int32)
-        for chunk in b._chunks:
-            st = chunk["stack"]
-            chunk["stack"] = remap[st]  # -1 indexes the trailing -1
-            if base_ns:
-                chunk["start_ns"] += base_ns
-                chunk["end_ns"] += base_ns
-        if self.style == "unpadded_ns":
-            meta.quality.append(
-                "timestamps were written by the 2024 Kineto nanosecond exporter without zero-padded "
-                "fractions ('12.5' means 12 us + 5 ns); they were read that way"
-            )
-        if self.negative:
-            meta.quality.append(f"{self.negative} events have negative durations; they were treated as zero-length")
-        for pid, tid, tname in self.thread_names:
-            b.name_lane(pid, tid, tname)
-        total = sum(self.unknown.values())
-        if total:
-            listed = ", ".join(f"{k} ({v})" for k, v in self.unknown.most_common(5))
-            meta.quality.append(f"{total} events of categories whyidle does not use were ignored: {listed}")
-        return b.build()
 
 
 def _decode_head(text: bytes, path: str, exact: bool) -> _Doc:
