@@ -61,9 +61,17 @@ _STREAM_RE = re.compile(r"(\d+)\s*$")
 def _to_ns(values: list[Any], style: str, path: str, what: str) -> np.ndarray:
     """Microsecond values (int, float, float text) -> int64 nanoseconds."""
     n = len(values)
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    # Fast path: numpy infers int64 only when every value is a Python int (the typed decoder
+    # admits no bools). Anything else (floats, float texts, strings) takes the careful path.
+    try:
+        guess = np.asarray(values)
+    except (ValueError, OverflowError):
+        guess = np.empty(0)
+    if guess.dtype == np.int64 and guess.shape == (n,):
+        return guess * 1000
     is_int = np.fromiter((type(v) is int for v in values), dtype=np.bool_, count=n)
-    if is_int.all():
-        return np.asarray(values, dtype=np.int64) * 1000
     is_float = np.fromiter((type(v) is float for v in values), dtype=np.bool_, count=n)
     if (is_int | is_float).all():
         out = np.empty(n, dtype=np.int64)
@@ -145,7 +153,26 @@ def _stream_of(e: Any, a: Any) -> str:
 
 
 def _int_or(values: list[Any], default: int) -> np.ndarray:
-    return np.fromiter((v if type(v) is int else (_as_int(v, default) if v is not None else default) for v in values), dtype=np.int64, count=len(values))
+    return np.array([v if type(v) is int else (_as_int(v, default) if v is not None else default) for v in values], dtype=np.int64)
+
+
+# Per-name flags (step marker, collective kernel), computed once per distinct name per process:
+# names repeat across batches, and the regexes are the costly part on long kernel names.
+_NAME_FLAGS: dict[str, tuple[bool, bool]] = {}
+
+
+def _name_flags(names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    cache = _NAME_FLAGS
+    step = np.empty(len(names), dtype=np.bool_)
+    coll = np.empty(len(names), dtype=np.bool_)
+    for i, nm in enumerate(names):
+        f = cache.get(nm)
+        if f is None:
+            if len(cache) > 200_000:
+                cache.clear()
+            f = cache[nm] = (bool(_STEP_RE.match(nm)), bool(_COLLECTIVE_RE.search(nm)))
+        step[i], coll[i] = f
+    return step, coll
 
 
 @dataclass
@@ -221,8 +248,7 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
                 lane_keys.append((False, -1, str(e.pid), str(e.tid), ""))
             li = lane_of[lkey] = len(lane_keys) - 1
         lane[i] = li
-    step_names = np.fromiter((bool(_STEP_RE.match(s_)) for s_ in names), dtype=np.bool_, count=len(names))
-    coll_names = np.fromiter((bool(_COLLECTIVE_RE.search(s_)) for s_ in names), dtype=np.bool_, count=len(names))
+    step_names, coll_names = _name_flags(names)
     host_range = (kind == int(Kind.CPU_OP)) | (kind == int(Kind.ANNOTATION))
     kind[host_range & step_names[name_ids]] = int(Kind.STEP)
     kind[(kind == int(Kind.KERNEL)) & coll_names[name_ids]] = int(Kind.COLLECTIVE)
