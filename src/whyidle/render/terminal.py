@@ -121,7 +121,7 @@ def render_terminal(r: Report, width: int = 80, color: bool = False) -> str:
         print_multi_rank(r, console)
     else:
         print_report(r, console)
-    return buf.getvalue()
+    return "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
 
 
 def _fmt_value(v: float, unit: str) -> str:
