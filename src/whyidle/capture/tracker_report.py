@@ -29,6 +29,7 @@ from whyidle.capture.tracker import StepRecord, TrackerStats
 from whyidle.config import Config
 from whyidle.findings.levers import lever_for
 from whyidle.findings.model import Evidence, Finding, Fix, Report, Skipped, SourceInfo, WindowInfo
+from whyidle.findings.rules import cause_finding
 
 __all__ = ["report_from_tracker", "SOURCE_FORMAT"]
 
@@ -186,20 +187,7 @@ def report_from_tracker(st: TrackerStats, config: Config | None = None) -> Repor
             + "; an upper bound, since removing this wait may expose the next one"
         )
         fix = Fix(lever.summary, _seen_here(cause, st, per_step, mean_step) + lever.steps, lever.code, lever.verify, expected, lever.docs)
-        findings.append(
-            Finding(
-                id=cause.cause if not variant else f"{cause.cause}.{variant}",
-                group=cause.group,
-                cause=cause.cause,
-                title=lever.title,
-                idle_ns=ns,
-                share_of_idle=ns / idle if idle else 0.0,
-                share_of_window=ns / window_ns if window_ns else 0.0,
-                evidence=ev,
-                fix=fix,
-                variant=variant,
-            )
-        )
+        findings.append(cause_finding(cause, lever, variant, ns, idle, window_ns, ev, fix))
     findings.sort(key=lambda f: -f.idle_ns)
     skipped = (
         Skipped(

@@ -26,7 +26,7 @@ from whyidle.findings.levers import Lever, lever_for
 from whyidle.findings.model import Evidence, Finding, Fix, Skipped
 from whyidle.timeline.model import Kind, Timeline
 
-__all__ = ["Analyses", "build_findings"]
+__all__ = ["Analyses", "build_findings", "cause_finding"]
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,24 @@ _OP_FILTERS = {
 }
 
 
+def cause_finding(
+    cause: C.Cause, lever: Lever, variant: str, idle_ns: int, idle_total_ns: int, window_ns: int, evidence: Evidence, fix: Fix
+) -> Finding:
+    """The finding for an idle cause: id, group, title and shares, the same for every source."""
+    return Finding(
+        id=cause.cause if not variant else f"{cause.cause}.{variant}",
+        group=cause.group,
+        cause=cause.cause,
+        title=lever.title,
+        idle_ns=idle_ns,
+        share_of_idle=idle_ns / idle_total_ns if idle_total_ns else 0.0,
+        share_of_window=idle_ns / window_ns if window_ns else 0.0,
+        evidence=evidence,
+        fix=fix,
+        variant=variant,
+    )
+
+
 def build_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple[Skipped, ...]]:
     findings: list[Finding] = []
     skipped: list[Skipped] = []
@@ -190,20 +208,7 @@ def build_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple
         fix = _fix(lever, expected)
         if steps is not lever.steps:
             fix = Fix(fix.summary, steps, fix.code, fix.verify, fix.expected, fix.docs)
-        findings.append(
-            Finding(
-                id=cause.cause if not variant else f"{cause.cause}.{variant}",
-                group=cause.group,
-                cause=cause.cause,
-                title=lever.title,
-                idle_ns=ns,
-                share_of_idle=ns / idle if idle else 0.0,
-                share_of_window=ns / capacity if capacity else 0.0,
-                evidence=evidence,
-                fix=fix,
-                variant=variant,
-            )
-        )
+        findings.append(cause_finding(cause, lever, variant, ns, idle, capacity, evidence, fix))
     fp32 = _fp32_finding(a, cfg) if not a.quality.cold_start else None
     if isinstance(fp32, Finding):
         findings.append(fp32)
