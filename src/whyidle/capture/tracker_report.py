@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from whyidle.units import format_ms
 from whyidle import __version__
 from whyidle.analyses import causes as C
 from whyidle.analyses.kernels import KernelStats
@@ -54,10 +55,6 @@ def _empty_kernels() -> KernelStats:
     return KernelStats(0, 0, None, 0, 0, None, None, None, 0, 0, ())
 
 
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms"
-
-
 def _batch(steps: tuple[StepRecord, ...]) -> int | None:
     values = [s.samples for s in steps if s.samples is not None]
     if not values:
@@ -79,14 +76,14 @@ def _seen_here(cause: C.Cause, st: TrackerStats, per_step_ns: float, mean_step_n
         if li.num_workers == 0:
             return (
                 f"Seen here: {li.kind}(num_workers=0) prepares every batch in the training process; "
-                f"the loop waited {_ms(per_step_ns)} per step for it (step {_ms(mean_step_ns)}).",
+                f"the loop waited {format_ms(per_step_ns)} per step for it (step {format_ms(mean_step_ns)}).",
             )
         if li.num_workers is not None:
             return (
                 f"Seen here: {li.num_workers} worker(s) cannot keep up; the loop still waited "
-                f"{_ms(per_step_ns)} per step (step {_ms(mean_step_ns)}).",
+                f"{format_ms(per_step_ns)} per step (step {format_ms(mean_step_ns)}).",
             )
-        return (f"Seen here: the loop waited {_ms(per_step_ns)} per step for the next batch (step {_ms(mean_step_ns)}).",)
+        return (f"Seen here: the loop waited {format_ms(per_step_ns)} per step for the next batch (step {format_ms(mean_step_ns)}).",)
     if cause is C.H2D_COPY and li.pin_memory is False:
         return ("Seen here: the DataLoader does not pin memory (pin_memory=False), so copies cannot run asynchronously.",)
     return ()
@@ -182,7 +179,7 @@ def report_from_tracker(st: TrackerStats, config: Config | None = None) -> Repor
             facts=tuple(facts),
         )
         expected = (
-            f"up to {_ms(per_step)} per step ({per_step / mean_step:.0%} of step time) can be recovered"
+            f"up to {format_ms(per_step)} per step ({per_step / mean_step:.0%} of step time) can be recovered"
             + (f": samples/s up to {speedup:.2f}x" if speedup else "")
             + "; an upper bound, since removing this wait may expose the next one"
         )

@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+from whyidle.units import format_ns
 from whyidle.commands._output import progress, write_atomic
 from whyidle.config import Config
 from whyidle.errors import UsageError
@@ -59,23 +60,10 @@ def load_side(path: str, cfg: Config) -> tuple[Any, Any]:
     return report_from(a, cfg), name_times(tl, link_launches(tl), a.window)
 
 
-def _fmt(ns: float | None) -> str:
-    if ns is None:
-        return "n/a"
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if a >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.1f} us"
-    return f"{ns:.0f} ns"
-
-
 def _signed(ns: float | None) -> str:
     if ns is None:
         return "n/a"
-    return ("\u2212" if ns < 0 else "+") + _fmt(abs(ns))
+    return ("\u2212" if ns < 0 else "+") + format_ns(abs(ns))
 
 
 def _rel(x: float | None) -> str:
@@ -105,7 +93,7 @@ def render_text(c: Any) -> str:
 
     st = c.step_time_ns
     if st.before is not None or st.after is not None:
-        row("step time (mean)", _fmt(st.before), _fmt(st.after), _signed(st.delta) + _rel(st.relative))
+        row("step time (mean)", format_ns(st.before), format_ns(st.after), _signed(st.delta) + _rel(st.relative))
     sp = c.samples_per_s
     if sp.before is not None and sp.after is not None:
         row("samples/s", f"{sp.before:,.1f}", f"{sp.after:,.1f}", f"{sp.delta:+,.1f}{_rel(sp.relative)}")
@@ -114,20 +102,20 @@ def render_text(c: Any) -> str:
         row("steps/s", f"{s.before:.2f}", f"{s.after:.2f}", f"{s.delta:+.2f}{_rel(s.relative)}")
     b = c.busy_fraction
     row("GPU busy (device basis)", f"{b.before:.1%}", f"{b.after:.1%}", f"{100 * (b.delta or 0):+.1f} points")
-    row(f"GPU idle {unit}", _fmt(c.idle_ns.before), _fmt(c.idle_ns.after), _signed(c.idle_ns.delta))
+    row(f"GPU idle {unit}", format_ns(c.idle_ns.before), format_ns(c.idle_ns.after), _signed(c.idle_ns.delta))
     lines.append("")
     lines.append(f"  Idle by group, {unit}")
     for g, ch in c.idle_by_group_ns.items():
-        row("  " + GROUP_LABELS.get(g, g), _fmt(ch.before), _fmt(ch.after), _signed(ch.delta))
+        row("  " + GROUP_LABELS.get(g, g), format_ns(ch.before), format_ns(ch.after), _signed(ch.delta))
     lines.append(f"  Idle by cause, {unit}")
     for k, ch in sorted(c.idle_by_cause_ns.items(), key=lambda kv: kv[1].delta or 0.0):
-        row("  " + cause_label(k), _fmt(ch.before), _fmt(ch.after), _signed(ch.delta))
+        row("  " + cause_label(k), format_ns(ch.before), format_ns(ch.after), _signed(ch.delta))
     for title, items in ((f"Kernels and copies whose time changed most, {unit}", c.kernels), (f"CPU ops whose time changed most, {unit}", c.ops)):
         if items:
             lines.append("")
             lines.append(f"  {title}")
             for x in items:
-                lines.append(f"    {_signed(x.delta_ns):>10}  {_fmt(x.before_ns):>9} -> {_fmt(x.after_ns):<9} {_cut(x.name)}")
+                lines.append(f"    {_signed(x.delta_ns):>10}  {format_ns(x.before_ns):>9} -> {format_ns(x.after_ns):<9} {_cut(x.name)}")
     if c.names_note:
         lines += ["", f"  Note: {c.names_note}"]
     for n in c.notes:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from whyidle.units import format_ms
 from whyidle.analyses import causes as C
 from whyidle.analyses.context import CauseEvidence, ThreadIndex, cause_evidence
 from whyidle.analyses.gaps import Gaps
@@ -40,10 +41,6 @@ class Analyses:
     kernels: KernelStats
     quality: Quality
     index: ThreadIndex
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms"
 
 
 def _fix(lever: Lever, expected: str) -> Fix:
@@ -187,7 +184,7 @@ def build_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple
         if ns < threshold:
             continue
         if a.quality.cold_start and cause is not C.COLD_START:
-            skipped.append(Skipped(cause.key, f"cold start dominates the capture; {_ms(ns)} of idle not blamed on this cause"))
+            skipped.append(Skipped(cause.key, f"cold start dominates the capture; {format_ms(ns)} of idle not blamed on this cause"))
             continue
         ev = cause_evidence(a.tl, g, ci, a.index, examples=cfg.evidence_examples, op_filter=_OP_FILTERS.get(cause))
         variant = _loader_variant(ev) if cause is C.INPUT_PIPELINE else ""
@@ -200,9 +197,9 @@ def build_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple
         if cause is C.HOST_SYNC:
             facts = (("gaps_drained_by_sync", int((g.drained_by_sync & (g.slices[:, ci] > 0)).sum())),)
         evidence = _evidence(a, cause, ev, ns, facts)
-        per_step = f", {_ms(evidence.per_step_idle_ns)} per step" if evidence.per_step_idle_ns is not None else ""
+        per_step = f", {format_ms(evidence.per_step_idle_ns)} per step" if evidence.per_step_idle_ns is not None else ""
         expected = (
-            f"up to {_ms(ns)} of device idle ({ns / idle:.0%} of idle{per_step}) can be recovered; "
+            f"up to {format_ms(ns)} of device idle ({ns / idle:.0%} of idle{per_step}) can be recovered; "
             "an upper bound, since removing this wait may expose the next one"
         )
         fix = _fix(lever, expected)
@@ -239,7 +236,7 @@ def _fp32_finding(a: Analyses, cfg: Config) -> Finding | Skipped | None:
     top_ops = tuple((name, ns, 0) for name, ns in k.top_fp32_kernels)
     ev = Evidence(0, 0, None, None, top_ops, (), (), facts)
     expected = (
-        f"{_ms(k.fp32_math_ns)} of kernel time ({k.fp32_math_share:.0%}) runs FP32 GEMM/convolution "
+        f"{format_ms(k.fp32_math_ns)} of kernel time ({k.fp32_math_share:.0%}) runs FP32 GEMM/convolution "
         f"without tensor cores on compute capability {cc[0]}.{cc[1]}: the share of kernel time that tensor cores "
         "can shorten; re-profile to measure the step time saved"
     )

@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from whyidle.units import format_ns
 from whyidle.findings.model import Finding, Report
 
 __all__ = ["render_terminal", "print_report"]
@@ -24,16 +25,6 @@ _GROUP_STYLE = {
     "insufficient_demand": "bold cyan",
     "unattributed": "bold white",
 }
-
-
-def _ms(ns: float | None) -> str:
-    if ns is None:
-        return "n/a"
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    return f"{ns / 1e3:.1f} us"
 
 
 def _headline(r: Report) -> Table:
@@ -48,27 +39,27 @@ def _headline(r: Report) -> Table:
         if r.window.steps
         else r.window.basis
     )
-    t.add_row("Window", f"{_ms(r.window.duration_ns)}, {basis}")
+    t.add_row("Window", f"{format_ns(r.window.duration_ns)}, {basis}")
     if r.window.basis == "counter log":
         sm_basis = r.counters is not None and any(g.busy_basis == "sm_active_pct" for g in r.counters.gpus)
         what = "SM activity (the log has no GPU-Util)" if sm_basis else "GPU-Util: the share of time a kernel ran"
         t.add_row("GPU busy", f"{u.busy_fraction:.1%} of the log (time-weighted {what})")
-        t.add_row("GPU idle", f"{_ms(u.idle_ns)} without a kernel running")
+        t.add_row("GPU idle", f"{format_ns(u.idle_ns)} without a kernel running")
     elif r.source.format == "whyidle.track":
         on_gpu = any(d and d != "cpu" for d in r.source.devices) and "CPU-side measurement" not in " ".join(r.quality)
         what = "device time between step marks (CUDA events)" if on_gpu else "host compute between batches (no GPU: CPU run)"
         t.add_row("Busy", f"{u.busy_fraction:.1%} of the steps: {what}")
-        t.add_row("Waiting", f"{_ms(u.idle_ns)} (data wait, copies, other host time)")
+        t.add_row("Waiting", f"{format_ns(u.idle_ns)} (data wait, copies, other host time)")
     else:
         t.add_row(
             "GPU busy",
             f"{u.busy_fraction:.1%} of the window (kernels only {u.kernel_busy_fraction:.1%}), "
             f"union over all streams",
         )
-        t.add_row("GPU idle", f"{_ms(u.idle_ns)} in {r.gap_count} gaps")
+        t.add_row("GPU idle", f"{format_ns(u.idle_ns)} in {r.gap_count} gaps")
     if u.steps:
         times = u.step_times_ns
-        t.add_row("Step time", f"mean {_ms(float(times.mean()))}, max {_ms(float(times.max()))}")
+        t.add_row("Step time", f"mean {format_ns(float(times.mean()))}, max {format_ns(float(times.max()))}")
     if u.steps_per_s is not None:
         sps = f"{u.steps_per_s:.2f} steps/s"
         if u.samples_per_s is not None:
@@ -90,9 +81,9 @@ def _finding_panel(i: int, f: Finding) -> Panel:
     style = _GROUP_STYLE.get(f.group, "bold")
     body: list[Text | Table] = [Text(f.title, style=style)]
     if f.idle_ns:
-        line = f"explains {_ms(f.idle_ns)} of device idle ({f.share_of_idle:.0%} of idle, {f.share_of_window:.0%} of the window)"
+        line = f"explains {format_ns(f.idle_ns)} of device idle ({f.share_of_idle:.0%} of idle, {f.share_of_window:.0%} of the window)"
         if e.per_step_idle_ns is not None:
-            line += f"; {_ms(e.per_step_idle_ns)} per step"
+            line += f"; {format_ns(e.per_step_idle_ns)} per step"
         line += f", {e.gap_count} gaps"
         body.append(Text(line))
     else:
@@ -100,7 +91,7 @@ def _finding_panel(i: int, f: Finding) -> Panel:
     label = "CPU" if f.idle_ns else "kernel"
     for name, ns, gaps in e.top_ops[:3]:
         short = name if len(name) <= 70 else name[:67] + "..."
-        suffix = f" ({_ms(ns)} in {gaps} gaps)" if gaps else f" ({_ms(ns)})"
+        suffix = f" ({format_ns(ns)} in {gaps} gaps)" if gaps else f" ({format_ns(ns)})"
         body.append(Text(f"  {label}: {short}{suffix}", style="dim"))
     for line_, n in e.python_lines[:2]:
         body.append(Text(f"  at {line_} ({n} gaps)", style="dim"))
@@ -154,7 +145,7 @@ def _counters_section(r: Report) -> Group:
         parts.append(t)
         p = g.pattern
         if p is not None and p.period_ns is not None and p.regular:
-            parts.append(Text(f"  Rhythm: bursts every {_ms(p.period_ns)}, busy {p.duty_cycle:.0%} of the time (regularity {p.regularity:.2f}, {p.pauses} pauses)"))
+            parts.append(Text(f"  Rhythm: bursts every {format_ns(p.period_ns)}, busy {p.duty_cycle:.0%} of the time (regularity {p.regularity:.2f}, {p.pauses} pauses)"))
         elif p is not None:
             parts.append(Text(f"  Rhythm: none regular; busy {p.duty_cycle:.0%} of the time"))
     for _, text in explanations_for(metrics):
@@ -178,7 +169,7 @@ def print_report(r: Report, console: Console) -> None:
         console.print(Text("No problem finding: no cause explains 5% or more of the window.", style="bold green"))
     unattributed = r.idle_by_group_ns.get("unattributed", 0)
     if unattributed and r.utilization.idle_ns:
-        console.print(Text(f"Unattributed: {_ms(unattributed)} ({unattributed / r.utilization.idle_ns:.0%} of idle) that the trace cannot explain.", style="dim"))
+        console.print(Text(f"Unattributed: {format_ns(unattributed)} ({unattributed / r.utilization.idle_ns:.0%} of idle) that the trace cannot explain.", style="dim"))
     for s in r.skipped:
         console.print(Text(f"Skipped {s.rule}: {s.reason}", style="dim"))
     for q in r.quality:
@@ -194,17 +185,17 @@ def print_multi_rank(m: Any, console: Console) -> None:
     if cr.stragglers:
         console.print(Text("Stragglers (the rank the others waited for at collectives):", style="bold red"))
         for s in cr.stragglers:
-            why = f"; why: {s.cause.key} (+{_ms(s.cause.excess_ns_per_step)} per step vs the other ranks)" if s.cause else "; no cause stands out in its own trace"
+            why = f"; why: {s.cause.key} (+{format_ns(s.cause.excess_ns_per_step)} per step vs the other ranks)" if s.cause else "; no cause stands out in its own trace"
             steps = f" in step{'s' if len(s.steps) > 1 else ''} {', '.join(map(str, s.steps))}" if s.steps else ""
             console.print(
                 f"  rank {s.rank}: last at {s.collectives_last} of {s.collectives_total} collectives{steps}, "
-                f"others waited {_ms(s.lateness_ns)} (max {_ms(s.max_lateness_ns)}){why}"
+                f"others waited {format_ns(s.lateness_ns)} (max {format_ns(s.max_lateness_ns)}){why}"
             )
     elif cr.collectives:
         console.print(Text("No straggler: no rank kept the others waiting at a collective.", style="bold green"))
     if cr.collective_ns:
         console.print(
-            f"Collectives: {_ms(cr.collective_ns)} over all ranks, {cr.waiting_ns / cr.collective_ns:.0%} waiting for the "
+            f"Collectives: {format_ns(cr.collective_ns)} over all ranks, {cr.waiting_ns / cr.collective_ns:.0%} waiting for the "
             f"slowest rank, {cr.transfer_ns / cr.collective_ns:.0%} transfer"
         )
     t = Table(title="Per rank", title_justify="left")
@@ -221,11 +212,11 @@ def print_multi_rank(m: Any, console: Console) -> None:
         t.add_row(
             str(e.rank),
             f"{r.utilization.busy_fraction:.0%}",
-            _ms(r.utilization.idle_ns),
+            format_ns(r.utilization.idle_ns),
             top[0] if top[1] else "-",
-            _ms(c.exposed_ns) if c else "-",
+            format_ns(c.exposed_ns) if c else "-",
             f"{c.overlap_fraction:.0%}" if c and c.overlap_fraction is not None else "-",
-            _ms(c.waiting_ns) if c else "-",
+            format_ns(c.waiting_ns) if c else "-",
         )
     console.print(t)
     if cr.mean_step_spread is not None:
