@@ -83,3 +83,16 @@ def test_touching_intervals_merge_and_empty_ones_vanish() -> None:
     iv = Intervals.union_of([0, 5, 9], [5, 7, 9])
     assert iv.start.tolist() == [0] and iv.end.tolist() == [7]
     assert len(Intervals.union_of([], [])) == 0
+
+
+@given(st.lists(st.integers(-(2**62), 2**62), max_size=40), st.lists(st.integers(-(2**62), 2**62), max_size=40))
+def test_sort_based_set_helpers_match_numpy(a: list[int], b: list[int]) -> None:
+    from whyidle.timeline.arrays import setdiff_sorted, unique_inverse, unique_sorted
+
+    x = np.array(a, dtype=np.int64)
+    y = np.array(b, dtype=np.int64)
+    assert np.array_equal(unique_sorted(x), np.unique(x))
+    u, inv = unique_inverse(x)
+    nu, ninv = np.unique(x, return_inverse=True)
+    assert np.array_equal(u, nu) and np.array_equal(inv, ninv.ravel())
+    assert np.array_equal(setdiff_sorted(x, y), np.setdiff1d(x, y))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from whyidle.timeline.arrays import setdiff_sorted, unique_sorted
 from whyidle.timeline.model import DEVICE_WORK_KINDS, Kind, Timeline
 
 __all__ = ["Links", "link_launches"]
@@ -50,10 +51,10 @@ def link_launches(tl: Timeline) -> Links:
         pos_c = np.minimum(pos, rc_sorted.size - 1)
         hit = (dc >= 0) & (pos < rc_sorted.size) & (rc_sorted[pos_c] == dc)
         launch_of[hit] = runtime_rows[order[pos_c[hit]]]
-    launched = np.unique(launch_of[launch_of >= 0])
+    launched = unique_sorted(launch_of[launch_of >= 0])
     # Launch calls whose work never appeared: dropped device events (buffer overflow, a
     # capture that ended before the work ran).
     is_launch_name = tl.name_mask(lambda s: s.startswith(_LAUNCH_PREFIXES))
     launch_rows = np.flatnonzero((tl.kind == int(Kind.RUNTIME)) & (tl.corr > 0) & is_launch_name)
-    unmatched = np.setdiff1d(launch_rows, launched, assume_unique=False)
+    unmatched = setdiff_sorted(launch_rows, launched)
     return Links(device_rows=device_rows, launch_of=launch_of, launched=launched, unmatched_launch_rows=unmatched)

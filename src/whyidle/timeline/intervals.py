@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from whyidle.timeline.arrays import unique_sorted
+
 __all__ = ["Intervals"]
 
 I64 = npt.NDArray[np.int64]
@@ -116,7 +118,7 @@ class Intervals:
         return Intervals.single(lo, hi) - self
 
     def _combine(self, other: Intervals, op: str) -> Intervals:
-        pts = np.unique(np.concatenate((self.start, self.end, other.start, other.end)))
+        pts = unique_sorted(np.concatenate((self.start, self.end, other.start, other.end)))
         if pts.size < 2:
             return Intervals.empty()
         left, right = pts[:-1], pts[1:]

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from whyidle.timeline.arrays import unique_inverse
+
 __all__ = ["Kind", "LaneKind", "Lane", "TimelineMeta", "Timeline"]
 
 I64 = npt.NDArray[np.int64]
@@ -159,7 +161,7 @@ class Timeline:
             table = np.fromiter((bool(predicate(s)) for s in self.strings), dtype=np.bool_, count=len(self.strings))
             return table[self.name] if len(self.strings) else np.zeros(len(self), dtype=np.bool_)
         ids = self.name[rows]
-        uniq, inverse = np.unique(ids, return_inverse=True)
+        uniq, inverse = unique_inverse(ids)
         table = np.fromiter((bool(predicate(self.strings[i])) for i in uniq.tolist()), dtype=np.bool_, count=uniq.size)
         return table[inverse] if uniq.size else np.zeros(rows.size, dtype=np.bool_)
 
