@@ -150,16 +150,37 @@ def _split_gaps_by_step(gaps: Gaps, lo: int, hi: int) -> I64:
     """Idle ns per cause inside [lo, hi), splitting gaps that straddle the bounds pro rata."""
     if len(gaps) == 0:
         return np.zeros(gaps.slices.shape[1], dtype=np.int64)
-    ov = np.maximum(np.minimum(gaps.end_ns, hi) - np.maximum(gaps.start_ns, lo), 0)
-    sel = ov > 0
-    if not sel.any():
+    # Gaps are sorted by start within each device; per device, the ones overlapping [lo, hi)
+    # are a contiguous run found by binary search (disjoint intervals: ends sorted too).
+    cand = []
+    for d_lo, d_hi in _device_runs(gaps):
+        a = d_lo + int(np.searchsorted(gaps.end_ns[d_lo:d_hi], lo, side="right"))
+        b = d_lo + int(np.searchsorted(gaps.start_ns[d_lo:d_hi], hi, side="left"))
+        if b > a:
+            cand.append(np.arange(a, b))
+    if not cand:
         return np.zeros(gaps.slices.shape[1], dtype=np.int64)
-    dur = gaps.dur_ns[sel]
-    part = (gaps.slices[sel] * (ov[sel] / np.maximum(dur, 1))[:, None]).astype(np.int64)
+    idx = np.concatenate(cand)
+    ov = np.maximum(np.minimum(gaps.end_ns[idx], hi) - np.maximum(gaps.start_ns[idx], lo), 0)
+    sel = idx[ov > 0]
+    ov = ov[ov > 0]
+    if sel.size == 0:
+        return np.zeros(gaps.slices.shape[1], dtype=np.int64)
+    dur = gaps.end_ns[sel] - gaps.start_ns[sel]
+    part = (gaps.slices[sel] * (ov / np.maximum(dur, 1))[:, None]).astype(np.int64)
     # Put rounding remainders on each gap's largest cause so the parts add up to the overlap.
-    rem = ov[sel] - part.sum(axis=1)
+    rem = ov - part.sum(axis=1)
     part[np.arange(part.shape[0]), np.argmax(gaps.slices[sel], axis=1)] += rem
     return np.asarray(part.sum(axis=0), dtype=np.int64)
+
+
+def _device_runs(gaps: Gaps) -> list[tuple[int, int]]:
+    """[start, end) row ranges of each device's gaps (find_gaps emits them device by device)."""
+    if len(gaps) == 0:
+        return []
+    change = np.flatnonzero(gaps.device[1:] != gaps.device[:-1]) + 1
+    bounds = [0, *change.tolist(), len(gaps)]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 def measure_utilization(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: Config) -> Utilization:

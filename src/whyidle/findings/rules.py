@@ -84,9 +84,15 @@ def _count_in_ranges(tl: Timeline, range_pred: Any, op_pred: Any) -> tuple[int, 
         return 0, 0
     ops = np.flatnonzero(tl.name_mask(op_pred) & np.isin(tl.kind, (int(Kind.CPU_OP), int(Kind.RUNTIME))))
     total = 0
-    for r in ranges:
-        inside = ops[(tl.lane[ops] == tl.lane[r]) & (tl.start_ns[ops] >= tl.start_ns[r]) & (tl.end_ns[ops] <= tl.end_ns[r])]
-        total += int(inside.size)
+    # Per thread: ops sorted by start; the ones inside a range are those starting in it and
+    # ending by its end (binary search for the candidates, then a check on the few found).
+    for lane in np.unique(tl.lane[ranges]):
+        on = ops[tl.lane[ops] == lane]  # timeline rows are sorted by start
+        starts = tl.start_ns[on]
+        for r in ranges[tl.lane[ranges] == lane]:
+            a = int(np.searchsorted(starts, tl.start_ns[r], side="left"))
+            b = int(np.searchsorted(starts, tl.end_ns[r], side="right"))
+            total += int((tl.end_ns[on[a:b]] <= tl.end_ns[r]).sum())
     return int(ranges.size), total
 
 

@@ -106,10 +106,15 @@ class Intervals:
 
     # -- set operations ---------------------------------------------------------------------
     def clip(self, lo: int, hi: int) -> Intervals:
+        """The part of the set inside [lo, hi): O(log n) to find it, O(k) to copy it."""
         if self.start.size == 0 or hi <= lo:
             return Intervals.empty()
-        s = np.maximum(self.start, lo)
-        e = np.minimum(self.end, hi)
+        a = int(np.searchsorted(self.end, lo, side="right"))  # first interval ending after lo
+        b = int(np.searchsorted(self.start, hi, side="left"))  # intervals starting before hi
+        if b <= a:
+            return Intervals.empty()
+        s = np.maximum(self.start[a:b], lo)
+        e = np.minimum(self.end[a:b], hi)
         keep = e > s
         return Intervals(s[keep], e[keep])
 
