@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from whyidle.units import format_ns
 from whyidle import __version__
 from whyidle.analyses import causes as C
 from whyidle.analyses.strip import BUSY_CLASSES, activity_strip
@@ -61,18 +62,10 @@ _e = html.escape
 
 
 def _ms(ns: float | None) -> str:
-    if ns is None:
-        return "n/a"
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if a >= 1e7:
+    """Durations as in the terminal, but whole milliseconds from 10 ms up (compact headline cards)."""
+    if ns is not None and 1e7 <= abs(ns) < 1e9:
         return f"{ns / 1e6:.0f} ms"
-    if a >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    if a >= 1e3:
-        return f"{ns / 1e3:.1f} us"
-    return f"{ns:.0f} ns"
+    return format_ns(ns)
 
 
 def _classes() -> list[dict[str, str]]:
