@@ -65,6 +65,34 @@ class Utilization:
     batch_size: int | None
     batch_size_basis: str  # "option", "trace (leading dim of the input copied to the device)", ""
 
+    @classmethod
+    def busy_only(
+        cls,
+        window_ns: int,
+        n_devices: int,
+        busy_ns: int,
+        steps: tuple[StepFigures, ...] = (),
+        batch_size: int | None = None,
+        batch_size_basis: str = "",
+    ) -> Utilization:
+        """Figures from a source that only knows busy time (a step tracker, a counter log): all
+        of it counts as compute, with no copies or communication to split out."""
+        return cls(
+            window_ns=window_ns,
+            n_devices=n_devices,
+            busy_ns=busy_ns,
+            kernel_busy_ns=busy_ns,
+            compute_ns=busy_ns,
+            communication_ns=0,
+            communication_total_ns=0,
+            memcpy_ns=0,
+            memset_ns=0,
+            idle_ns=max(window_ns * max(n_devices, 1) - busy_ns, 0),
+            steps=steps,
+            batch_size=batch_size,
+            batch_size_basis=batch_size_basis,
+        )
+
     @property
     def capacity_ns(self) -> int:
         return self.window_ns * max(self.n_devices, 1)

@@ -127,20 +127,8 @@ def report_from_tracker(st: TrackerStats, config: Config | None = None) -> Repor
         )
     window_ns = sum(s.duration_ns for s in steps)
     batch = _batch(steps)
-    util = Utilization(
-        window_ns=window_ns,
-        n_devices=1,
-        busy_ns=busy_total,
-        kernel_busy_ns=busy_total,
-        compute_ns=busy_total,
-        communication_ns=0,
-        communication_total_ns=0,
-        memcpy_ns=0,
-        memset_ns=0,
-        idle_ns=window_ns - busy_total,
-        steps=tuple(figures),
-        batch_size=batch,
-        batch_size_basis="tracker: samples in each batch" if batch is not None else "",
+    util = Utilization.busy_only(
+        window_ns, 1, busy_total, tuple(figures), batch, "tracker: samples in each batch" if batch is not None else ""
     )
     findings: list[Finding] = []
     threshold = cfg.min_finding_share_of_window * window_ns

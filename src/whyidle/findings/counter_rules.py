@@ -226,22 +226,7 @@ def counter_utilization(a: CounterAnalysis) -> Utilization:
     span = max((g.span_ns for g in a.gpus), default=0)
     n = max(len(a.gpus), 1)
     busy = int(sum(g.busy_ns for g in a.gpus))
-    cap = span * n
-    return Utilization(
-        window_ns=span,
-        n_devices=n,
-        busy_ns=busy,
-        kernel_busy_ns=busy,
-        compute_ns=busy,
-        communication_ns=0,
-        communication_total_ns=0,
-        memcpy_ns=0,
-        memset_ns=0,
-        idle_ns=max(cap - busy, 0),
-        steps=(),
-        batch_size=None,
-        batch_size_basis="",
-    )
+    return Utilization.busy_only(span, n, busy)
 
 
 def counter_only_report(base: Report, a: CounterAnalysis, cfg: Config) -> Report:
