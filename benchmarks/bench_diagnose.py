@@ -8,6 +8,11 @@ records wall time and that process's peak RSS (os.wait4). Reported as ratios:
 * HTA / whyidle (speed-up) and whyidle / HTA peak memory, when HolisticTraceAnalysis is
   installed (pip install HolisticTraceAnalysis).
 
+Byte code: pip compiles a package's modules when it installs a wheel (HTA's were compiled when it
+was installed), but an editable install under PYTHONDONTWRITEBYTECODE=1 would recompile whyidle's
+~80 modules in every run. So whyidle's package folder is byte-compiled first (compileall), as
+an installed copy would be.
+
 Usage: python3 benchmarks/bench_diagnose.py [--repeat 3] [TRACE ...]
 Default traces: the two resnet50 traces (35 MB uncompressed) and the 25 MB HTA rank-0 trace from
 ../shared/traces.
@@ -76,6 +81,9 @@ def main() -> int:
     if not traces:
         print("no traces: ../shared/traces is absent; pass trace paths", file=sys.stderr)
         return 2
+    import whyidle  # the copy the child processes import
+
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(whyidle.__file__).parent)], check=True)
     decoders = [name for name, mod in (("orjson", "orjson"), ("msgspec", "msgspec")) if have(mod)]
     hta = not args.no_hta and have("hta.trace_analysis")
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, repeat {args.repeat} (median wall, max peak RSS)")

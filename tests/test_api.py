@@ -51,3 +51,17 @@ def test_importing_whyidle_does_not_import_torch_or_heavy_extras() -> None:
     code = "import sys, whyidle; whyidle.diagnose; print(sorted(m for m in ('torch', 'pandas', 'pyarrow', 'matplotlib', 'dask', 'pynvml') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_import_whyidle_is_light_and_its_names_resolve_on_use() -> None:
+    # The command line starts reading the input while numpy and the analyses import, so the
+    # package itself must not import them; the public names still work, also after the module
+    # that defines diagnose() was imported (an import binds a submodule on its package).
+    code = (
+        "import sys, whyidle; light = 'numpy' not in sys.modules; "
+        "import whyidle.pipeline, whyidle.sources; "
+        "print(light, callable(whyidle.diagnose), whyidle.diagnose is whyidle.pipeline.diagnose, "
+        "whyidle.load is whyidle.sources.load, whyidle.Report.__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "True True True True Report"

@@ -16,7 +16,7 @@ from whyidle.analyses.links import link_launches
 from whyidle.analyses.names import name_times
 from whyidle.cli import main
 from whyidle.config import Config
-from whyidle.diagnose import analyse, report_from
+from whyidle.pipeline import analyse, report_from
 from whyidle.errors import UsageError
 from whyidle.findings.saved import load_report, looks_like_report, report_from_dict
 from whyidle.lab.synthetic import training_trace, write_trace

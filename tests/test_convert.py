@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from whyidle.cli import main
-from whyidle.diagnose import diagnose
+from whyidle.pipeline import diagnose
 from whyidle.lab.synthetic import training_trace, write_trace
 from whyidle.sources import load
 from whyidle.timeline.model import Timeline

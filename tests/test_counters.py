@@ -17,7 +17,7 @@ from conftest import SHARED_TRACES
 from whyidle.analyses.counters import analyse_counters, burst_pattern, time_weights, weighted_quantiles
 from whyidle.cli import main
 from whyidle.config import Config
-from whyidle.diagnose import diagnose
+from whyidle.pipeline import diagnose
 from whyidle.errors import TraceFormatError
 from whyidle.lab.synthetic import training_trace, write_trace
 from whyidle.sources import load

@@ -23,7 +23,7 @@ import whyidle
 from whyidle.analyses import causes as C
 from whyidle.analyses.links import link_launches
 from whyidle.analyses.strip import activity_strip
-from whyidle.diagnose import analyse
+from whyidle.pipeline import analyse
 from whyidle.lab.synthetic import Sim, training_trace, write_trace
 from whyidle.render.html import DEFAULT_BINS, render_html
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from whyidle.cli import main
-from whyidle.diagnose import diagnose
+from whyidle.pipeline import diagnose
 from whyidle.errors import UsageError
 from whyidle.lab.check import CPU_FLAWS, EXPECTED, GPU_ONLY, check_report
 from whyidle.lab.synthetic import training_trace, write_trace

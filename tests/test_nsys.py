@@ -32,7 +32,7 @@ from nsysbuild import EPOCH_NS, VERSIONS, NsysDB, standard_db
 from conftest import SHARED_TRACES
 from whyidle.analyses.links import link_launches
 from whyidle.cli import main
-from whyidle.diagnose import diagnose
+from whyidle.pipeline import diagnose
 from whyidle.errors import InputError, UnsupportedInputError
 from whyidle.sources import load
 from whyidle.sources.nsys import DEFAULT_STEP_PATTERN, decode_global_tid, load_exported_report, memcpy_name, strip_api_version

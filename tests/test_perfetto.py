@@ -17,7 +17,7 @@ import pytest
 
 import whyidle
 from whyidle.analyses import causes as C
-from whyidle.diagnose import analyse
+from whyidle.pipeline import analyse
 from whyidle.findings.labels import cause_label
 from whyidle.lab.synthetic import training_trace, write_trace
 from whyidle.render.json import report_to_dict
@@ -182,7 +182,7 @@ def test_every_small_shared_trace_round_trips(path: Path, tmp_path: Path) -> Non
 
 
 def test_export_refuses_other_formats(tmp_path: Path) -> None:
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     trace = write_trace(training_trace("starvation"), tmp_path / "s.pt.trace.json")
     r = whyidle.diagnose(trace)

@@ -116,6 +116,9 @@ def test_load_streams_above_the_threshold(tmp_path: Path, monkeypatch: pytest.Mo
     assert should_stream(p, min_bytes=1)
     called: list[Path] = []
     real = ks.load_kineto_stream
+    import whyidle.sources as sources
+
+    monkeypatch.setattr(sources, "_large", lambda path: True)
     monkeypatch.setattr(ks, "should_stream", lambda path, min_bytes=None: True)
     monkeypatch.setattr(ks, "load_kineto_stream", lambda path: called.append(path) or real(path))
     tl = load(p)

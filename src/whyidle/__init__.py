@@ -18,8 +18,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from whyidle.config import Config
-from whyidle.diagnose import diagnose
+from typing import TYPE_CHECKING
+
 from whyidle.errors import (
     InputError,
     MissingExtraError,
@@ -28,9 +28,23 @@ from whyidle.errors import (
     UsageError,
     WhyidleError,
 )
-from whyidle.findings.model import Evidence, Finding, Fix, GapRecord, Report, Skipped
-from whyidle.sources import load
-from whyidle.timeline import Kind, Lane, Timeline
+
+if TYPE_CHECKING:
+    from whyidle.capture.profiler import handler, profile_steps, schedule
+    from whyidle.capture.sync import sync_finder
+    from whyidle.capture.tracker import track
+    from whyidle.config import Config
+    from whyidle.pipeline import diagnose
+    from whyidle.findings.model import (
+        Evidence,
+        Finding,
+        Fix,
+        GapRecord,
+        Report,
+        Skipped,
+    )
+    from whyidle.sources import load
+    from whyidle.timeline import Kind, Lane, Timeline
 
 __all__ = [
     "__version__",
@@ -59,8 +73,21 @@ __all__ = [
     "track",
 ]
 
-# Live-capture names, resolved on first use so that `import whyidle` never imports torch.
+# Names resolved on first use: `import whyidle` stays light (the command line reads its input
+# while numpy and the analyses import) and never imports torch.
 _LAZY = {
+    "Config": "whyidle.config",
+    "diagnose": "whyidle.pipeline",
+    "Evidence": "whyidle.findings.model",
+    "Finding": "whyidle.findings.model",
+    "Fix": "whyidle.findings.model",
+    "GapRecord": "whyidle.findings.model",
+    "Report": "whyidle.findings.model",
+    "Skipped": "whyidle.findings.model",
+    "load": "whyidle.sources",
+    "Kind": "whyidle.timeline",
+    "Lane": "whyidle.timeline",
+    "Timeline": "whyidle.timeline",
     "track": "whyidle.capture.tracker",
     "schedule": "whyidle.capture.profiler",
     "handler": "whyidle.capture.profiler",

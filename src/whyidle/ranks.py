@@ -47,7 +47,7 @@ def rank_job(path: str, cfg: Config, chunk_jobs: int | None = 1) -> RankResult:
     ``chunk_jobs``: processes decoding chunks of a large trace (None: by size); 1 where ranks
     already run one per core.
     """
-    from whyidle.diagnose import analyse, report_from
+    from whyidle.pipeline import analyse, report_from
     from whyidle.sources import kineto_stream, load
 
     saved, kineto_stream.DEFAULT_JOBS = kineto_stream.DEFAULT_JOBS, chunk_jobs

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -35,8 +35,7 @@ I64 = npt.NDArray[np.int64]
 _WORK = (int(Kind.CPU_OP), int(Kind.RUNTIME), int(Kind.SYNC))
 
 
-@dataclass(frozen=True)
-class GapContext:
+class GapContext(msgspec.Struct, frozen=True):
     thread: str
     before: str
     outermost: str
@@ -47,16 +46,14 @@ class GapContext:
     python_line: str
 
 
-@dataclass(frozen=True)
-class CauseEvidence:
+class CauseEvidence(msgspec.Struct, frozen=True):
     top_ops: tuple[tuple[str, int, int], ...]  # (name, ns overlapping the gaps, number of gaps)
     python_lines: tuple[tuple[str, int], ...]  # (line, number of gaps)
     gap_count: int
     examples: tuple[tuple[int, int, int], ...]  # (start_ns, end_ns, ns of this cause)
 
 
-@dataclass(frozen=True)
-class _Thread:
+class _Thread(msgspec.Struct, frozen=True):
     """One thread's ops sorted by start (nested ones after their parent), and its top-level ops.
 
     Top-level ops are disjoint and sorted, so the ones overlapping an interval are a contiguous

@@ -18,8 +18,7 @@ Pure: (CounterLog, Config) -> CounterAnalysis; no printing, no prose beyond metr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -58,8 +57,7 @@ DISTRIBUTION_METRICS = (
 )
 
 
-@dataclass(frozen=True)
-class Distribution:
+class Distribution(msgspec.Struct, frozen=True):
     metric: str
     unit: str
     samples: int  # samples with a value
@@ -72,8 +70,7 @@ class Distribution:
     max: float
 
 
-@dataclass(frozen=True)
-class BurstPattern:
+class BurstPattern(msgspec.Struct, frozen=True):
     basis: str  # the metric the rhythm was read from
     busy_min_pct: float
     duty_cycle: float  # share of time busy
@@ -84,8 +81,7 @@ class BurstPattern:
     regular: bool  # regularity >= the config threshold and a period was found
 
 
-@dataclass(frozen=True)
-class GpuCounters:
+class GpuCounters(msgspec.Struct, frozen=True):
     gpu: str
     name: str
     start_ns: int
@@ -110,8 +106,7 @@ class GpuCounters:
         return None
 
 
-@dataclass(frozen=True)
-class CounterAnalysis:
+class CounterAnalysis(msgspec.Struct, frozen=True):
     source_format: str
     path: str
     clock: str

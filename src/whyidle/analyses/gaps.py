@@ -30,8 +30,7 @@ cannot explain is ``unattributed``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -40,6 +39,7 @@ from whyidle.analyses.hostops import HostSets, host_sets, memcpy_direction
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
 from whyidle.config import Config
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
 
@@ -48,8 +48,7 @@ __all__ = ["Gaps", "find_gaps", "device_busy", "is_training"]
 I64 = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True)
-class Gaps:
+class Gaps(msgspec.Struct, frozen=True):
     """Every device-idle interval in the window, one row each, sorted by device then start."""
 
     start_ns: I64
@@ -114,7 +113,7 @@ def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
         return _empty(training, has_host)
     devices = _device_of_rows(tl, rows)
     parts = []
-    for dev in np.unique(devices):
+    for dev in unique_sorted(devices):
         sel = devices == dev
         d_rows = rows[sel]
         d_launch = links.launch_of[sel]
@@ -155,7 +154,7 @@ def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
 
     slices = np.zeros((n, len(C.CAUSES)), dtype=np.int64)
     drained = np.zeros(n, dtype=np.bool_)
-    lanes_used = np.unique(thread[thread >= 0])
+    lanes_used = unique_sorted(thread[thread >= 0])
     sets = host_sets(tl, links, lanes_used, cfg.cold_call_min_ns)
     pre = np.zeros((n, len(C.CAUSES)), dtype=np.int64)  # host-side part, before the post-launch tail
     for lane in lanes_used:

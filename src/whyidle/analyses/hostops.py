@@ -18,8 +18,8 @@ priority):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -118,8 +118,7 @@ def python_line(stack: str) -> str:
     return ""
 
 
-@dataclass(frozen=True)
-class HostSets:
+class HostSets(msgspec.Struct, frozen=True):
     lane: int
     cold: Intervals
     dataloader: Intervals

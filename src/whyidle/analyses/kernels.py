@@ -13,8 +13,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from whyidle.analyses.links import Links
@@ -45,8 +45,7 @@ def is_fp32_math_kernel(name: str) -> bool:
     return bool(_FP32_MATH.search(name)) and not is_tensor_core_kernel(name)
 
 
-@dataclass(frozen=True)
-class KernelStats:
+class KernelStats(msgspec.Struct, frozen=True):
     count: int
     total_ns: int
     median_ns: float | None

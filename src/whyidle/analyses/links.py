@@ -10,8 +10,7 @@ lanes carry a process id that matches a host process, otherwise on the id alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -23,8 +22,7 @@ __all__ = ["Links", "link_launches"]
 I64 = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True)
-class Links:
+class Links(msgspec.Struct, frozen=True):
     device_rows: I64  # rows of device work (kernels, copies, memsets, collectives), by start time
     launch_of: I64  # for each of device_rows: the row of its launch call, -1 if none was found
     launched: I64  # runtime rows whose correlation matched device work

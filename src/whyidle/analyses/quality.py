@@ -7,8 +7,7 @@ warm-up.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 
 from whyidle.analyses import causes as C
@@ -21,8 +20,7 @@ from whyidle.timeline.model import Kind, Timeline
 __all__ = ["Quality", "assess_quality"]
 
 
-@dataclass(frozen=True)
-class Quality:
+class Quality(msgspec.Struct, frozen=True):
     notes: tuple[str, ...]
     cold_start: bool
     no_device_activity: bool

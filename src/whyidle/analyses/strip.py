@@ -16,8 +16,7 @@ add up to the bin's length, up to rounding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -25,6 +24,7 @@ from whyidle.analyses import causes as C
 from whyidle.analyses.gaps import Gaps
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
 
@@ -35,8 +35,7 @@ I64 = npt.NDArray[np.int64]
 BUSY_CLASSES = ("compute", "communication", "copies")
 
 
-@dataclass(frozen=True)
-class DeviceStrip:
+class DeviceStrip(msgspec.Struct, frozen=True):
     device: int
     edges_ns: I64  # bins + 1 bin edges, window start .. window end
     busy_ns: I64  # shape (bins, len(BUSY_CLASSES))
@@ -76,7 +75,7 @@ def activity_strip(tl: Timeline, links: Links, window: Window, gaps: Gaps, bins:
     dev_of_lane = np.array([ln.device for ln in tl.lanes], dtype=np.int64)
     devices = dev_of_lane[tl.lane[rows]]
     out = []
-    for dev in np.unique(devices):
+    for dev in unique_sorted(devices):
         r = rows[devices == dev]
         k = tl.kind[r]
         compute = _union(tl, r[k == int(Kind.KERNEL)]).clip(lo, hi)

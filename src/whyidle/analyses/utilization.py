@@ -14,8 +14,7 @@ With several devices in one trace, every figure is summed over devices and fract
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -24,6 +23,7 @@ from whyidle.analyses.hostops import h2d_copy_rows
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
 from whyidle.config import Config
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
 
@@ -32,8 +32,7 @@ __all__ = ["StepFigures", "Utilization", "measure_utilization"]
 I64 = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True)
-class StepFigures:
+class StepFigures(msgspec.Struct, frozen=True):
     number: int
     start_ns: int
     end_ns: int
@@ -49,8 +48,7 @@ class StepFigures:
         return self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True)
-class Utilization:
+class Utilization(msgspec.Struct, frozen=True):
     window_ns: int
     n_devices: int
     busy_ns: int
@@ -127,8 +125,7 @@ def _union(tl: Timeline, rows: I64, lo: int, hi: int) -> Intervals:
     return Intervals.union_of(tl.start_ns[rows], tl.end_ns[rows]).clip(lo, hi)
 
 
-@dataclass(frozen=True)
-class _DeviceSets:
+class _DeviceSets(msgspec.Struct, frozen=True):
     compute: Intervals
     comm: Intervals
     memcpy: Intervals
@@ -141,7 +138,7 @@ def _device_sets(tl: Timeline, links: Links, lo: int, hi: int) -> list[_DeviceSe
     dev_of_lane = np.array([ln.device for ln in tl.lanes], dtype=np.int64)
     devices = dev_of_lane[tl.lane[rows]] if rows.size else np.empty(0, dtype=np.int64)
     out = []
-    for dev in np.unique(devices):
+    for dev in unique_sorted(devices):
         r = rows[devices == dev]
         k = tl.kind[r]
         compute = _union(tl, r[k == int(Kind.KERNEL)], lo, hi)

@@ -17,13 +17,14 @@ Without step markers the window is the span of device activity, and step figures
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from whyidle.analyses.links import Links
 from whyidle.config import Config
 from whyidle.errors import UsageError
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
 __all__ = ["Step", "Window", "select_window"]
@@ -31,8 +32,7 @@ __all__ = ["Step", "Window", "select_window"]
 _STEP_NUM = re.compile(r"(\d+)\D*$")  # ProfilerStep#12, "train_step 12", "step_12/fwd"
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(msgspec.Struct, frozen=True):
     number: int
     start_ns: int
     end_ns: int  # partition end (next step's start, or the window end)
@@ -40,14 +40,13 @@ class Step:
     row: int
 
 
-@dataclass(frozen=True)
-class Window:
+class Window(msgspec.Struct, frozen=True):
     start_ns: int
     end_ns: int
     basis: str  # "steps" or "device activity" or "empty"
     steps: tuple[Step, ...]
     all_step_numbers: tuple[int, ...]
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = msgspec.field(default_factory=tuple)
 
     @property
     def duration_ns(self) -> int:
@@ -80,7 +79,7 @@ def select_window(tl: Timeline, links: Links, cfg: Config) -> Window:
     # several processes can carry another process's step markers).
     launched = links.launch_of[links.launch_of >= 0]
     if launched.size:
-        pids = {tl.lanes[int(ln)].pid for ln in np.unique(tl.lane[launched])}
+        pids = {tl.lanes[int(ln)].pid for ln in unique_sorted(tl.lane[launched])}
         own = np.array([tl.lanes[int(ln)].pid in pids for ln in tl.lane[step_rows]], dtype=np.bool_)
         if own.any():
             step_rows = step_rows[own]

@@ -98,7 +98,7 @@ class TraceHandler:
 
     def _handle(self, prof: Any) -> None:
         from whyidle.commands._output import write_atomic
-        from whyidle.diagnose import diagnose
+        from whyidle.pipeline import diagnose
 
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.trace_path()

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from whyidle.units import format_ms
 from whyidle import __version__
 from whyidle.analyses import causes as C
 from whyidle.analyses.kernels import KernelStats
@@ -29,8 +28,17 @@ from whyidle.analyses.utilization import StepFigures, Utilization
 from whyidle.capture.tracker import StepRecord, TrackerStats
 from whyidle.config import Config
 from whyidle.findings.levers import lever_for
-from whyidle.findings.model import Evidence, Finding, Fix, Report, Skipped, SourceInfo, WindowInfo
+from whyidle.findings.model import (
+    Evidence,
+    Finding,
+    Fix,
+    Report,
+    Skipped,
+    SourceInfo,
+    WindowInfo,
+)
 from whyidle.findings.rules import cause_finding
+from whyidle.units import format_ms
 
 __all__ = ["report_from_tracker", "SOURCE_FORMAT"]
 

@@ -10,10 +10,10 @@ import argparse
 import sys
 from typing import Any
 
-from whyidle.units import format_ns
 from whyidle.commands._output import progress, write_atomic
 from whyidle.config import Config
 from whyidle.errors import UsageError
+from whyidle.units import format_ns
 
 __all__ = ["add_parser", "run", "load_side", "render_text"]
 
@@ -52,7 +52,7 @@ def load_side(path: str, cfg: Config) -> tuple[Any, Any]:
             return load_report(p), None
     from whyidle.analyses.links import link_launches
     from whyidle.analyses.names import name_times
-    from whyidle.diagnose import analyse, report_from
+    from whyidle.pipeline import analyse, report_from
     from whyidle.sources import load
 
     tl = load(path)

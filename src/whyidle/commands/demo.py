@@ -116,7 +116,7 @@ def live_demo(args: argparse.Namespace) -> int:
 
 
 def synthetic_demo(args: argparse.Namespace, torch_missing: bool) -> int:
-    from whyidle.diagnose import diagnose
+    from whyidle.pipeline import diagnose
     from whyidle.lab.synthetic import training_trace, write_trace
     from whyidle.render.json import report_to_dict
     from whyidle.render.terminal import render_terminal

@@ -48,7 +48,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--step-range", metavar="REGEX", help="Nsight Systems: NVTX range names that mark steps (default: ProfilerStep#N and common trainer names)")
     p.add_argument("--counters-utc-offset", type=int, metavar="MINUTES", help="time zone of nvidia-smi timestamps, minutes east of UTC (default: this machine's)")
     p.add_argument("--counters-interval-ms", type=float, metavar="MS", help="sampling interval of counter logs without timestamps (dcgmi dmon -d)")
-    p.add_argument("--jobs", type=int, metavar="N", help="multi-rank folders: parse ranks in N processes (default: all cores)")
+    p.add_argument("--jobs", type=int, metavar="N", help="processes: multi-rank folders parse ranks in N processes (default: all cores); one trace is decoded in 2 when N >= 2 (default 2)")
     p.add_argument("--workers", type=int, metavar="N", help="multi-rank folders: run the ranks on a local Dask cluster of N processes")
     p.add_argument("--scheduler", metavar="ADDRESS", help="multi-rank folders: run the ranks on this Dask scheduler (tcp://host:8786)")
     p.set_defaults(run=run)
@@ -112,10 +112,12 @@ def emit(report: Any, args: argparse.Namespace, timeline: Any = None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from whyidle.diagnose import diagnose
-
     cfg = _config(args)
+    from whyidle.sources._io import prefetch
+
+    prefetch(args.trace, cfg.stream_min_bytes)  # read while numpy and the analyses import
     from whyidle.commands._ranks import is_run_dir, run_ranks
+    from whyidle.pipeline import diagnose
 
     if is_run_dir(args.trace) or args.workers or args.scheduler:
         run_report = run_ranks(args, cfg)
@@ -125,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         from whyidle.sources import load
 
         with progress(f"whyidle: reading {args.trace}"):
-            timeline = load(args.trace, step_pattern=cfg.step_range)
+            timeline = load(args.trace, step_pattern=cfg.step_range, jobs=2 if args.jobs is None else args.jobs)
             report = diagnose(timeline, cfg, counters=getattr(args, "counters", None))
         emit(report, args, timeline)
         failures = gate(report, cfg)

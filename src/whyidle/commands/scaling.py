@@ -69,7 +69,7 @@ def _load_report(path: str) -> dict[str, Any]:
         from whyidle.ranks import diagnose_ranks
 
         return diagnose_ranks(path).to_dict()
-    from whyidle.diagnose import diagnose
+    from whyidle.pipeline import diagnose
 
     return diagnose(path).to_dict()
 

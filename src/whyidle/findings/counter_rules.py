@@ -8,7 +8,7 @@ tells them apart; when a trace of the same window is joined, its gap attribution
 
 from __future__ import annotations
 
-from dataclasses import replace
+from msgspec.structs import replace
 from typing import Any
 
 from whyidle.analyses.counters import CounterAnalysis, GpuCounters

@@ -5,15 +5,14 @@ Text only; the numbers are filled in by the rules from measurements.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 __all__ = ["Lever", "LEVERS", "lever_for"]
 
 DOCS = "docs/causes"
 
 
-@dataclass(frozen=True)
-class Lever:
+class Lever(msgspec.Struct, frozen=True):
     title: str
     summary: str
     steps: tuple[str, ...]

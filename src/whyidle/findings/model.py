@@ -6,18 +6,19 @@ only, in nanoseconds and fractions, never pre-formatted text for a particular ou
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from whyidle.analyses.counters import CounterAnalysis
-from whyidle.analyses.kernels import KernelStats
-from whyidle.analyses.utilization import Utilization
+import msgspec
+
+if TYPE_CHECKING:  # annotations only: a Kineto diagnosis need not import the counter analyses
+    from whyidle.analyses.counters import CounterAnalysis
+    from whyidle.analyses.kernels import KernelStats
+    from whyidle.analyses.utilization import Utilization
 
 __all__ = ["Fix", "Evidence", "Finding", "Skipped", "GapRecord", "SourceInfo", "WindowInfo", "Report", "RankEntry", "MultiRankReport"]
 
 
-@dataclass(frozen=True)
-class Fix:
+class Fix(msgspec.Struct, frozen=True):
     summary: str  # the lever, one sentence
     steps: tuple[str, ...]  # what to change, in order
     code: str  # a short snippet
@@ -26,8 +27,7 @@ class Fix:
     docs: str  # docs page
 
 
-@dataclass(frozen=True)
-class Evidence:
+class Evidence(msgspec.Struct, frozen=True):
     gap_count: int
     idle_ns: int
     per_step_idle_ns: float | None  # mean over the selected steps
@@ -38,8 +38,7 @@ class Evidence:
     facts: tuple[tuple[str, Any], ...] = ()  # other measured values, (name, value)
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(msgspec.Struct, frozen=True):
     id: str
     group: str
     cause: str
@@ -57,14 +56,12 @@ class Finding:
         return f"{self.group}/{self.cause}"
 
 
-@dataclass(frozen=True)
-class Skipped:
+class Skipped(msgspec.Struct, frozen=True):
     rule: str
     reason: str
 
 
-@dataclass(frozen=True)
-class GapRecord:
+class GapRecord(msgspec.Struct, frozen=True):
     start_ns: int
     end_ns: int
     device: int
@@ -86,8 +83,7 @@ class GapRecord:
         return self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True)
-class SourceInfo:
+class SourceInfo(msgspec.Struct, frozen=True):
     path: str
     format: str
     version: str
@@ -97,8 +93,7 @@ class SourceInfo:
     training: bool
 
 
-@dataclass(frozen=True)
-class WindowInfo:
+class WindowInfo(msgspec.Struct, frozen=True):
     start_ns: int
     end_ns: int
     basis: str
@@ -110,8 +105,7 @@ class WindowInfo:
         return self.end_ns - self.start_ns
 
 
-@dataclass(frozen=True)
-class Report:
+class Report(msgspec.Struct, frozen=True):
     source: SourceInfo
     window: WindowInfo
     utilization: Utilization
@@ -124,7 +118,7 @@ class Report:
     quality: tuple[str, ...]
     cold_start: bool
     no_device_activity: bool
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
     counters: CounterAnalysis | None = None  # GPU counter figures (a counter log, alone or joined)
 
     @property
@@ -158,8 +152,7 @@ class Report:
             return f"<pre>{self!r}</pre>"
 
 
-@dataclass(frozen=True)
-class RankEntry:
+class RankEntry(msgspec.Struct, frozen=True):
     """One rank of a multi-rank run: its own single-rank report, or why it has none."""
 
     rank: int
@@ -168,8 +161,7 @@ class RankEntry:
     error: str = ""  # why the file could not be read (the run goes on without it)
 
 
-@dataclass(frozen=True)
-class MultiRankReport:
+class MultiRankReport(msgspec.Struct, frozen=True):
     """A distributed job: one Report per rank plus the cross-rank analysis (analyses/ranks.py)."""
 
     run_dir: str

@@ -23,7 +23,7 @@ Each finding refines a shared cause finding (H2D copy, host sync, untraced or id
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from msgspec.structs import replace
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,7 @@ from whyidle.analyses import causes as C
 from whyidle.config import Config
 from whyidle.findings.model import Evidence, Finding, Fix
 from whyidle.findings.rules import Analyses
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind
 
@@ -59,7 +60,7 @@ def _overlap_per_gap(a: Analyses, rows: I64, lo: I64, hi: I64) -> I64:
     g = a.gaps
     tl = a.tl
     out = np.zeros(len(g), dtype=np.int64)
-    for lane in np.unique(g.thread_lane[g.thread_lane >= 0]):
+    for lane in unique_sorted(g.thread_lane[g.thread_lane >= 0]):
         sel = np.flatnonzero(g.thread_lane == lane)
         r = rows[tl.lane[rows] == lane]
         if r.size == 0:

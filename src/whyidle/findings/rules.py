@@ -8,12 +8,11 @@ next one).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
-from whyidle.units import format_ms
 from whyidle.analyses import causes as C
 from whyidle.analyses.context import CauseEvidence, ThreadIndex, cause_evidence
 from whyidle.analyses.gaps import Gaps
@@ -25,13 +24,14 @@ from whyidle.analyses.window import Window
 from whyidle.config import Config
 from whyidle.findings.levers import Lever, lever_for
 from whyidle.findings.model import Evidence, Finding, Fix, Skipped
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
+from whyidle.units import format_ms
 
 __all__ = ["Analyses", "build_findings", "cause_finding"]
 
 
-@dataclass(frozen=True)
-class Analyses:
+class Analyses(msgspec.Struct, frozen=True):
     """Everything the rules read."""
 
     tl: Timeline
@@ -86,7 +86,7 @@ def _count_in_ranges(tl: Timeline, range_pred: Any, op_pred: Any) -> tuple[int, 
     total = 0
     # Per thread: ops sorted by start; the ones inside a range are those starting in it and
     # ending by its end (binary search for the candidates, then a check on the few found).
-    for lane in np.unique(tl.lane[ranges]):
+    for lane in unique_sorted(tl.lane[ranges]):
         on = ops[tl.lane[ops] == lane]  # timeline rows are sorted by start
         starts = tl.start_ns[on]
         for r in ranges[tl.lane[ranges] == lane]:

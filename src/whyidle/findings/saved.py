@@ -18,7 +18,16 @@ from whyidle.analyses import causes as C
 from whyidle.analyses.kernels import KernelStats
 from whyidle.analyses.utilization import StepFigures, Utilization
 from whyidle.errors import TraceFormatError
-from whyidle.findings.model import Evidence, Finding, Fix, GapRecord, Report, Skipped, SourceInfo, WindowInfo
+from whyidle.findings.model import (
+    Evidence,
+    Finding,
+    Fix,
+    GapRecord,
+    Report,
+    Skipped,
+    SourceInfo,
+    WindowInfo,
+)
 
 __all__ = ["looks_like_report", "report_from_dict", "load_report"]
 

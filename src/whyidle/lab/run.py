@@ -6,9 +6,10 @@ step tracker's report, and flaws a CPU cannot show are refused with the reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec.structs
 
 from whyidle.capture._torch import require_torch
 from whyidle.capture.tracker_report import report_from_tracker
@@ -52,7 +53,7 @@ def lab_report(base: Report, res: LabResult) -> Report:
         "trace": str(res.run.trace_path) if res.run.trace_path else None,
         "losses": res.run.losses,
     }
-    return replace(base, extra={**base.extra, "lab": lab})
+    return msgspec.structs.replace(base, extra={**base.extra, "lab": lab})
 
 
 def pick_device(requested: str = "auto") -> str:

@@ -22,7 +22,7 @@ __all__ = ["analyses_for"]
 
 def analyses_for(report: Report, timeline: Timeline | None = None, config: Config | None = None) -> tuple[Analyses | None, str]:
     """(the analyses, '') or (None, why they are unavailable); never raises for a missing file."""
-    from whyidle.diagnose import analyse
+    from whyidle.pipeline import analyse
     from whyidle.errors import WhyidleError
 
     tl = timeline

@@ -22,7 +22,6 @@ from typing import Any
 
 import msgspec
 
-from whyidle.units import format_ns
 from whyidle import __version__
 from whyidle.analyses import causes as C
 from whyidle.analyses.strip import BUSY_CLASSES, activity_strip
@@ -31,6 +30,7 @@ from whyidle.findings.model import Finding, GapRecord, Report
 from whyidle.render._html_assets import CSS, JS
 from whyidle.render._source import analyses_for
 from whyidle.timeline.model import Timeline
+from whyidle.units import format_ns
 
 __all__ = ["render_html", "CAUSE_COLORS", "BUSY_COLORS", "DEFAULT_BINS"]
 

@@ -34,6 +34,7 @@ from whyidle.findings.model import Report
 from whyidle.findings.rules import Analyses
 from whyidle.render._source import analyses_for
 from whyidle.sources._io import read_bytes
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Timeline
 
 __all__ = ["render_perfetto", "GAP_CATEGORY", "FLOW_CATEGORY", "CONTEXT_GAPS"]
@@ -61,7 +62,7 @@ def _explaining_ops(a: Analyses) -> np.ndarray:
     g = a.gaps
     tl = a.tl
     out = np.full(len(g), -1, dtype=np.int64)
-    for lane in np.unique(g.thread_lane[g.thread_lane >= 0]):
+    for lane in unique_sorted(g.thread_lane[g.thread_lane >= 0]):
         rows, top, _py = a.index.rows(int(lane))
         trow = rows[top]
         if trow.size == 0:
@@ -96,7 +97,7 @@ def _events(a: Analyses, base_ns: int, pid: int) -> list[dict[str, Any]]:
     ]
     if len(g) == 0:
         return events
-    for dev in np.unique(g.device):
+    for dev in unique_sorted(g.device):
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": int(dev), "args": {"name": f"GPU {int(dev)} idle, by cause"}})
     ops = _explaining_ops(a)
     primary = g.primary

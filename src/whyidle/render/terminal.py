@@ -13,8 +13,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from whyidle.units import format_ns
 from whyidle.findings.model import Finding, Report
+from whyidle.units import format_ns
 
 __all__ = ["render_terminal", "print_report"]
 

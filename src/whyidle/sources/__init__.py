@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from whyidle.errors import InputError, UnsupportedInputError
-from whyidle.sources._io import SQLITE_MAGIC, read_bytes
-from whyidle.sources.kineto import load_kineto, looks_like_kineto
-from whyidle.timeline.model import Timeline
+from whyidle.sources._io import SQLITE_MAGIC, discard, estimated_size, read_bytes
+
+if TYPE_CHECKING:
+    from whyidle.timeline.model import Timeline
 
 __all__ = ["load", "find_traces"]
 
@@ -23,13 +25,21 @@ def find_traces(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
 
 
-def load(path: str | os.PathLike[str], step_pattern: str | None = None) -> Timeline:
+def load(path: str | os.PathLike[str], step_pattern: str | None = None, jobs: int = 1) -> Timeline:
     """Read a profile into a Timeline, whatever its format.
 
     ``step_pattern``: the regular expression naming step ranges in formats whose steps are user
-    ranges (Nsight Systems NVTX); None uses the source's default.
+    ranges (Nsight Systems NVTX); None uses the source's default. ``jobs`` >= 2 lets a forked
+    process decode part of a Kineto trace (see :func:`whyidle.sources.kineto.parse_kineto`).
     """
     p = Path(path)
+    try:
+        return _load(p, step_pattern, jobs)
+    finally:
+        discard(p)  # a read-ahead (whyidle.sources._io.prefetch) that this input did not use
+
+
+def _load(p: Path, step_pattern: str | None, jobs: int) -> Timeline:
     if p.is_dir():
         traces = find_traces(p)
         if not traces:
@@ -53,15 +63,19 @@ def load(path: str | os.PathLike[str], step_pattern: str | None = None) -> Timel
         from whyidle.sources.parquet import load_parquet
 
         return load_parquet(p)
-    from whyidle.sources.kineto_stream import should_stream
+    if _large(p):
+        from whyidle.sources.kineto_stream import load_kineto_stream, should_stream
 
-    if should_stream(p):
-        from whyidle.sources.kineto_stream import load_kineto_stream
-
-        return load_kineto_stream(p)
+        if should_stream(p):
+            return load_kineto_stream(p)
     raw = read_bytes(p)
+    from whyidle.sources.kineto import (  # numpy: after the read began
+        load_kineto,
+        looks_like_kineto,
+    )
+
     if looks_like_kineto(raw[:64]) or p.name.endswith(_TRACE_SUFFIXES):
-        return load_kineto(p, raw)
+        return load_kineto(p, raw, jobs)
     from whyidle.sources.counters import counter_timeline, looks_like_counter_log
 
     if looks_like_counter_log(raw[:8192]):
@@ -71,6 +85,16 @@ def load(path: str | os.PathLike[str], step_pattern: str | None = None) -> Timel
         "is not a format whyidle reads; expected a PyTorch profiler trace (.json or .json.gz), an Nsight "
         "Systems export (.sqlite, .nsys-rep) or a GPU counter log (nvidia-smi, dcgmi dmon, whyidle watch)",
     )
+
+
+def _large(p: Path) -> bool:
+    """Whether the file may need the out-of-core reader (its estimated size, without importing it)."""
+    from whyidle.config import Config
+
+    try:
+        return p.is_file() and estimated_size(p) >= Config().stream_min_bytes
+    except OSError:
+        return False  # read_bytes says why in words
 
 
 def _head(p: Path) -> bytes:

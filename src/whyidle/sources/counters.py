@@ -44,7 +44,12 @@ import numpy as np
 
 from whyidle.errors import TraceFormatError
 from whyidle.sources._io import read_bytes
-from whyidle.timeline.counters import COUNTER_FILE_MAGIC, METRICS, CounterLog, CounterSeries
+from whyidle.timeline.counters import (
+    COUNTER_FILE_MAGIC,
+    METRICS,
+    CounterLog,
+    CounterSeries,
+)
 from whyidle.timeline.model import Timeline, TimelineMeta
 
 __all__ = [

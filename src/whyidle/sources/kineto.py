@@ -29,6 +29,7 @@ import msgspec
 from whyidle.errors import TraceFormatError
 from whyidle.sources.kineto_columns import (
     _Columns,
+    _Local,
     _local_columns,
     _Num,
 )
@@ -37,7 +38,9 @@ from whyidle.timeline.model import Timeline
 __all__ = ["load_kineto", "parse_kineto", "looks_like_kineto"]
 
 
-class _Args(msgspec.Struct):
+# gc=False: decoded events hold only strings, numbers and lists, never cycles, so the collector
+# need not track them (faster to create, and nothing for a collection to scan).
+class _Args(msgspec.Struct, gc=False):
     correlation: Any = None
     stream: Any = None
     device: Any = None
@@ -50,7 +53,7 @@ class _Args(msgspec.Struct):
     labels: Any = None  # metadata events: process labels ("GPU 0", "CPU")
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     ph: Any = None
     cat: Any = None
     name: Any = None
@@ -94,9 +97,9 @@ def looks_like_kineto(head: bytes) -> bool:
     return h.startswith(b"{") or h.startswith(b"[")
 
 
-def load_kineto(path: Path, raw: bytes) -> Timeline:
+def load_kineto(path: Path, raw: bytes, jobs: int = 1) -> Timeline:
     """Parse a Kineto trace already read into ``raw`` (decompressed)."""
-    return parse_kineto(raw, path=str(path))
+    return parse_kineto(raw, path=str(path), jobs=jobs)
 
 
 def _sample_fractions(raw: bytes) -> tuple[list[str], bool]:
@@ -137,27 +140,34 @@ def _fraction_style(texts: list[str]) -> str:
     return "unpadded_ns" if (short and trail0 and not lead0) else "decimal"
 
 
-def parse_kineto(raw: bytes, path: str = "<memory>") -> Timeline:
+def parse_kineto(raw: bytes, path: str = "<memory>", jobs: int = 1) -> Timeline:
+    """The Timeline of a Kineto trace held in memory.
+
+    ``jobs`` >= 2: a forked child decodes batches beside this process (see
+    :mod:`whyidle.sources._twoway`; Linux with two cores, else one process). Forking is the
+    caller's choice: do not ask for it in a process whose other threads hold native locks.
+    """
     texts, big = _sample_fractions(raw)
     style = _fraction_style(texts)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of fresh objects, none cyclic: the collector would only rescan them
     try:
-        return _parse(raw, path, style, exact=big or style == "unpadded_ns")
+        return _parse(raw, path, style, exact=big or style == "unpadded_ns", jobs=jobs)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _parse(raw: bytes, path: str, style: str, exact: bool) -> Timeline:
+def _parse(raw: bytes, path: str, style: str, exact: bool, jobs: int = 1) -> Timeline:
     """Decode the event array as raw slices, then in batches, so that only one batch of
     decoded events is alive at a time (the decoded objects take about twice the text)."""
     events, doc = _split(raw, path)
     if not events:
         raise TraceFormatError(path, "has an empty 'traceEvents' list; expected profiler events")
     decoder = _EXACT_BATCH_DECODER if exact else _BATCH_DECODER
-    cols = _Columns(path, style)
-    for i in range(0, len(events), _BATCH_EVENTS):
+
+    def batch_columns(k: int) -> _Local:
+        i = k * _BATCH_EVENTS
         text = b"".join((b"[", b",".join(events[i : i + _BATCH_EVENTS]), b"]"))
         try:
             batch = decoder.decode(text)
@@ -166,8 +176,18 @@ def _parse(raw: bytes, path: str, style: str, exact: bool) -> Timeline:
         except msgspec.DecodeError as exc:  # pragma: no cover - the split already parsed the JSON
             raise TraceFormatError(path, f"is not valid JSON ({exc})") from None
         del text
-        cols.merge(_local_columns(batch, style, path))
-        del batch
+        return _local_columns(batch, style, path)
+
+    n = -(-len(events) // _BATCH_EVENTS)
+    cols = _Columns(path, style)
+    if jobs >= 2 and n >= _FORK_MIN_BATCHES:
+        from whyidle.sources._twoway import two_ended_map
+
+        for loc in two_ended_map(n, batch_columns):
+            cols.merge(loc)
+    else:
+        for k in range(n):
+            cols.merge(batch_columns(k))
     return cols.finish(doc)
 
 
@@ -184,6 +204,8 @@ class _SplitDoc(msgspec.Struct):
 _SPLIT_DECODER = msgspec.json.Decoder(Union[_SplitDoc, list[msgspec.Raw]])
 _BATCH_DECODER = msgspec.json.Decoder(list[_Event])
 _EXACT_BATCH_DECODER = msgspec.json.Decoder(list[_ExactEvent], float_hook=_Num)
+# Below this many batches (about 8 MB of events) a forked helper costs more than it saves.
+_FORK_MIN_BATCHES = 8
 _BATCH_EVENTS = 2048  # events per decoded batch: about 1 MB of text; measured peak RSS 83 MB on the 35 MB ResNet trace (8192: 99 MB)
 _AT_EVENT = re.compile(r"\$\[(\d+)\]")
 

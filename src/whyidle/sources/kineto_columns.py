@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from whyidle.errors import TraceFormatError
 from whyidle.timeline.build import TimelineBuilder
 from whyidle.timeline.model import Kind, LaneKind, Timeline, TimelineMeta
+
 
 class _Num(str):
     """The source text of a JSON float (a str subclass, so it is told apart from JSON strings)."""
@@ -51,6 +52,9 @@ _CATEGORIES: dict[str, Kind] = {
 _IGNORED = {"ac2g", "async", "async_gpu", "fwdbwd", "trace", "overhead", "cpu_instant_event", "gpu_instant_event"}
 _STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 _COLLECTIVE_RE = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv", re.IGNORECASE)
+# Every alternative above contains one of these (lower case): a substring test rules out most
+# kernel names (long C++ templates) before the regex scans them.
+_COLLECTIVE_HINTS = ("nccl", "rccl", "all", "scatter", "sendrecv")
 # Kinds recorded on a device lane (pid = device, tid = stream). ``cuda_sync`` records are CUPTI's
 # device-side view of a synchronisation (the host call carries the same correlation id): they
 # mark a wait on a stream, not work, and never a host thread.
@@ -170,13 +174,14 @@ def _name_flags(names: list[str]) -> tuple[np.ndarray, np.ndarray]:
         if f is None:
             if len(cache) > 200_000:
                 cache.clear()
-            f = cache[nm] = (bool(_STEP_RE.match(nm)), bool(_COLLECTIVE_RE.search(nm)))
+            low = nm.lower()
+            coll_hint = any(h in low for h in _COLLECTIVE_HINTS)
+            f = cache[nm] = (bool(_STEP_RE.match(nm)), coll_hint and bool(_COLLECTIVE_RE.search(nm)))
         step[i], coll[i] = f
     return step, coll
 
 
-@dataclass
-class _Local:
+class _Local(msgspec.Struct):
     """One batch as columns with batch-local tables (names, lanes, stacks): small to pickle."""
 
     n_events: int
@@ -220,34 +225,36 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
         return empty
     kind = kind_all[keep].astype(np.int8)
     n = len(xs)
-    name_ids_of: dict[str, int] = {}
-    names: list[str] = []
-    name_ids = np.empty(n, dtype=np.int32)
-    for i, e in enumerate(xs):
-        nm = e.name if isinstance(e.name, str) else str(e.name)
-        j = name_ids_of.get(nm)
-        if j is None:
-            j = name_ids_of[nm] = len(names)
-            names.append(nm)
-        name_ids[i] = j
+    # Interning by dict.setdefault inside one comprehension keeps the per-event work in C. Ids
+    # are handed out in first-seen order, so the running maximum rises exactly at first uses.
+    name_ids_of: dict[Any, int] = {}
+    try:
+        name_list = [name_ids_of.setdefault(e.name, len(name_ids_of)) for e in xs]
+    except TypeError:  # a name that is not a string (a list?): intern its text
+        name_ids_of.clear()
+        name_list = [name_ids_of.setdefault(str(e.name), len(name_ids_of)) for e in xs]
+    name_ids = np.array(name_list, dtype=np.int32)
+    names = [nm if isinstance(nm, str) else str(nm) for nm in name_ids_of]
     is_device = np.isin(kind, [int(k) for k in _DEVICE_KINDS])
-    lane = np.empty(n, dtype=np.int32)
     args = [e.args for e in xs]
-    dev_flags = is_device.tolist()
     lane_of: dict[tuple[Any, Any, bool], int] = {}
+    keys = zip([e.pid for e in xs], [e.tid for e in xs], is_device.tolist())
+    try:
+        lane_list = [lane_of.setdefault(k, len(lane_of)) for k in keys]
+    except TypeError:  # a pid or tid that is not a scalar
+        lane_of.clear()
+        keys = zip([str(e.pid) for e in xs], [str(e.tid) for e in xs], is_device.tolist())
+        lane_list = [lane_of.setdefault(k, len(lane_of)) for k in keys]
+    lane = np.array(lane_list, dtype=np.int32)
+    first_row = np.flatnonzero(np.diff(np.maximum.accumulate(lane), prepend=-1))
     lane_keys: list[tuple[bool, int, str, str, str]] = []
-    for i, e in enumerate(xs):
-        lkey = (e.pid, e.tid, dev_flags[i])
-        li = lane_of.get(lkey)
-        if li is None:
-            if dev_flags[i]:
-                a = args[i]
-                dev = _as_int(a.device, -1) if a is not None and a.device is not None else _as_int(e.pid, 0)
-                lane_keys.append((True, dev, str(e.pid), _stream_of(e, a), ""))
-            else:
-                lane_keys.append((False, -1, str(e.pid), str(e.tid), ""))
-            li = lane_of[lkey] = len(lane_keys) - 1
-        lane[i] = li
+    for (pid, tid, on_device), row in zip(lane_of, first_row.tolist()):
+        if on_device:
+            e, a = xs[row], args[row]
+            dev = _as_int(a.device, -1) if a is not None and a.device is not None else _as_int(pid, 0)
+            lane_keys.append((True, dev, str(pid), _stream_of(e, a), ""))
+        else:
+            lane_keys.append((False, -1, str(pid), str(tid), ""))
     step_names, coll_names = _name_flags(names)
     host_range = (kind == int(Kind.CPU_OP)) | (kind == int(Kind.ANNOTATION))
     kind[host_range & step_names[name_ids]] = int(Kind.STEP)

@@ -35,22 +35,22 @@ from typing import Any
 import msgspec
 
 from whyidle.errors import InputError, TraceFormatError
-from whyidle.sources._io import GZIP_MAGIC
-from whyidle.sources.kineto_columns import _Columns, _Local, _local_columns
+from whyidle.sources._io import GZIP_MAGIC, estimated_size
 from whyidle.sources.kineto import (
+    _BATCH_DECODER,
     _DECODER,
+    _EXACT_BATCH_DECODER,
     _EXACT_DECODER,
     _EXACT_FLOAT_US,
     _FLOAT_TIME_RE,
     _Doc,
     _fraction_style,
-    _EXACT_BATCH_DECODER,
-    _BATCH_DECODER,
     looks_like_kineto,
 )
+from whyidle.sources.kineto_columns import _Columns, _Local, _local_columns
 from whyidle.timeline.model import Timeline
 
-__all__ = ["load_kineto_stream", "parse_kineto_stream", "should_stream", "estimated_size"]
+__all__ = ["load_kineto_stream", "parse_kineto_stream", "should_stream"]
 
 _BLOCK = 8 << 20  # bytes of plain text read per step
 _GZ_READ = 1 << 20  # compressed bytes read per step (JSON traces inflate 10-30x)
@@ -59,17 +59,6 @@ _MAX_FALSE_CUTS = 64  # candidate cuts tried per batch before the text is called
 _BATCH = 16 << 20  # text per decoded batch of events
 _MIB = 1 << 20
 _WS = b" \t\r\n"
-
-
-def estimated_size(path: Path) -> int:
-    """Uncompressed size: the file size, or for gzip the larger of its size field and 5x."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        if f.read(2) != GZIP_MAGIC:
-            return size
-        f.seek(max(size - 4, 0))
-        isize = int.from_bytes(f.read(4), "little")  # modulo 4 GiB
-    return max(isize, 5 * size)
 
 
 def should_stream(path: Path, min_bytes: int | None = None) -> bool:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from dataclasses import asdict
+from msgspec.structs import asdict
 from pathlib import Path
 from typing import Any
 

@@ -13,8 +13,7 @@ All operations are vectorised with numpy: O(n log n) at worst, no Python loop pe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -29,8 +28,7 @@ def _as_i64(a: object) -> I64:
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
-@dataclass(frozen=True)
-class Intervals:
+class Intervals(msgspec.Struct, frozen=True):
     start: I64
     end: I64
 

@@ -20,9 +20,9 @@ Columns
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -58,8 +58,7 @@ class LaneKind(str, enum.Enum):
     COUNTER = "counter"
 
 
-@dataclass(frozen=True)
-class Lane:
+class Lane(msgspec.Struct, frozen=True):
     """A row of the timeline: one GPU stream or one CPU thread of one process."""
 
     kind: LaneKind
@@ -75,18 +74,17 @@ class Lane:
         return self.name or f"thread {self.tid} (pid {self.pid})"
 
 
-@dataclass
-class TimelineMeta:
+class TimelineMeta(msgspec.Struct):
     """What a source knows about the capture besides the events."""
 
     source_format: str
     source_version: str = ""
     path: str = ""
-    devices: list[dict[str, Any]] = field(default_factory=list)
+    devices: list[dict[str, Any]] = msgspec.field(default_factory=list)
     rank: int | None = None
     world_size: int | None = None
     rank_basis: str = ""  # where the rank came from: "distributedInfo", "file name", ""
-    quality: list[str] = field(default_factory=list)  # notes the source made while reading
+    quality: list[str] = msgspec.field(default_factory=list)  # notes the source made while reading
     counters: Any = None  # a whyidle.timeline.counters.CounterLog when the input holds GPU counter samples
 
     @property
@@ -99,8 +97,7 @@ class TimelineMeta:
         return min(caps) if caps else None
 
 
-@dataclass
-class Timeline:
+class Timeline(msgspec.Struct):
     start_ns: I64
     end_ns: I64
     lane: npt.NDArray[np.int32]

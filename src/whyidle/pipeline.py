@@ -75,9 +75,11 @@ def _gap_records(a: Analyses, cfg: Config) -> tuple[GapRecord, ...]:
 
 def report_from(a: Analyses, cfg: Config) -> Report:
     findings, skipped = build_findings(a, cfg)
-    from whyidle.findings.nsys_rules import nsys_findings
+    if a.tl.meta.source_format == "nsys":  # API-level findings only an Nsight capture supports
+        from whyidle.findings.nsys_rules import nsys_findings
 
-    findings = tuple(sorted(findings + nsys_findings(a, cfg), key=lambda f: (-f.idle_ns, -f.affected_busy_ns)))
+        findings += nsys_findings(a, cfg)
+    findings = tuple(sorted(findings, key=lambda f: (-f.idle_ns, -f.affected_busy_ns)))
     tl = a.tl
     totals = a.gaps.total_by_cause()
     idle_by_cause = {c.key: int(totals[i]) for i, c in enumerate(C.CAUSES)}

@@ -1,0 +1,152 @@
+"""How the in-memory reader reads: read-ahead in a thread, batches shared with a forked child."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from whyidle.errors import InputError, TraceFormatError
+from whyidle.lab.synthetic import training_trace
+from whyidle.sources import _io, _twoway, load
+from whyidle.sources import kineto as K
+from whyidle.timeline.model import Timeline
+
+needs_fork = pytest.mark.skipif(not _twoway.can_fork(), reason="a forked helper needs Linux and two usable cores")
+
+
+def _same(a: Timeline, b: Timeline) -> None:
+    for c in Timeline.COLUMNS:
+        np.testing.assert_array_equal(getattr(a, c), getattr(b, c), err_msg=c)
+    assert a.strings == b.strings and a.lanes == b.lanes and a.meta.quality == b.meta.quality
+
+
+# --- read-ahead ---------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _no_read_ahead_left() -> Iterator[None]:
+    yield
+    assert not _io._PENDING, "a read-ahead was left behind, holding a file's bytes"
+
+
+def test_prefetched_read_is_the_plain_read(tmp_path: Path) -> None:
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    _io.prefetch(p, max_bytes=1 << 30)
+    assert p in _io._PENDING
+    assert _io.read_bytes(p) == b'{"traceEvents": []}'
+    assert p not in _io._PENDING  # handed over once, then forgotten
+
+
+def test_prefetch_error_is_raised_by_the_reader_in_its_words(tmp_path: Path) -> None:
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(gzip.compress(b'{"traceEvents": [' + b"1," * 5000 + b"1]}")[:-40])
+    _io.prefetch(p, max_bytes=1 << 30)
+    with pytest.raises(TraceFormatError, match="truncated"):
+        _io.read_bytes(p)
+
+
+def test_a_file_changed_after_prefetch_is_read_again(tmp_path: Path) -> None:
+    p = tmp_path / "t.json"
+    p.write_bytes(b"[1]")
+    _io.prefetch(p, max_bytes=1 << 30)
+    _io._PENDING[p].thread.join()
+    p.write_bytes(b"[1, 2]")
+    os.utime(p, ns=(1, 1))
+    assert _io.read_bytes(p) == b"[1, 2]"
+
+
+def test_prefetch_leaves_large_missing_and_non_json_files_to_their_readers(tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    big.write_bytes(b"[" + b"1," * 1000 + b"1]")
+    _io.prefetch(big, max_bytes=100)  # the streaming reader's range: never read whole
+    _io.prefetch(tmp_path / "missing.json", max_bytes=1 << 30)
+    _io.prefetch(tmp_path, max_bytes=1 << 30)
+    db = tmp_path / "run.sqlite"
+    db.write_bytes(_io.SQLITE_MAGIC + bytes(100))  # Nsight export: sqlite3 reads it, not read_bytes
+    _io.prefetch(db, max_bytes=1 << 30)
+    assert not _io._PENDING
+    with pytest.raises(InputError, match="no such file"):
+        _io.read_bytes(tmp_path / "missing.json")
+
+
+def test_load_forgets_a_read_ahead_its_reader_did_not_take(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import whyidle.sources as sources
+    from whyidle.sources import kineto_stream
+
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(training_trace("none", steps=2)))
+    _io.prefetch(p, max_bytes=1 << 30)
+    assert p in _io._PENDING
+    # The streaming reader takes it (a lower threshold than the read-ahead's): it reads the file
+    # in blocks, not through read_bytes, and the read-ahead must not stay behind.
+    monkeypatch.setattr(sources, "_large", lambda path: True)
+    monkeypatch.setattr(kineto_stream, "should_stream", lambda path, min_bytes=None: True)
+    assert len(load(p)) > 0
+
+
+# --- two-ended map --------------------------------------------------------------------------
+
+
+@needs_fork
+@pytest.mark.parametrize("n", [2, 3, 17, 64])
+def test_two_ended_map_is_the_list_in_order(n: int) -> None:
+    here = os.getpid()
+
+    def task(i: int) -> tuple[int, int]:
+        time.sleep(0.005)  # long enough for the child to start and take its share
+        return i * i, os.getpid()
+
+    out = _twoway.two_ended_map(n, task)
+    assert [v for v, _ in out] == [i * i for i in range(n)]
+    if n >= 17:  # both processes took part (the child's pid differs from ours)
+        assert {pid for _, pid in out} - {here}
+
+
+@needs_fork
+def test_two_ended_map_raises_the_error_of_the_first_failing_task() -> None:
+    def task(i: int) -> int:
+        if i in (40, 45):
+            raise ValueError(f"task {i}")
+        return i
+
+    with pytest.raises(ValueError, match="task 40"):
+        _twoway.two_ended_map(48, task)  # 40 and 45 lie in the child's end: redone here, in order
+
+
+def test_two_ended_map_without_fork_runs_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_twoway, "can_fork", lambda: False)
+    here = os.getpid()
+    assert _twoway.two_ended_map(5, lambda i: (i, os.getpid())) == [(i, here) for i in range(5)]
+
+
+@needs_fork
+def test_forked_decode_gives_the_same_timeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(K, "_BATCH_EVENTS", 64)  # many batches from a small trace
+    monkeypatch.setattr(K, "_FORK_MIN_BATCHES", 2)
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(training_trace("none", steps=6)))
+    _same(load(p, jobs=2), load(p, jobs=1))
+
+
+@needs_fork
+def test_forked_decode_reports_a_bad_event_as_the_serial_reader_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(K, "_BATCH_EVENTS", 16)
+    monkeypatch.setattr(K, "_FORK_MIN_BATCHES", 2)
+    trace = training_trace("none", steps=6)
+    trace["traceEvents"][-5]["ts"] = "soon"  # in the child's end of the list
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(trace))
+    with pytest.raises(TraceFormatError) as serial:
+        load(p, jobs=1)
+    with pytest.raises(TraceFormatError) as forked:
+        load(p, jobs=2)
+    assert str(forked.value) == str(serial.value)
+    assert "not a number" in str(serial.value)
