@@ -1,7 +1,10 @@
 """Benchmark: `whyidle diagnose --json` against the parse floor and HTA, in the same run.
 
 Each measurement runs in a fresh Python process (so imports and start-up count for everyone) and
-records wall time and that process's peak RSS (os.wait4). Reported as ratios:
+records wall time and peak RSS (os.wait4, taken by a small launcher: see LAUNCHER; it is the
+largest of the process and the children it waited for, and whyidle's decoding child shares its
+parent's pages). The commands take turns, round after
+round, and each reports its median. Reported as ratios:
 
 * whyidle / parse floor, where the floor is: read + gunzip + decode the same file with the
   fastest general JSON decoder available here (the faster of orjson and msgspec, measured);
@@ -28,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,25 +52,43 @@ HTA = (
 )
 
 
+# Peak RSS needs care: Linux carries the exec'ing process's high-water mark into the new
+# program's ru_maxrss, and subprocess spawns with vfork, i.e. from this (large) benchmark
+# process. So each command runs under this small launcher, which forks and execs it and reports
+# its wall time and peak RSS as wait4 gives them.
+LAUNCHER = """
+import os, sys, time
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(time.perf_counter() - t0, usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+"""
+
+
 def run(cmd: list[str]) -> tuple[float, float]:
     """(wall seconds, peak RSS MiB) of one fresh process."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{' '.join(cmd[:4])}... failed: {err[-500:]}")
-    return wall, usage.ru_maxrss / 1024
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER, *cmd], capture_output=True, text=True, check=False)
+    wall, rss_kib, rc = proc.stdout.split()
+    if int(rc) != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])}... failed: {proc.stderr[-500:]}")
+    return float(wall), int(rss_kib) / 1024
 
 
-def median_of(cmd: list[str], repeat: int) -> tuple[float, float]:
-    runs = [run(cmd) for _ in range(repeat)]
-    return statistics.median(r[0] for r in runs), max(r[1] for r in runs)
+def interleaved(cmds: dict[str, list[str]], repeat: int) -> dict[str, tuple[float, float]]:
+    """name -> (median wall s, max peak RSS MiB), the commands taking turns in each round, so that
+    a slow spell of this (shared, virtual) machine falls on all of them alike."""
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in cmds}
+    for _ in range(repeat):
+        for name, cmd in cmds.items():
+            runs[name].append(run(cmd))
+    return {k: (statistics.median(r[0] for r in v), max(r[1] for r in v)) for k, v in runs.items()}
 
 
 def have(module: str) -> bool:
-    return subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True).returncode == 0
+    return subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, check=False).returncode == 0
 
 
 def main() -> int:
@@ -94,13 +114,18 @@ def main() -> int:
     print(header)
     for trace in traces:
         size_mb = len(gzip.decompress(trace.read_bytes())) / 1e6 if trace.name.endswith(".gz") else trace.stat().st_size / 1e6
-        floor_s = min(median_of([sys.executable, "-c", FLOOR[d], str(trace)], args.repeat)[0] for d in decoders)
-        w_s, w_mb = median_of([sys.executable, "-m", "whyidle.cli", "diagnose", str(trace), "--json"], args.repeat)
+        with tempfile.TemporaryDirectory() as d:
+            cmds = {f"floor {dec}": [sys.executable, "-c", FLOOR[dec], str(trace)] for dec in decoders}
+            cmds["whyidle"] = [sys.executable, "-m", "whyidle.cli", "diagnose", str(trace), "--json"]
+            if hta:  # HTA reads a folder of traces
+                shutil.copy(trace, Path(d) / trace.name.replace(".pt.trace", ""))
+                cmds["HTA"] = [sys.executable, "-c", HTA, d]
+            res = interleaved(cmds, args.repeat)
+        floor_s = min(v[0] for k, v in res.items() if k.startswith("floor"))
+        w_s, w_mb = res["whyidle"]
         line = f"{trace.name[:44]:44} {size_mb:5.1f} {floor_s:8.3f} {w_s:9.3f} {w_s / floor_s:7.2f}"
         if hta:
-            with tempfile.TemporaryDirectory() as d:
-                shutil.copy(trace, Path(d) / trace.name.replace(".pt.trace", ""))
-                h_s, h_mb = median_of([sys.executable, "-c", HTA, d], args.repeat)
+            h_s, h_mb = res["HTA"]
             line += f" {h_s:7.3f} {h_s / w_s:7.1f} {w_mb:5.0f} {h_mb:7.0f} {w_mb / h_mb:5.2f}"
         print(line, flush=True)
     return 0
