@@ -97,3 +97,14 @@ def test_console_script_in_a_fresh_process(starved: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "whyidle.cli", "diagnose", str(starved), "--json"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["findings"][0]["cause"] == "input_pipeline"
+
+
+def test_a_reader_that_goes_away_is_not_an_error_message(starved: Path) -> None:
+    # `whyidle diagnose trace | head`: the pipe closes before whyidle writes. No traceback, no
+    # "could not be analysed"; the status says what happened (128 + SIGPIPE, as a shell does).
+    proc = subprocess.Popen([sys.executable, "-m", "whyidle.cli", "diagnose", str(starved)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert err == ""

@@ -1,6 +1,7 @@
 """The command line: parse arguments, call the API, render, map errors to exit codes.
 
-Exit status: 0 done, 1 a CI gate failed, 2 bad input or usage. Each subcommand lives in
+Exit status: 0 done, 1 a CI gate failed, 2 bad input or usage, 130 interrupted, 141 the reader of
+the output went away (``| head``). Each subcommand lives in
 ``whyidle.commands.<name>`` with ``add_parser(subparsers)`` and ``run(args) -> int``.
 """
 
@@ -22,6 +23,7 @@ __all__ = ["main", "run", "COMMANDS"]
 COMMANDS = ("diagnose", "compare", "demo", "lab", "watch", "convert", "scaling")
 
 EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
+EXIT_PIPE = 141  # the reader of stdout went away (| head): 128 + SIGPIPE, as a shell reports it
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, MissingExtraError, WhyidleError) as exc:
         print(f"whyidle: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
+    except BrokenPipeError:
+        _drop_stdout()
+        return EXIT_PIPE
     except KeyboardInterrupt:
         print("whyidle: interrupted", file=sys.stderr)
         return 130
@@ -68,6 +73,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INPUT
 
 
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that nothing tries to write the rest to a closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # pragma: no cover - stdout without a file descriptor
+        pass
+
+
 def run() -> NoReturn:
     """The console entry point: :func:`main`, then a fast exit.
 
@@ -78,8 +92,8 @@ def run() -> NoReturn:
     rc = main()
     try:
         sys.stdout.flush()
-    except BrokenPipeError:  # the reader went away (| head): not an error of ours
-        pass
+    except BrokenPipeError:  # the reader went away (| head) before the last of the output
+        rc = EXIT_PIPE
     except OSError as exc:  # e.g. a full disk behind a redirect: the output is incomplete
         print(f"whyidle: error: cannot write the output ({exc.strerror or exc})", file=sys.stderr)
         rc = rc or EXIT_INPUT
