@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import zlib
 from typing import Any
 
 from whyidle.commands._output import progress, write_atomic
@@ -39,23 +40,21 @@ def load_side(path: str, cfg: Config) -> tuple[Any, Any]:
 
     p = Path(path)
     if p.is_file():
-        from whyidle.sources._io import read_bytes
-
         with p.open("rb") as f:
-            head = f.read(512)
-        if head.startswith(b"\x1f\x8b"):
-            if p.stat().st_size < (64 << 20):
-                head = read_bytes(p)[:512]
-            else:
-                head = b""
-        if looks_like_report(head):
+            head = f.read(1 << 16)
+        if head.startswith(b"\x1f\x8b"):  # the first 512 bytes of what it decompresses to
+            try:
+                head = zlib.decompressobj(wbits=31).decompress(head, 512)
+            except zlib.error:
+                head = b""  # the reader says what is wrong with it
+        if looks_like_report(head[:512]):
             return load_report(p), None
     from whyidle.analyses.links import link_launches
     from whyidle.analyses.names import name_times
     from whyidle.pipeline import analyse, report_from
     from whyidle.sources import load
 
-    tl = load(path)
+    tl = load(path, jobs=2)  # the command line's own process: a forked child may decode beside it
     a = analyse(tl, cfg)
     return report_from(a, cfg), name_times(tl, link_launches(tl), a.window)
 
@@ -139,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise UsageError("--top must be 0 or more")
     cfg = Config(skip_first_steps=args.skip_first, batch_size=args.batch_size)
+    from whyidle.sources._io import prefetch
+
+    for side in (args.before, args.after):  # both read (and gunzipped) at once, in threads
+        prefetch(side, cfg.stream_min_bytes)
     with progress(f"whyidle: reading {args.before} and {args.after}"):
         before, nb = load_side(args.before, cfg)
         after, na = load_side(args.after, cfg)
