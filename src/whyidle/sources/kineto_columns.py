@@ -141,14 +141,6 @@ def _as_float(v: Any) -> float:
         return float("nan")
 
 
-def _lead_dim(dims: Any) -> int:
-    if isinstance(dims, list) and dims:
-        first = dims[0]
-        if isinstance(first, list) and first and type(first[0]) is int:
-            return int(first[0])
-    return -1
-
-
 def _stream_of(e: Any, a: Any) -> str:
     if a is not None and a.stream is not None:
         return str(_as_int(a.stream, 0))
@@ -280,19 +272,16 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
     stacks: list[str] = []
     if host_idx:
         stack_of: dict[str, int] = {}
-
-        def intern_stack(st: str) -> int:
-            k = stack_of.get(st)
-            if k is None:
-                k = stack_of[st] = len(stacks)
-                stacks.append(st)
-            return k
-
         hargs = [args[i] for i in host_idx]
         stack[host_idx] = [
-            intern_stack(a.call_stack) if a is not None and isinstance(a.call_stack, str) and a.call_stack else -1 for a in hargs
+            stack_of.setdefault(st, len(stack_of)) if a is not None and type(st := a.call_stack) is str and st else -1 for a in hargs
         ]
-        shape0[host_idx] = [_lead_dim(a.input_dims) if a is not None and a.input_dims is not None else -1 for a in hargs]
+        stacks = list(stack_of)
+        # The leading dimension of the first input ("Input Dims": [[32, 3, 224, 224], ...]).
+        shape0[host_idx] = [
+            d0[0] if a is not None and type(d := a.input_dims) is list and d and type(d0 := d[0]) is list and d0 and type(d0[0]) is int else -1
+            for a in hargs
+        ]
     cols = {
         "start_ns": start_ns,
         "end_ns": start_ns + dur_ns,  # base time is added at the end
