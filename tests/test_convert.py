@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
+from tlbuild import assert_same_timeline
 
 from whyidle.cli import main
-from whyidle.pipeline import diagnose
 from whyidle.lab.synthetic import training_trace, write_trace
+from whyidle.pipeline import diagnose
 from whyidle.sources import load
 from whyidle.timeline.model import Timeline
 
@@ -22,12 +22,8 @@ REAL = [TRACES / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz", TRACES / 
 
 
 def _same(a: Timeline, b: Timeline) -> None:
-    for c in Timeline.COLUMNS:
-        x, y = getattr(a, c), getattr(b, c)
-        assert x.dtype == y.dtype, c
-        assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), c
-    assert a.lanes == b.lanes and a.strings == b.strings
     b.meta.path = a.meta.path
+    assert_same_timeline(a, b)
     assert a.meta == b.meta
 
 

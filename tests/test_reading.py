@@ -9,22 +9,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
+from tlbuild import assert_same_timeline
 
 from whyidle.errors import InputError, TraceFormatError
 from whyidle.lab.synthetic import training_trace
 from whyidle.sources import _io, _twoway, load
 from whyidle.sources import kineto as K
-from whyidle.timeline.model import Timeline
 
 needs_fork = pytest.mark.skipif(not _twoway.can_fork(), reason="a forked helper needs Linux and two usable cores")
-
-
-def _same(a: Timeline, b: Timeline) -> None:
-    for c in Timeline.COLUMNS:
-        np.testing.assert_array_equal(getattr(a, c), getattr(b, c), err_msg=c)
-    assert a.strings == b.strings and a.lanes == b.lanes and a.meta.quality == b.meta.quality
 
 
 # --- read-ahead ---------------------------------------------------------------------------
@@ -133,7 +126,7 @@ def test_forked_decode_gives_the_same_timeline(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(K, "_FORK_MIN_BATCHES", 2)
     p = tmp_path / "t.json"
     p.write_text(json.dumps(training_trace("none", steps=6)))
-    _same(load(p, jobs=2), load(p, jobs=1))
+    assert_same_timeline(load(p, jobs=2), load(p, jobs=1))
 
 
 @needs_fork

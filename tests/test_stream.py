@@ -6,8 +6,8 @@ import gzip
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
+from tlbuild import assert_same_timeline
 
 import whyidle.sources.kineto_stream as ks
 from whyidle.errors import TraceFormatError
@@ -16,25 +16,9 @@ from whyidle.sources import load
 from whyidle.sources._io import read_bytes
 from whyidle.sources.kineto import parse_kineto
 from whyidle.sources.kineto_stream import parse_kineto_stream, should_stream
-from whyidle.timeline.model import Timeline
 
 TRACES = Path(__file__).parents[1].parent / "shared" / "traces"
 REAL = sorted(p for p in TRACES.rglob("*.json*") if p.is_file()) if TRACES.exists() else []
-
-
-def assert_same(a: Timeline, b: Timeline) -> None:
-    for c in Timeline.COLUMNS:
-        x, y = getattr(a, c), getattr(b, c)
-        assert x.dtype == y.dtype, c
-        assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), c
-    assert a.lanes == b.lanes
-    assert a.strings == b.strings
-    # The ignored-category note lists ties in set order in memory; compare its items.
-    qa = [sorted(q.split(": ")[-1].split(", ")) if "ignored" in q else q for q in a.meta.quality]
-    qb = [sorted(q.split(": ")[-1].split(", ")) if "ignored" in q else q for q in b.meta.quality]
-    assert qa == qb
-    a.meta.quality, b.meta.quality = [], []
-    assert a.meta == b.meta
 
 
 @pytest.fixture(params=[4096, 1 << 20], ids=["4KiB-batches", "1MiB-batches"])
@@ -55,7 +39,7 @@ def test_every_real_trace_same_timeline(path: Path, batch: int) -> None:
         with pytest.raises(TraceFormatError):
             parse_kineto_stream(path)
         return
-    assert_same(expected, parse_kineto_stream(path))
+    assert_same_timeline(expected, parse_kineto_stream(path))
 
 
 @pytest.mark.parametrize("schema", ["new", "2021"])
@@ -64,7 +48,7 @@ def test_synthetic_compact_json_and_plain_file(tmp_path: Path, batch: int, schem
     doc["baseTimeNanoseconds"] = 1_700_000_000_000_000_000  # written after the events, as Kineto does
     p = tmp_path / "t.json"
     p.write_text(json.dumps(doc, separators=(",", ":")))
-    assert_same(parse_kineto(p.read_bytes(), path=str(p)), parse_kineto_stream(p))
+    assert_same_timeline(parse_kineto(p.read_bytes(), path=str(p)), parse_kineto_stream(p))
 
 
 def test_bare_list_and_multi_member_gzip(tmp_path: Path) -> None:
@@ -73,7 +57,7 @@ def test_bare_list_and_multi_member_gzip(tmp_path: Path) -> None:
     p = tmp_path / "t.json.gz"
     half = len(text) // 2
     p.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]))
-    assert_same(parse_kineto(text, path=str(p)), parse_kineto_stream(p))
+    assert_same_timeline(parse_kineto(text, path=str(p)), parse_kineto_stream(p))
 
 
 def test_unpadded_nanosecond_style_decided_by_the_last_mib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,7 +73,7 @@ def test_unpadded_nanosecond_style_decided_by_the_last_mib(tmp_path: Path, monke
     p.write_text(text)
     mem = parse_kineto(text.encode(), path=str(p))
     assert any("without zero-padded" in q for q in mem.meta.quality)
-    assert_same(mem, parse_kineto_stream(p))
+    assert_same_timeline(mem, parse_kineto_stream(p))
 
 
 @pytest.mark.parametrize(
@@ -140,14 +124,14 @@ def test_false_cuts_inside_events_and_strings(tmp_path: Path, monkeypatch: pytes
     ]
     p = tmp_path / "adv.json"
     p.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev, "deviceProperties": [{"id": 0}], "x": [[1], [2]]}))
-    assert_same(parse_kineto(p.read_bytes(), path=str(p)), parse_kineto_stream(p, jobs=jobs))
+    assert_same_timeline(parse_kineto(p.read_bytes(), path=str(p)), parse_kineto_stream(p, jobs=jobs))
 
 
 @pytest.mark.skipif(not REAL, reason=f"real traces not found in {TRACES}")
 def test_parallel_chunks_same_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ks, "_BATCH", 1 << 20)
     path = TRACES / "kineto" / "resnet50_num_workers_4.pt.trace.json.gz"
-    assert_same(parse_kineto(read_bytes(path), path=str(path)), parse_kineto_stream(path, jobs=2))
+    assert_same_timeline(parse_kineto(read_bytes(path), path=str(path)), parse_kineto_stream(path, jobs=2))
 
 
 @pytest.mark.parametrize("gz", [False, True])

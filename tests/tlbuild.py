@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import msgspec.structs
+import numpy as np
+
 from whyidle.timeline import Kind, TimelineBuilder, TimelineMeta
 from whyidle.timeline.model import LaneKind, Timeline
 
@@ -52,3 +55,18 @@ class TL:
 
     def build(self) -> Timeline:
         return self.b.build()
+
+
+def assert_same_timeline(a: Timeline, b: Timeline) -> None:
+    """Two timelines hold the same rows, lanes, strings and source notes (dtypes included)."""
+    for c in Timeline.COLUMNS:
+        x, y = getattr(a, c), getattr(b, c)
+        assert x.dtype == y.dtype, c
+        assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), c
+    assert a.lanes == b.lanes
+    assert a.strings == b.strings
+    # The ignored-category note lists ties in set order in memory; compare its items.
+    qa = [sorted(q.split(": ")[-1].split(", ")) if "ignored" in q else q for q in a.meta.quality]
+    qb = [sorted(q.split(": ")[-1].split(", ")) if "ignored" in q else q for q in b.meta.quality]
+    assert qa == qb
+    assert msgspec.structs.replace(a.meta, quality=[]) == msgspec.structs.replace(b.meta, quality=[])
