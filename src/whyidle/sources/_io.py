@@ -9,7 +9,7 @@ from pathlib import Path
 
 from whyidle.errors import InputError, TraceFormatError
 
-__all__ = ["read_bytes", "prefetch", "discard", "estimated_size", "GZIP_MAGIC", "SQLITE_MAGIC"]
+__all__ = ["read_bytes", "prefetch", "discard", "estimated_size", "looks_like_kineto", "GZIP_MAGIC", "SQLITE_MAGIC"]
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -42,6 +42,12 @@ def _gunzip(path: Path, raw: bytes) -> bytes:
         if data and not data.startswith(GZIP_MAGIC):
             break  # trailing garbage after the last member, as gzip(1) tolerates
     return out[0] if len(out) == 1 else b"".join(out)
+
+
+def looks_like_kineto(head: bytes) -> bool:
+    """Whether decompressed text starts as JSON does (a Chrome/Kineto trace is an object or list)."""
+    h = head.lstrip()
+    return h.startswith(b"{") or h.startswith(b"[")
 
 
 def estimated_size(path: Path) -> int:
@@ -101,32 +107,35 @@ def prefetch(path: str | os.PathLike[str], max_bytes: int) -> None:
             head = f.read(64)
     except OSError:
         return
-    if not (head.startswith(GZIP_MAGIC) or head.lstrip()[:1] in (b"{", b"[")):
+    if not (head.startswith(GZIP_MAGIC) or looks_like_kineto(head)):
         return  # not JSON (an Nsight export, Parquet, a counter log): its reader reads it its way
     with _PENDING_LOCK:
         if p not in _PENDING:
             _PENDING[p] = _Pending(p, stamp)
 
 
-def discard(path: Path) -> None:
-    """Forget a read-ahead of ``path`` that no reader took (the input went another way)."""
+def _take(path: Path) -> _Pending | None:
+    """The finished read-ahead of ``path``, no longer listed; None if there was none."""
     with _PENDING_LOCK:
         pending = _PENDING.pop(path, None)
     if pending is not None:
         pending.thread.join()
+    return pending
+
+
+def discard(path: Path) -> None:
+    """Forget a read-ahead of ``path`` that no reader took (the input went another way)."""
+    _take(path)
 
 
 def read_bytes(path: Path) -> bytes:
     """The file's content, decompressed if it is gzip (taken from :func:`prefetch` if it ran)."""
-    with _PENDING_LOCK:
-        pending = _PENDING.pop(path, None)
-    if pending is not None:
-        pending.thread.join()
-        if pending.stamp == _stamp(path):  # unchanged since the read began
-            if pending.error is not None:
-                raise pending.error
-            assert pending.data is not None
-            return pending.data
+    pending = _take(path)
+    if pending is not None and pending.stamp == _stamp(path):  # unchanged since the read began
+        if pending.error is not None:
+            raise pending.error
+        assert pending.data is not None
+        return pending.data
     return _read(path)
 
 

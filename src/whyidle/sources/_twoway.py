@@ -24,8 +24,8 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
-import struct
 import signal
+import struct
 import sys
 from collections.abc import Callable
 from typing import TypeVar

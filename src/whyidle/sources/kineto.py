@@ -27,6 +27,7 @@ from typing import Any, Union
 import msgspec
 
 from whyidle.errors import TraceFormatError
+from whyidle.sources._io import looks_like_kineto
 from whyidle.sources.kineto_columns import (
     _Columns,
     _Local,
@@ -91,11 +92,6 @@ _EXACT_DECODER = msgspec.json.Decoder(Union[_ExactDoc, list[_ExactEvent]], float
 _FLOAT_TIME_RE = re.compile(rb'"(?:ts|dur)"\s*:\s*-?(\d+)\.(\d+)')
 # float64 has 53 bits: microsecond values below this keep every nanosecond through x * 1000.
 _EXACT_FLOAT_US = 2**53 // 1000 // 4
-
-def looks_like_kineto(head: bytes) -> bool:
-    h = head.lstrip()
-    return h.startswith(b"{") or h.startswith(b"[")
-
 
 def load_kineto(path: Path, raw: bytes, jobs: int = 1) -> Timeline:
     """Parse a Kineto trace already read into ``raw`` (decompressed)."""

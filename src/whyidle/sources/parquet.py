@@ -29,12 +29,12 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from msgspec.structs import asdict
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
+from msgspec.structs import asdict
 
 from whyidle.errors import InputError, MissingExtraError, TraceFormatError
 from whyidle.timeline.model import Kind, Lane, LaneKind, Timeline, TimelineMeta
