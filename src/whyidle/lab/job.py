@@ -71,9 +71,12 @@ def spec_for(flaw: str, device: str, steps: int | None = None, profile_steps: in
         raise ValueError(f"unknown flaw {flaw!r}; expected one of {', '.join(FLAWS)}")
     cuda = device == "cuda"
     if cuda:
-        # Big enough that a step's kernels (bf16, ~1.8 TFLOP, a few ms on an H100/H200) outlast
-        # the host's ~40 launches; 8 workers keep batches ahead on a GPU machine's cores.
-        base = dict(batch_size=2048, in_dim=256, width=8192, depth=3, classes=1000, io_latency_s=0.002)
+        # Big enough that a step's kernels outlast the host's launches even under the profiler
+        # (with_stack, record_shapes): at batch 2048 an H200 step was 6.6 ms profiled and the GPU
+        # busy only 63% (host-bound: tests/data/h200/measured.json, 2026-11-30), and samples/s
+        # still rose 35% from batch 2048 to 8192 (825k samples/s, 9.9 ms a step, 2.9 GB peak).
+        # 8 workers keep batches ahead on a GPU machine's cores.
+        base = dict(batch_size=8192, in_dim=256, width=8192, depth=3, classes=1000, io_latency_s=0.002)
         workers = 8
     else:
         base = dict(batch_size=128, in_dim=128, width=1024, depth=3, classes=10, io_latency_s=0.003)
@@ -86,8 +89,8 @@ def spec_for(flaw: str, device: str, steps: int | None = None, profile_steps: in
         # memory (no storage latency) is the well-fed loop there.
         spec.update(num_workers=0, io_latency_s=0.0)
     elif flaw == "starvation":
-        # storage wait per batch: about the compute of a step on CPU (~50 ms), ~3x on an H200 (~3 ms)
-        spec.update(num_workers=0, io_latency_s=0.010 if cuda else 0.05)
+        # storage wait per batch: about the compute of a step on CPU (~50 ms), ~3x on an H200 (~10 ms)
+        spec.update(num_workers=0, io_latency_s=0.030 if cuda else 0.05)
     elif flaw == "h2d":
         # 50 MB of pageable input per step, copied with a blocking .to(): the copy outlasts the compute
         spec.update(in_dim=3 * 128 * 128, batch_size=256, width=4096, pin_memory=False, non_blocking=False, io_latency_s=0.0)
@@ -98,7 +101,8 @@ def spec_for(flaw: str, device: str, steps: int | None = None, profile_steps: in
         spec.update(batch_size=4, width=1024, depth=8, io_latency_s=0.0)
     elif flaw == "launch":
         spec.update(width=64, depth=48, batch_size=32, fused_optimizer=False, io_latency_s=0.0)
-    n = steps if steps is not None else (12 if not cuda else 30)
+    # 60 tracked steps on CUDA: 8 workers' start-up, paid in the first steps, stays a small share
+    n = steps if steps is not None else (12 if not cuda else 60)
     p = profile_steps if profile_steps is not None else (3 if cuda else 0)
     return LabSpec(flaw=flaw, device=device, steps=n, profile_steps=p, **spec)
 
@@ -152,12 +156,18 @@ class SyntheticBatches:
 
 
 class CycleLoader:
-    """A few prebuilt batches in pageable host memory, served ``n`` times (the h2d flaw's loader)."""
+    """A few prebuilt batches served ``n`` times (the h2d flaw's loader).
 
-    def __init__(self, batches: list[tuple[Any, Any]], n: int) -> None:
+    The batches stay in pageable host memory (the flaw) unless ``pin_memory`` (the fix): then each
+    is copied once into page-locked memory, as ``DataLoader(pin_memory=True)`` would do.
+    """
+
+    def __init__(self, batches: list[tuple[Any, Any]], n: int, pin_memory: bool = False) -> None:
+        if pin_memory:
+            batches = [tuple(t.pin_memory() for t in b) for b in batches]  # type: ignore[misc]
         self.batches, self.n = batches, n
         self.num_workers = 0
-        self.pin_memory = False
+        self.pin_memory = pin_memory
         self.batch_size = int(batches[0][0].shape[0])
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
@@ -180,7 +190,7 @@ def build_model(torch: Any, spec: LabSpec) -> Any:
 def build_loader(torch: Any, spec: LabSpec, n_batches: int) -> Any:
     ds = SyntheticBatches(torch, n_batches, spec.batch_size, spec.in_dim, spec.classes, spec.io_latency_s, spec.seed)
     if spec.flaw == "h2d":
-        return CycleLoader([ds[i] for i in range(2)], n_batches)
+        return CycleLoader([ds[i] for i in range(2)], n_batches, pin_memory=spec.pin_memory)
     return torch.utils.data.DataLoader(ds, batch_size=None, shuffle=False, **spec.loader_kwargs())
 
 
@@ -235,7 +245,9 @@ def run_job(spec: LabSpec, trace_dir: str | Path | None = None, threads: int | N
         # sleep-bound workers (simulated storage) may outnumber cores: see fix_workers()
         warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
         loader = build_loader(torch, spec, total)
-        tr: StepTracker[Any] | None = track(loader, skip_first=1) if tracker else None
+        # device=spec.device: a CPU job on a machine with a GPU is timed on the host, not with
+        # CUDA events around no device work (that split a CPU step's time wrongly on the H200)
+        tr: StepTracker[Any] | None = track(loader, skip_first=1, device=spec.device) if tracker else None
         batches: Any = tr if tr is not None else loader
         losses: list[Any] = []
         handler = None
