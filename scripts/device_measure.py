@@ -100,7 +100,7 @@ def stage_pairs(out: Path, dev: str) -> dict[str, Any]:
     for flaw in flaws:
         entry: dict[str, Any] = {}
         try:
-            spec = spec_for(flaw, dev, steps=30 if dev == "cuda" else 12, profile_steps=3)
+            spec = spec_for(flaw, dev, steps=None if dev == "cuda" else 12, profile_steps=3)
             with tempfile.TemporaryDirectory() as tmp:
                 run = run_job(spec, trace_dir=tmp)
                 entry["before"] = {**_stats(run), "job": _job(spec)}
