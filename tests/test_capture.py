@@ -455,7 +455,7 @@ def test_watch_with_fakes_writes_a_readable_counter_file(tmp_path: Path) -> None
 
     log = load_counters(path)
     assert log.source_format == "whyidle counters" and log.clock == "epoch"
-    assert set(log.gpu_ids) == {"0", "host"} and log.gpus["0"]["name"] == "Fake GPU"
+    assert set(log.gpu_ids) == {"0"} and log.get("host", "host_cpu_pct") is not None and log.gpus["0"]["name"] == "Fake GPU"
     util = log.get("0", "gpu_util_pct")
     assert util is not None and list(util.value) == utils
     assert log.interval_ns == 250_000_000

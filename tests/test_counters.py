@@ -338,3 +338,157 @@ def test_help_query_gpu_text_is_not_a_log() -> None:
     assert main(["diagnose", str(p)]) == 2
     with pytest.raises(Exception):
         load(p)
+
+
+# -- malformed rows, idle shares, the busy basis, logs without GPU readings ------------------------
+
+H200_WATCH = Path(__file__).parent / "data" / "h200" / "watch_bursty_matmul.counters.csv"
+
+
+def _samples(log: CounterLog, metric: str = "gpu_util_pct", gpu: str = "0") -> int:
+    s = log.get(gpu, metric)
+    return 0 if s is None else len(s)
+
+
+def test_query_gpu_truncated_timestamps_are_skipped_and_counted() -> None:
+    # As pasted into notes: one timestamp cut short, one row cut after two cells.
+    text = QUERY_UNITS + "2025/07/09 01:17:3, 0, 00000000:3B:00.0, 70 %, 30 %, 250.12 W, 1410 MHz\n2025/07/09 01:17:39.754, 0\n"
+    text += "2025/07/09 01:17:40.754, 0, 00000000:3B:00.0, 60 %, 30 %, 250.12 W, 1410 MHz\n"
+    log = parse_counters(text.encode(), "q.csv", utc_offset_min=0)
+    assert _vals(log, "gpu_util_pct") == [90.0, None, 60.0]
+    note = [q for q in log.quality if "could not be read" in q]
+    assert note == ["2 of 5 sample rows could not be read and were skipped (first: line 4 has timestamp '2025/07/09 01:17:3'; "
+                    "expected YYYY/MM/DD HH:MM:SS.mmm as nvidia-smi writes it)"]  # fmt: skip
+
+
+def test_dmon_and_dcgmi_partial_and_bad_rows_are_skipped_and_counted() -> None:
+    dmon = DMON_DT + " 2025030   12:00:04      0     63     35      -     95     42      0      0      0      0   1593   1410\n 20250301   12:00:05   0  63\n"
+    log = parse_counters(dmon.encode(), "dmon.log", utc_offset_min=0)
+    assert _vals(log, "gpu_util_pct") == [97.0, None, 95.0]
+    assert any(q.startswith("2 of 6 sample rows could not be read") and "line 9 has date '2025030'" in q for q in log.quality)
+    dc = _dcgmi(20) + "GPU 0     100  0.9\n"
+    log = parse_counters(dc.encode(), "d.txt", interval_ms=50)
+    assert _samples(log) == 20
+    assert any(q.startswith("1 of 21 sample rows could not be read") and "line 23 has 2 values; expected 4" in q for q in log.quality)
+
+
+def test_a_log_with_no_readable_row_is_one_clear_error(tmp_path: Path) -> None:
+    text = "timestamp, index, utilization.gpu [%]\n2025/07/09 01:17, 0, 90 %\n2025/07/09 01:1, 0, 80 %\n"
+    with pytest.raises(TraceFormatError, match=r"none of whose 2 sample rows could be read \(first: line 2 has timestamp '2025/07/09 01:17'"):
+        parse_counters(text.encode(), "q.csv")
+    p = tmp_path / "q.csv"
+    p.write_text(text)
+    assert main(["diagnose", str(p)]) == 2
+
+
+def test_real_h200_watch_log_with_broken_rows(tmp_path: Path) -> None:
+    """The NVML log recorded by `whyidle watch` on an H200, with a truncated time and a cut last line."""
+    lines = H200_WATCH.read_text().splitlines()
+    full = load_counters(H200_WATCH)
+    first_row = next(i for i, ln in enumerate(lines) if ln[:1].isdigit())
+    broken = list(lines)
+    broken[first_row + 10] = broken[first_row + 10][:9] + "," + broken[first_row + 10].split(",", 1)[1]  # the time cut to 9 digits
+    broken[-1] = broken[-1][: len(broken[-1]) // 3]
+    p = tmp_path / "w.csv"
+    p.write_text("\n".join(broken) + "\n")
+    log = load_counters(p)
+    rows = len(lines) - first_row  # data rows: every line from the first row on
+    assert any(q.startswith(f"2 of {rows} sample rows could not be read") for q in log.quality)
+    lost = [lines[first_row + 10].split(",")[1], lines[-1].split(",")[1]].count("0")
+    assert _samples(log) == _samples(full) - lost
+    assert log.gpu_ids == ("0",)  # the host process tree is not a GPU
+
+
+def test_real_h200_watch_log_reads_one_gpu_and_the_host(tmp_path: Path) -> None:
+    r = diagnose(H200_WATCH)
+    assert r.counters is not None and [g.gpu for g in r.counters.gpus] == ["0"]
+    assert r.source.devices == ("NVIDIA H200",) and r.utilization.n_devices == 1
+    assert {d.metric for d in r.counters.host} == {"host_cpu_pct", "host_rss_mib"}
+    g = r.counters.gpus[0]
+    assert g.pattern is not None and g.pattern.regular and g.pattern.pauses == 6  # the command ran 6 bursts, each followed by a sleep
+    assert r.utilization.idle_ns == g.idle_ns
+    bp = {f.id: f for f in r.findings}["counters.burst_pause"]
+    assert bp.idle_ns == g.pause_idle_ns <= g.idle_ns and 0 < bp.share_of_idle <= 1.0
+    facts = dict(bp.evidence.facts)
+    assert facts["host_cpu_pause_pct"] == pytest.approx(g.host_cpu_pause_pct, abs=0.05)
+    out = tmp_path / "r.txt"
+    assert main(["diagnose", str(H200_WATCH), "-o", str(out)]) in (0, 1)
+    text = out.read_text()
+    assert "GPU host" not in text and "Host (the watched command's process tree): CPU mean" in text
+
+
+def _whyidle_rows(values: list[float], interval_ns: int = 100 * MS, gpu_metric: str = "gpu_util_pct") -> str:
+    metrics = [gpu_metric]
+    text = counter_file_header(metrics, {"0": {"name": "GPU"}})
+    for i, v in enumerate(values):
+        text += counter_file_row(BASE_NS + i * interval_ns, "0", {gpu_metric: v}, metrics)
+    return text
+
+
+def test_pause_idle_is_part_of_idle_exactly(tmp_path: Path) -> None:
+    # 20 cycles of 90, 100, 30, 0, 0 % at 100 ms: busy 220 ms per cycle, idle 280 ms, of which 270 ms in
+    # the three pause samples (below 50 %) and 10 ms inside the 90 % sample of the burst.
+    p = tmp_path / "w.csv"
+    p.write_text(_whyidle_rows([90, 100, 30, 0, 0] * 20))
+    r = diagnose(p)
+    g = r.counters.gpus[0]  # type: ignore[union-attr]
+    assert g.busy_ns == pytest.approx(20 * 220 * MS) and g.idle_ns == 20 * 280 * MS
+    assert g.pause_idle_ns == 20 * 270 * MS
+    bp = {f.id: f for f in r.findings}["counters.burst_pause"]
+    assert bp.idle_ns == 20 * 270 * MS and bp.share_of_idle == pytest.approx(270 / 280)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 5.0, 30.0, 49.0, 50.0, 80.0, 100.0, float("nan")]), min_size=3, max_size=120))
+def test_counter_findings_never_claim_more_than_the_idle_time(values: list[float]) -> None:
+    from whyidle.findings.counter_rules import counter_only_report
+    from whyidle.pipeline import analyse, report_from
+
+    if not any(v == v for v in values):
+        values = [*values, 0.0]
+    log = parse_counters(_whyidle_rows(values).encode(), "w.csv")
+    from whyidle.sources.counters import counter_timeline
+
+    timeline = counter_timeline(Path("w.csv"), _whyidle_rows(values).encode())
+    r = counter_only_report(report_from(analyse(timeline, Config()), Config()), analyse_counters(log, Config()), Config())
+    assert all(0.0 <= f.share_of_idle <= 1.0 for f in r.findings)
+    assert sum(f.idle_ns for f in r.findings) <= r.utilization.idle_ns
+
+
+def test_sm_activity_basis_is_never_time_without_a_kernel(tmp_path: Path) -> None:
+    p = tmp_path / "d.txt"
+    p.write_text("#Entity   SMACT\nID\n" + "GPU 0     0.400\n" * 30)
+    out = tmp_path / "r.txt"
+    assert main(["diagnose", str(p), "--counters-interval-ms", "100", "-o", str(out)]) in (0, 1)
+    text = " ".join(out.read_text().split())
+    assert "without a kernel running" not in text
+    assert "1.80 s of unused SM time" in text and "SM activity (the log has no GPU-Util)" in text
+    js = tmp_path / "r.json"
+    assert main(["diagnose", str(p), "--counters-interval-ms", "100", "-o", str(js)]) in (0, 1)
+    assert "SM activity" in json.loads(js.read_text())["utilization"]["basis"]
+
+
+def test_real_h100_sm_basis_report_words() -> None:
+    r = diagnose(_real("GH100"))
+    from whyidle.render.terminal import render_terminal
+
+    text = " ".join(render_terminal(r).split())
+    assert "without a kernel running" not in text and "of unused SM time" in text
+
+
+def test_a_log_without_gpu_readings_says_so(tmp_path: Path) -> None:
+    metrics = ["gpu_util_pct", "host_cpu_pct", "host_rss_mib"]
+    text = counter_file_header(metrics)
+    for i in range(10):
+        text += counter_file_row(BASE_NS + i * 100 * MS, "host", {"host_cpu_pct": 100.0, "host_rss_mib": 500.0}, metrics)
+        text += counter_file_row(BASE_NS + i * 100 * MS, "0", {}, metrics)  # NVML could not read the GPU
+    p = tmp_path / "w.csv"
+    p.write_text(text)
+    r = diagnose(p)
+    assert r.counters is not None and r.counters.gpus == () and len(r.counters.host) == 2
+    assert not any(f.id.startswith("counters.") and f.idle_ns for f in r.findings)
+    assert any("no GPU readings" in q for q in r.quality)
+    out = tmp_path / "r.txt"
+    main(["diagnose", str(p), "-o", str(out)])
+    t = " ".join(out.read_text().split())
+    assert "GPU busy unknown: the log has no GPU readings" in t and "GPU host" not in t and "0.0%" not in t

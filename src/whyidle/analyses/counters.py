@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from whyidle.config import Config
-from whyidle.timeline.counters import METRICS, CounterLog, CounterSeries
+from whyidle.timeline.counters import HOST_SERIES, METRICS, CounterLog, CounterSeries, on_epoch_clock
 
 __all__ = [
     "Distribution",
@@ -55,6 +55,7 @@ DISTRIBUTION_METRICS = (
     "sm_clock_mhz",
     "mem_clock_mhz",
 )
+HOST_METRICS = ("host_cpu_pct", "host_rss_mib")
 
 
 class Distribution(msgspec.Struct, frozen=True):
@@ -94,6 +95,14 @@ class GpuCounters(msgspec.Struct, frozen=True):
     busy_basis: str  # "gpu_util_pct", or "sm_active_pct" when the log has no GPU-Util
     has_sm_active: bool
     pcie_rx_pause_ratio: float | None  # mean PCIe RX during pauses / during bursts
+    pause_idle_ns: int = 0  # the part of idle_ns in pause samples (basis below the busy threshold)
+    host_cpu_pause_pct: float | None = None  # mean host CPU of the process tree during pauses (100 = one core)
+    host_cpu_burst_pct: float | None = None  # ... and during bursts
+
+    @property
+    def idle_ns(self) -> int:
+        """The span less the busy time: time without a kernel (GPU-Util basis) or unused SM time (SM activity)."""
+        return max(self.span_ns - int(self.busy_ns), 0)
 
     @property
     def span_ns(self) -> int:
@@ -114,6 +123,7 @@ class CounterAnalysis(msgspec.Struct, frozen=True):
     gpus: tuple[GpuCounters, ...]
     joined: bool  # clipped to a trace's window on a shared clock
     notes: tuple[str, ...]
+    host: tuple[Distribution, ...] = ()  # the watched command's process tree (host CPU, memory), when logged
 
     @property
     def n_gpus(self) -> int:
@@ -218,8 +228,8 @@ def burst_pattern(busy: npt.NDArray[np.bool_], interval_ns: int, basis: str, thr
 
 def _gpu(log: CounterLog, gpu: str, cfg: Config) -> GpuCounters | None:
     series = {s.metric: s for s in log.series if s.gpu == gpu and len(s)}
-    if not series:
-        return None
+    if not any(np.isfinite(s.value).any() for s in series.values()):
+        return None  # columns without a single reading (the sampler could not read this GPU)
     interval = log.interval_ns or 1
     start = min(int(s.time_ns[0]) for s in series.values())
     end = max(int(s.time_ns[-1]) for s in series.values()) + interval
@@ -233,7 +243,9 @@ def _gpu(log: CounterLog, gpu: str, cfg: Config) -> GpuCounters | None:
     pattern = None
     underfilled = 0
     busy_ns = 0.0
+    pause_idle = 0
     rx_ratio = None
+    cpu_pause = cpu_burst = None
     util = series.get("gpu_util_pct")
     basis = "gpu_util_pct"
     if util is None or not np.isfinite(util.value).any():
@@ -253,7 +265,12 @@ def _gpu(log: CounterLog, gpu: str, cfg: Config) -> GpuCounters | None:
         w = time_weights(util.time_ns, interval)
         ok = np.isfinite(util.value)
         # the time-weighted mean over the samples that have a value, over the whole span
-        busy_ns = float(np.average(util.value[ok] / 100.0, weights=w[ok]) * (end - start)) if w[ok].sum() > 0 else 0.0
+        if w[ok].sum() > 0:
+            frac = np.clip(util.value[ok] / 100.0, 0.0, 1.0)
+            scale = (end - start) / float(w[ok].sum())
+            busy_ns = float((frac * w[ok]).sum() * scale)
+            pause = util.value[ok] < threshold
+            pause_idle = int(((1.0 - frac[pause]) * w[ok][pause]).sum() * scale)
         sm = series.get("sm_active_pct")
         if sm is not None and basis == "gpu_util_pct" and np.isfinite(sm.value).any():
             smv = _resample(sm, start, interval, n)
@@ -267,6 +284,13 @@ def _gpu(log: CounterLog, gpu: str, cfg: Config) -> GpuCounters | None:
             on, off = okp & busy, okp & ~busy
             if on.any() and off.any() and float(rxv[on].mean()) > 0:
                 rx_ratio = float(rxv[off].mean() / rxv[on].mean())
+        cpu = log.get(HOST_SERIES, "host_cpu_pct")
+        if cpu is not None and np.isfinite(cpu.value).any():
+            cv = _resample(cpu, start, interval, n)
+            okc = valid & np.isfinite(cv)
+            on, off = okc & busy, okc & ~busy
+            cpu_pause = float(cv[off].mean()) if off.any() else None
+            cpu_burst = float(cv[on].mean()) if on.any() else None
     info = log.gpus.get(gpu, {})
     return GpuCounters(
         gpu=gpu,
@@ -281,6 +305,9 @@ def _gpu(log: CounterLog, gpu: str, cfg: Config) -> GpuCounters | None:
         busy_basis=basis if util is not None else "",
         has_sm_active="sm_active_pct" in series and bool(np.isfinite(series["sm_active_pct"].value).any()),
         pcie_rx_pause_ratio=rx_ratio,
+        pause_idle_ns=pause_idle,
+        host_cpu_pause_pct=cpu_pause,
+        host_cpu_burst_pct=cpu_burst,
     )
 
 
@@ -289,17 +316,10 @@ def analyse_counters(log: CounterLog, cfg: Config, window: tuple[int, int] | Non
     if window is not None:
         log = log.clip(*window)
     gpus = tuple(g for g in (_gpu(log, gid, cfg) for gid in log.gpu_ids) if g is not None)
-    return CounterAnalysis(log.source_format, log.path, log.clock, log.interval_ns, gpus, window is not None, tuple(log.quality) + notes)
-
-
-# Epoch nanoseconds between 2001-09-09 and 2100: a trace whose times fall here is on the UTC
-# epoch clock (Kineto with epoch microseconds or baseTimeNanoseconds; nsys with a session start).
-_EPOCH_LO_NS = 1_000_000_000 * 1_000_000_000
-_EPOCH_HI_NS = 4_102_444_800 * 1_000_000_000
-
-
-def on_epoch_clock(t_ns: int) -> bool:
-    return _EPOCH_LO_NS <= t_ns < _EPOCH_HI_NS
+    host_series = (log.get(HOST_SERIES, m) for m in HOST_METRICS)
+    host_dists = (_distribution(s, log.interval_ns or 1) for s in host_series if s is not None and len(s))
+    host = tuple(d for d in host_dists if d is not None)
+    return CounterAnalysis(log.source_format, log.path, log.clock, log.interval_ns, gpus, window is not None, tuple(log.quality) + notes, host)
 
 
 def _match_gpus(log: CounterLog, devices: list[dict[str, object]], trace_devices: list[int]) -> tuple[dict[str, str], str]:
@@ -360,7 +380,7 @@ def join_counters(
         log.path,
         log.clock,
         log.interval_ns,
-        tuple(s for s in log.series if s.gpu in mapping),
+        tuple(s for s in log.series if s.gpu in mapping or s.gpu == HOST_SERIES),
         {g: {**log.gpus.get(g, {}), "trace_device": mapping[g]} for g in mapping},
         log.quality,
     )

@@ -56,7 +56,7 @@ GPU_METRICS = (
 )
 HOST_METRICS = ("host_cpu_pct", "host_rss_mib")  # the command's process tree, 100% = one core
 COLUMNS = GPU_METRICS + HOST_METRICS
-HOST = "host"
+HOST = "host"  # timeline.counters.HOST_SERIES (not imported here: it would import numpy)
 
 # A GPU-Util sample at or above this counts as "busy" in the burst/pause summary. NVML's
 # GPU-Util is the share of its sample period (1/6 s to 1 s) with any kernel running; 50% splits

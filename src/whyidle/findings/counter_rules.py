@@ -16,7 +16,41 @@ from whyidle.analyses.utilization import Utilization
 from whyidle.config import Config
 from whyidle.findings.model import Evidence, Finding, Fix, Report, Skipped, WindowInfo
 
-__all__ = ["METRIC_EXPLANATIONS", "counter_findings", "explanations_for", "counter_only_report", "with_counters", "counter_utilization"]
+__all__ = [
+    "METRIC_EXPLANATIONS",
+    "counter_findings",
+    "explanations_for",
+    "counter_only_report",
+    "with_counters",
+    "counter_utilization",
+    "busy_basis_words",
+    "idle_words",
+    "NO_GPU_READINGS",
+]
+
+NO_GPU_READINGS = (
+    "the counter log has no GPU readings (only the host process tree's CPU and memory, or GPU columns that are all "
+    "empty): it cannot say whether a GPU was busy; log GPU-Util (whyidle watch with NVML, nvidia-smi, dcgmi)"
+)
+
+
+def busy_basis_words(a: CounterAnalysis) -> str:
+    """What a counter report's busy figure measures, in words (the same in every output)."""
+    bases = {g.busy_basis for g in a.gpus if g.busy_basis}
+    if not bases:
+        return "none: the counter log has no GPU-Util or SM activity readings"
+    if bases == {"sm_active_pct"}:
+        return "time-weighted SM activity (the log has no GPU-Util): the share of SMs in use, not the share of time a kernel ran"
+    if bases == {"gpu_util_pct"}:
+        return "time-weighted GPU-Util: the share of time a kernel ran"
+    return "time-weighted GPU-Util where logged, SM activity for GPUs without it"
+
+
+def idle_words(a: CounterAnalysis) -> str:
+    """What the rest of the span is: time without a kernel, or unused SM time (a kernel may have run)."""
+    if any(g.busy_basis == "sm_active_pct" for g in a.gpus):
+        return "of unused SM time (SM activity counts SMs in use: a kernel may have run on a few of them)"
+    return "without a kernel running"
 
 # What each metric measures, as the playbook defines them (printed beside the numbers).
 METRIC_EXPLANATIONS: dict[str, str] = {
@@ -104,8 +138,8 @@ def _rhythm(g: GpuCounters, cfg: Config, capacity: int, trace_groups: dict[str, 
     p = g.pattern
     if p is None or not p.regular or p.period_ns is None:
         return None
-    pause_ns = int((1.0 - p.duty_cycle) * g.span_ns)
-    if pause_ns < cfg.min_finding_share_of_window * g.span_ns:
+    pause_ns = g.pause_idle_ns  # the idle time inside the pause samples: part of the GPU's idle, never more
+    if pause_ns <= 0 or pause_ns < cfg.min_finding_share_of_window * g.span_ns:
         return None
     facts: list[tuple[str, Any]] = [
         ("gpu", g.gpu),
@@ -119,6 +153,14 @@ def _rhythm(g: GpuCounters, cfg: Config, capacity: int, trace_groups: dict[str, 
     ]
     if g.pcie_rx_pause_ratio is not None:
         facts.append(("pcie_rx_pause_over_burst", round(g.pcie_rx_pause_ratio, 3)))
+    host_line = ""
+    if g.host_cpu_pause_pct is not None and g.host_cpu_burst_pct is not None:
+        facts.append(("host_cpu_pause_pct", round(g.host_cpu_pause_pct, 1)))
+        facts.append(("host_cpu_burst_pct", round(g.host_cpu_burst_pct, 1)))
+        host_line = (
+            f"Seen here: the watched process tree used {g.host_cpu_pause_pct:.0f}% CPU during the pauses and "
+            f"{g.host_cpu_burst_pct:.0f}% during the bursts (100% = one core)."
+        )
     group, cause = "unattributed", "counters_burst_pause"
     title = "GPU busy in bursts with regular pauses: starvation or synchronization"
     lead = ""
@@ -135,6 +177,7 @@ def _rhythm(g: GpuCounters, cfg: Config, capacity: int, trace_groups: dict[str, 
             lead,
             f"GPU {g.gpu} works in bursts every {_s(p.period_ns)} and is paused {1 - p.duty_cycle:.0%} of the time "
             f"({p.pauses} pauses, {_s(p.mean_pause_ns)} each on average).",
+            host_line,
             "Counters cannot see the host. What tells starvation from synchronization: a trace of a few steps "
             "(whyidle diagnose trace.json --counters this.log): pauses inside DataLoader.__next__ or a host-to-device "
             "copy are starvation; pauses that follow cudaStreamSynchronize/.item()/.cpu() are synchronization.",
@@ -157,7 +200,7 @@ def _rhythm(g: GpuCounters, cfg: Config, capacity: int, trace_groups: dict[str, 
             steps=steps,
             code="whyidle diagnose trace.json --counters gpu.log",
             verify="Log the counters again: the duty cycle should rise and the pauses shrink.",
-            expected=f"up to {_s(pause_ns)} of paused GPU time ({1 - p.duty_cycle:.0%} of the log) could be recovered; an upper bound",
+            expected=f"up to {_s(pause_ns)} of idle GPU time in the pauses ({pause_ns / g.span_ns:.0%} of the log) could be recovered; an upper bound",
             docs=_DOCS,
         ),
     )
@@ -167,7 +210,7 @@ def _low(g: GpuCounters, cfg: Config, capacity: int) -> Finding | None:
     util = g.dist("gpu_util_pct")
     if util is None or util.mean >= cfg.counter_low_util_mean_pct or (g.pattern is not None and g.pattern.regular):
         return None
-    idle_ns = int(g.span_ns - g.busy_ns)
+    idle_ns = g.idle_ns
     if idle_ns < cfg.min_finding_share_of_window * g.span_ns:
         return None
     facts: tuple[tuple[str, Any], ...] = (
@@ -213,7 +256,9 @@ def counter_findings(
         for f in (_underfilled(g, cfg, capacity), _rhythm(g, cfg, capacity, trace_groups), None if trace_groups else _low(g, cfg, capacity)):
             if f is not None:
                 findings.append(f)
-    if a.gpus and not any_sm:
+    if not a.gpus:
+        skipped.append(Skipped("counters", NO_GPU_READINGS))
+    elif not any_sm:
         skipped.append(
             Skipped("counters.underfilled", "the counter log has no SM activity (DCGM field 1002): GPU-Util alone cannot tell a full GPU from one busy SM")
         )
@@ -244,7 +289,7 @@ def counter_only_report(base: Report, a: CounterAnalysis, cfg: Config) -> Report
         utilization=util,
         findings=findings,
         skipped=skipped,
-        quality=tuple(a.notes),
+        quality=tuple(a.notes) + (() if a.gpus else (NO_GPU_READINGS,)),
         no_device_activity=False,
         counters=a,
     )

@@ -101,13 +101,11 @@ def counters_to_dict(a: Any) -> dict[str, Any]:
                 "busy_basis": g.busy_basis,
                 "underfilled_ns": g.underfilled_ns,
                 "pcie_rx_pause_over_burst": g.pcie_rx_pause_ratio,
-                "distributions": {
-                    d.metric: {
-                        "unit": d.unit, "samples": d.samples, "covered_ns": d.covered_ns, "mean": d.mean,
-                        "p5": d.p5, "p50": d.p50, "p95": d.p95, "min": d.min, "max": d.max,
-                    }
-                    for d in g.distributions
-                },
+                "idle_ns": g.idle_ns,
+                "pause_idle_ns": g.pause_idle_ns,
+                "host_cpu_pause_pct": g.host_cpu_pause_pct,
+                "host_cpu_burst_pct": g.host_cpu_burst_pct,
+                "distributions": _dist_dict(g.distributions),
                 "pattern": None
                 if g.pattern is None
                 else {
@@ -123,7 +121,21 @@ def counters_to_dict(a: Any) -> dict[str, Any]:
             }
             for g in a.gpus
         ],
+        "host": _dist_dict(a.host),
         "explanations": {m: text for m, text in explanations_for(metrics)},
+    }
+
+
+def _counter_basis(a: Any) -> str:
+    from whyidle.findings.counter_rules import busy_basis_words
+
+    return busy_basis_words(a)
+
+
+def _dist_dict(ds: Any) -> dict[str, Any]:
+    return {
+        d.metric: {"unit": d.unit, "samples": d.samples, "covered_ns": d.covered_ns, "mean": d.mean, "p5": d.p5, "p50": d.p50, "p95": d.p95, "min": d.min, "max": d.max}
+        for d in ds
     }
 
 
@@ -154,8 +166,8 @@ def report_to_dict(r: Report) -> dict[str, Any]:
         },
         "utilization": {
             "basis": (
-                "counters: time-weighted GPU-Util (share of time a kernel ran), summed over GPUs"
-                if r.window.basis == "counter log"
+                f"counters: {_counter_basis(r.counters)}, summed over GPUs"
+                if r.window.basis == "counter log" and r.counters is not None
                 else "device: union of busy time over all streams, per device, summed over devices"
             ),
             "n_devices": u.n_devices,

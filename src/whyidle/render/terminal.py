@@ -40,11 +40,14 @@ def _headline(r: Report) -> Table:
         else r.window.basis
     )
     t.add_row("Window", f"{format_ns(r.window.duration_ns)}, {basis}")
-    if r.window.basis == "counter log":
-        sm_basis = r.counters is not None and any(g.busy_basis == "sm_active_pct" for g in r.counters.gpus)
-        what = "SM activity (the log has no GPU-Util)" if sm_basis else "GPU-Util: the share of time a kernel ran"
-        t.add_row("GPU busy", f"{u.busy_fraction:.1%} of the log (time-weighted {what})")
-        t.add_row("GPU idle", f"{format_ns(u.idle_ns)} without a kernel running")
+    if r.window.basis == "counter log" and r.counters is not None:
+        from whyidle.findings.counter_rules import busy_basis_words, idle_words
+
+        if not r.counters.gpus:
+            t.add_row("GPU busy", "unknown: the log has no GPU readings")
+        else:
+            t.add_row("GPU busy", f"{u.busy_fraction:.1%} of the log; {busy_basis_words(r.counters)}")
+            t.add_row("GPU idle", f"{format_ns(u.idle_ns)} {idle_words(r.counters)}")
     elif r.source.format == "whyidle.track":
         on_gpu = any(d and d != "cpu" for d in r.source.devices) and "CPU-side measurement" not in " ".join(r.quality)
         what = "device time between step marks (CUDA events)" if on_gpu else "host compute between batches (no GPU: CPU run)"
@@ -148,6 +151,15 @@ def _counters_section(r: Report) -> Group:
             parts.append(Text(f"  Rhythm: bursts every {format_ns(p.period_ns)}, busy {p.duty_cycle:.0%} of the time (regularity {p.regularity:.2f}, {p.pauses} pauses)"))
         elif p is not None:
             parts.append(Text(f"  Rhythm: none regular; busy {p.duty_cycle:.0%} of the time"))
+    host = {d.metric: d for d in a.host}
+    cpu, rss = host.get("host_cpu_pct"), host.get("host_rss_mib")
+    if cpu is not None or rss is not None:
+        line = "Host (the watched command's process tree):"
+        if cpu is not None:
+            line += f" CPU mean {cpu.mean:.0f}%, p95 {cpu.p95:.0f}% (100% = one core)"
+        if rss is not None:
+            line += f"{';' if cpu is not None else ''} memory max {rss.max:.0f} MiB"
+        parts.append(Text(line))
     for _, text in explanations_for(metrics):
         parts.append(Text(f"  {text}", style="dim"))
     return Group(*parts)

@@ -46,6 +46,7 @@ from whyidle.errors import TraceFormatError
 from whyidle.sources._io import read_bytes
 from whyidle.timeline.counters import (
     COUNTER_FILE_MAGIC,
+    on_epoch_clock,
     METRICS,
     CounterLog,
     CounterSeries,
@@ -139,6 +140,8 @@ _DMON_DEFAULT_INTERVAL_NS = 1_000_000_000
 _MISSING = {"", "-", "N/A", "[N/A]", "NA", "n/a", "[Not Supported]", "Not Supported", "[Unknown Error]", "ERR!", "[ERR!]"}
 _NUM = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 _QUERY_TS = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?$")
+_DMON_DATE = re.compile(r"^\d{8}$")
+_DMON_TIME = re.compile(r"^\d{2}:\d{2}:\d{2}$")
 _DCGM_HEADER = re.compile(r"^#\s*Entity\b", re.IGNORECASE)
 
 
@@ -201,6 +204,37 @@ class _Builder:
         return tuple(out)
 
 
+class _Rejects:
+    """Sample rows that could not be read: skipped and counted, never the whole log rejected.
+
+    Logs pasted into notes or cut while being written carry truncated timestamps and partial
+    lines; one bad row must not cost the other samples. The report gets one quality note with the
+    count and the first example; a log whose every row is unreadable is an error.
+    """
+
+    def __init__(self) -> None:
+        self.rows = 0  # sample rows seen (read or skipped)
+        self.bad = 0
+        self.first = ""
+
+    def seen(self) -> None:
+        self.rows += 1
+
+    def reject(self, line: int, why: str) -> None:
+        self.bad += 1
+        if not self.first:
+            self.first = f"line {line} {why}"
+
+    def note(self) -> tuple[str, ...]:
+        if not self.bad:
+            return ()
+        return (f"{self.bad} of {self.rows} sample rows could not be read and were skipped (first: {self.first})",)
+
+    def check(self, path: str, fmt: str) -> None:
+        if self.rows and self.bad == self.rows:
+            raise TraceFormatError(path, f"is a {fmt} log none of whose {self.rows} sample rows could be read (first: {self.first})")
+
+
 def _zone(utc_offset_min: int | None) -> tuple[timezone | None, str]:
     if utc_offset_min is None:
         local = datetime.now().astimezone().tzinfo
@@ -240,8 +274,8 @@ def _log_interval(times: dict[str, list[int]]) -> int:
 
 def _parse_whyidle(path: str, text: str) -> CounterLog:
     gpus: dict[str, dict[str, str]] = {}
-    body: list[str] = []
-    for line in text.splitlines():
+    body: list[tuple[int, str]] = []  # (line number, text)
+    for lineno, line in enumerate(text.splitlines(), start=1):
         if line.startswith("#"):
             m = re.match(r"^#\s*gpu\s+(\S+?):\s*(.*)$", line)
             if m:
@@ -253,11 +287,10 @@ def _parse_whyidle(path: str, text: str) -> CounterLog:
                 gpus[m.group(1)] = info
             continue
         if line.strip():
-            body.append(line)
+            body.append((lineno, line))
     if not body:
         raise TraceFormatError(path, "is a whyidle counter file with no header line; expected 'time_unix_ns,gpu,<metrics>'")
-    rows = list(csv.reader(body))
-    header = [h.strip() for h in rows[0]]
+    header = [h.strip() for h in next(csv.reader([body[0][1]]))]
     if header[:2] != ["time_unix_ns", "gpu"]:
         raise TraceFormatError(path, f"is a whyidle counter file whose header starts with {header[:2]}; expected time_unix_ns,gpu")
     quality: list[str] = []
@@ -266,20 +299,28 @@ def _parse_whyidle(path: str, text: str) -> CounterLog:
         quality.append(f"columns whyidle does not know were ignored: {', '.join(unknown)}")
     b = _Builder()
     times: dict[str, list[int]] = {}
-    for i, r in enumerate(rows[1:], start=2):
-        if len(r) < 2:
+    bad = _Rejects()
+    rows = list(zip((n for n, _ in body[1:]), csv.reader(line for _, line in body[1:])))
+    stamps = [int(r[0]) if r and r[0].strip().isdigit() else -1 for _, r in rows]
+    # Times are UTC epoch nanoseconds; when most rows are, a row that is not had its time cut short
+    # (it would read as a date in 1970). Tests with a fake clock write small times throughout.
+    epoch = sum(map(on_epoch_clock, stamps)) * 2 > len(stamps)
+    for (lineno, r), t in zip(rows, stamps):
+        bad.seen()
+        if len(r) != len(header):
+            bad.reject(lineno, f"has {len(r)} cells; expected {len(header)} as in the header")
             continue
-        try:
-            t = int(r[0])
-        except ValueError:
-            raise TraceFormatError(path, f"line {i} has time {r[0]!r}; expected integer UTC epoch nanoseconds") from None
+        if t < 0 or (epoch and not on_epoch_clock(t)):
+            bad.reject(lineno, f"has time {r[0]!r}; expected integer UTC epoch nanoseconds" + (" (19 digits)" if epoch else ""))
+            continue
         gpu = r[1].strip()
         times.setdefault(gpu, []).append(t)
         for j, h in enumerate(header[2:], start=2):
-            if h in METRICS and j < len(r):
+            if h in METRICS:
                 b.add(gpu, h, t, _num(r[j]))
+    bad.check(path, "whyidle counters")
     interval = _log_interval(times)
-    return CounterLog("whyidle counters", path, "epoch", interval, b.series(), gpus, tuple(quality))
+    return CounterLog("whyidle counters", path, "epoch", interval, b.series(), gpus, tuple(quality) + bad.note())
 
 
 # -- nvidia-smi dmon ------------------------------------------------------------------------------
@@ -301,7 +342,8 @@ def _parse_dmon(path: str, text: str, utc_offset_min: int | None, interval_ms: f
     t0_day: int | None = None
     last_tod = -1
     day_offset = 0
-    for line in text.splitlines():
+    bad = _Rejects()
+    for lineno, line in enumerate(text.splitlines(), start=1):
         s = line.strip()
         if not s:
             continue
@@ -314,23 +356,29 @@ def _parse_dmon(path: str, text: str, utc_offset_min: int | None, interval_ms: f
         if header is None:
             raise TraceFormatError(path, "has nvidia-smi dmon rows before any '# gpu ...' header line; was the header cut off?")
         cells = _split(s)
+        bad.seen()
         if len(cells) != len(header):
-            continue  # a partial line (the log was cut while writing)
+            bad.reject(lineno, f"has {len(cells)} cells; expected {len(header)} as in the header")  # cut while writing
+            continue
         rec = dict(zip(header, cells))
         gpu = rec.get("gpu", rec.get("idx", "0"))
-        n = rows_per_gpu.get(gpu, 0)
-        rows_per_gpu[gpu] = n + 1
         if "date" in rec and "time" in rec:
             try:
+                if not _DMON_DATE.match(rec["date"]) or not _DMON_TIME.match(rec["time"]):  # cut short
+                    raise ValueError(rec["date"])
                 t = _epoch_ns(datetime.strptime(rec["date"] + " " + rec["time"], "%Y%m%d %H:%M:%S"), tz)
                 clock = "epoch"
             except ValueError:
-                raise TraceFormatError(path, f"has a dmon row with date {rec['date']!r} time {rec['time']!r}; expected YYYYMMDD HH:MM:SS") from None
+                bad.reject(lineno, f"has date {rec['date']!r} time {rec['time']!r}; expected YYYYMMDD HH:MM:SS")
+                continue
         elif "time" in rec:
             try:
+                if not _DMON_TIME.match(rec["time"]):
+                    raise ValueError(rec["time"])
                 hh, mm, ss = (int(x) for x in rec["time"].split(":"))
             except ValueError:
-                raise TraceFormatError(path, f"has a dmon row with time {rec['time']!r}; expected HH:MM:SS") from None
+                bad.reject(lineno, f"has time {rec['time']!r}; expected HH:MM:SS")
+                continue
             tod = (hh * 3600 + mm * 60 + ss) * 1_000_000_000
             if t0_day is None:
                 t0_day = tod
@@ -340,7 +388,8 @@ def _parse_dmon(path: str, text: str, utc_offset_min: int | None, interval_ms: f
             t = tod + day_offset - t0_day
         else:
             step = int((interval_ms or _DMON_DEFAULT_INTERVAL_NS / 1e6) * 1e6)
-            t = n * step
+            t = rows_per_gpu.get(gpu, 0) * step
+        rows_per_gpu[gpu] = rows_per_gpu.get(gpu, 0) + 1
         times.setdefault(gpu, []).append(t)
         for col, val in rec.items():
             m = DMON_COLUMNS.get(col)
@@ -352,6 +401,7 @@ def _parse_dmon(path: str, text: str, utc_offset_min: int | None, interval_ms: f
             b.add(gpu, m[0], t, v * m[1] if v == v else v)
     if header is None:
         raise TraceFormatError(path, "has no '# gpu ...' header line; expected nvidia-smi dmon output")
+    bad.check(path, "nvidia-smi dmon")
     if clock == "epoch":
         quality.append(f"nvidia-smi dmon times carry no time zone; they were read in {zone_text}")
     elif "time" in header:
@@ -364,6 +414,7 @@ def _parse_dmon(path: str, text: str, utc_offset_min: int | None, interval_ms: f
     if unknown:
         quality.append(f"dmon columns whyidle does not use were ignored: {', '.join(sorted(unknown))}")
     interval = _log_interval(times)
+    quality.extend(bad.note())
     return CounterLog("nvidia-smi dmon", path, clock, interval or _DMON_DEFAULT_INTERVAL_NS, b.series(), {g: {} for g in times}, tuple(quality))
 
 
@@ -371,16 +422,18 @@ def _parse_dmon(path: str, text: str, utc_offset_min: int | None, interval_ms: f
 
 
 def _parse_query(path: str, text: str, utc_offset_min: int | None, fields: Sequence[str] | None) -> CounterLog:
-    rows = [r for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r)]
+    reader = csv.reader(io.StringIO(text))
+    numbered = [(reader.line_num, r) for r in reader if r and any(c.strip() for c in r)]
+    rows = [r for _, r in numbered]
     if not rows:
         raise TraceFormatError(path, "is empty; expected nvidia-smi --query-gpu CSV rows")
     first = [c.strip() for c in rows[0]]
     names0 = [c.split(" [")[0].strip().lower() for c in first]
     has_header = any(n in QUERY_GPU_FIELDS or n in _QUERY_ID_FIELDS or n == "timestamp" for n in names0)
     if has_header:
-        names, data = names0, rows[1:]
+        names, data = names0, numbered[1:]
     elif fields:
-        names, data = [f.strip().lower() for f in fields], rows
+        names, data = [f.strip().lower() for f in fields], numbered
     else:
         raise TraceFormatError(
             path,
@@ -394,25 +447,31 @@ def _parse_query(path: str, text: str, utc_offset_min: int | None, fields: Seque
     unknown = sorted({n for n in names if n not in QUERY_GPU_FIELDS and n not in _QUERY_ID_FIELDS and n != "timestamp"})
     has_time = "timestamp" in names
     counts: dict[str, int] = {}
-    for i, r in enumerate(data):
+    bad = _Rejects()
+    for lineno, r in data:
+        bad.seen()
         if len(r) != len(names):
+            bad.reject(lineno, f"has {len(r)} cells; expected {len(names)} ({', '.join(names)})")
             continue
         rec = {n: c.strip() for n, c in zip(names, r)}
         gpu = rec.get("index") or rec.get("pci.bus_id") or rec.get("uuid") or "0"
-        info = gpus.setdefault(gpu, {})
-        for n, key in _QUERY_ID_FIELDS.items():
-            if n in rec and rec[n] and key != "index":
-                info.setdefault(key, rec[n])
         if has_time:
             ts = rec["timestamp"]
             try:
+                if not _QUERY_TS.match(ts):  # strptime reads a time cut short ("01:17:3") as another time
+                    raise ValueError(ts)
                 dt = datetime.strptime(ts, "%Y/%m/%d %H:%M:%S.%f") if "." in ts else datetime.strptime(ts, "%Y/%m/%d %H:%M:%S")
             except ValueError:
-                raise TraceFormatError(path, f"row {i + 1} has timestamp {ts!r}; expected YYYY/MM/DD HH:MM:SS.mmm as nvidia-smi writes it") from None
+                bad.reject(lineno, f"has timestamp {ts!r}; expected YYYY/MM/DD HH:MM:SS.mmm as nvidia-smi writes it")
+                continue
             t = _epoch_ns(dt, tz)
         else:
             t = counts.get(gpu, 0) * _DMON_DEFAULT_INTERVAL_NS
         counts[gpu] = counts.get(gpu, 0) + 1
+        info = gpus.setdefault(gpu, {})
+        for n, key in _QUERY_ID_FIELDS.items():
+            if n in rec and rec[n] and key != "index":
+                info.setdefault(key, rec[n])
         times.setdefault(gpu, []).append(t)
         for n, metric in QUERY_GPU_FIELDS.items():
             if n in rec:
@@ -424,8 +483,10 @@ def _parse_query(path: str, text: str, utc_offset_min: int | None, fields: Seque
         quality.append("the --query-gpu rows have no timestamp column: samples were placed 1 s apart and cannot be joined with a trace")
     if unknown:
         quality.append(f"--query-gpu fields whyidle does not use were ignored: {', '.join(unknown)}")
-    if not b.cols:
+    if not any(n in QUERY_GPU_FIELDS for n in names):
         raise TraceFormatError(path, "has no --query-gpu field whyidle reads (utilization.gpu, utilization.memory, power.draw, clocks.sm...)")
+    bad.check(path, "nvidia-smi --query-gpu")
+    quality.extend(bad.note())
     interval = _log_interval(times)
     return CounterLog(
         "nvidia-smi --query-gpu", path, "epoch" if has_time else "relative", interval or _DMON_DEFAULT_INTERVAL_NS, b.series(), gpus, tuple(quality)
@@ -445,7 +506,8 @@ def _dcgm_column(name: str) -> tuple[str, float] | None:
 def _parse_dcgmi(path: str, text: str, interval_ms: float | None) -> CounterLog:
     header: list[str] | None = None
     rows: list[tuple[str, list[str]]] = []
-    for line in text.splitlines():
+    bad = _Rejects()
+    for lineno, line in enumerate(text.splitlines(), start=1):
         s = line.strip()
         if not s:
             continue
@@ -458,11 +520,14 @@ def _parse_dcgmi(path: str, text: str, interval_ms: float | None) -> CounterLog:
         if len(toks) < 2 or not toks[1].isdigit():
             continue  # not an entity row (e.g. a dcgmi error line)
         vals = toks[2:]
+        bad.seen()
         if len(vals) != len(header):
-            continue  # partial line
+            bad.reject(lineno, f"has {len(vals)} values; expected {len(header)} as in the header")  # cut while writing
+            continue
         rows.append((f"{toks[0]} {toks[1]}" if toks[0].upper() != "GPU" else toks[1], vals))
     if header is None:
         raise TraceFormatError(path, "has no '#Entity ...' header line; expected dcgmi dmon output")
+    bad.check(path, "dcgmi dmon")
     if not rows:
         raise TraceFormatError(path, "is a dcgmi dmon log with a header but no sample rows")
     cols = [_dcgm_column(h) for h in header]
@@ -502,6 +567,7 @@ def _parse_dcgmi(path: str, text: str, interval_ms: float | None) -> CounterLog:
         )
     if unknown:
         quality.append(f"DCGM fields whyidle does not use were ignored: {', '.join(unknown)}")
+    quality.extend(bad.note())
     b = _Builder()
     counts: dict[str, int] = {}
     for r, gpu in enumerate(gpu_of_row):

@@ -49,6 +49,8 @@ __all__ = [
     "CounterSeries",
     "CounterLog",
     "COUNTER_FILE_MAGIC",
+    "HOST_SERIES",
+    "on_epoch_clock",
     "counter_file_header",
     "counter_file_row",
 ]
@@ -97,6 +99,17 @@ _M = [
 METRICS: dict[str, Metric] = {m.name: m for m in _M}
 
 COUNTER_FILE_MAGIC = "# whyidle counters v1"
+# Epoch nanoseconds between 2001-09-09 and 2100: a trace whose times fall here is on the UTC
+# epoch clock (Kineto with epoch microseconds or baseTimeNanoseconds; nsys with a session start).
+_EPOCH_LO_NS = 1_000_000_000 * 1_000_000_000
+_EPOCH_HI_NS = 4_102_444_800 * 1_000_000_000
+
+
+def on_epoch_clock(t_ns: int) -> bool:
+    return _EPOCH_LO_NS <= t_ns < _EPOCH_HI_NS
+
+
+HOST_SERIES = "host"  # the series id of process-tree metrics (host_cpu_pct, host_rss_mib): not a GPU
 
 
 @dataclass(frozen=True)
@@ -128,9 +141,11 @@ class CounterLog:
 
     @property
     def gpu_ids(self) -> tuple[str, ...]:
+        """The GPUs the log has samples of (the ``host`` series of process-tree metrics is not one)."""
         seen: dict[str, None] = {}
         for s in self.series:
-            seen.setdefault(s.gpu, None)
+            if s.gpu != HOST_SERIES:
+                seen.setdefault(s.gpu, None)
         return tuple(seen)
 
     def get(self, gpu: str, metric: str) -> CounterSeries | None:
