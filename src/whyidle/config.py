@@ -57,6 +57,18 @@ class Config:
     # The FP32-math finding fires when FP32 GEMM/convolution kernels take at least this share of
     # kernel time on a device with tensor cores (compute capability >= 7.0).
     fp32_math_min_share_of_kernel_time: float = 0.20
+    # The small-grid finding (analyses/kernel_fill.py) fires when the SM time left idle while
+    # kernels ran (grids with fewer blocks than the device has SMs) is at least this share of
+    # kernel-busy time, or when kernels with a low est. achieved occupancy take this share.
+    # Measured on the real traces: healthy ones leave 1-10% (ResNet50 on V100 1.5%, the H200 lab
+    # without a flaw 0.9%, NCCL job 5.3%, B200 LLM prefill 9.8%); the H200 lab at batch 4 leaves
+    # 33%, the A100 MPI saxpy (2 blocks on 108 SMs) 98%, the lab's launch-bound loop 97%.
+    small_grid_min_unused_share: float = 0.20
+    # A kernel whose grid fills the SMs but whose Kineto est. achieved occupancy is below this (and
+    # above 0, which means "not computed") holds few warps per SM: under 10% an SM runs fewer than
+    # 7 of its 64 warp slots, one 128-thread block per SM reads 6.25%; library GEMMs designed for
+    # one CTA of 256 threads per SM read 12.5%, above it.
+    small_grid_low_occupancy_pct: float = 10.0
 
     # --- trace quality -----------------------------------------------------------------------
     # A single runtime call longer than this among first-call costs (context creation, module

@@ -19,7 +19,8 @@ from whyidle.analyses.quality import assess_quality
 from whyidle.analyses.utilization import measure_utilization
 from whyidle.analyses.window import select_window
 from whyidle.config import Config
-from whyidle.findings.model import GapRecord, Report, SourceInfo, WindowInfo
+from whyidle.findings.kernel_fill_rules import small_grid_finding
+from whyidle.findings.model import Finding, GapRecord, Report, SourceInfo, WindowInfo
 from whyidle.findings.rules import Analyses, build_findings
 from whyidle.timeline.model import Timeline
 
@@ -79,6 +80,12 @@ def report_from(a: Analyses, cfg: Config) -> Report:
         from whyidle.findings.nsys_rules import nsys_findings
 
         findings += nsys_findings(a, cfg)
+    if not a.quality.no_device_activity:  # busy-time findings
+        small = small_grid_finding(a.kernels.fill, a.utilization.capacity_ns, cfg)
+        if isinstance(small, Finding):
+            findings += (small,)
+        elif small is not None:
+            skipped += (small,)
     findings = tuple(sorted(findings, key=lambda f: (-f.idle_ns, -f.affected_busy_ns)))
     tl = a.tl
     totals = a.gaps.total_by_cause()

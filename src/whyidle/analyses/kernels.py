@@ -7,7 +7,9 @@
 * FP32 math share: share of kernel time in FP32 GEMM/convolution kernels that do not use tensor
   cores (SGEMM, FP32 cuDNN convolutions, FFT/Winograd convolutions);
 * short kernels: count and time of kernels shorter than ``Config.short_kernel_ns``, against the
-  mean host time of one launch call.
+  mean host time of one launch call;
+* fill: how much of the device the kernels' grids could occupy over busy time
+  (:mod:`whyidle.analyses.kernel_fill`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import re
 import msgspec
 import numpy as np
 
+from whyidle.analyses.kernel_fill import KernelFill, kernel_fill
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
 from whyidle.config import Config
@@ -72,6 +75,7 @@ class KernelStats(msgspec.Struct, frozen=True):
     tensor_core_ns: int
     fp32_math_ns: int
     top_fp32_kernels: tuple[tuple[str, int], ...]  # (name, ns) largest first
+    fill: KernelFill | None = None  # the SM share the kernels could occupy (None without kernels)
 
     @property
     def short_share(self) -> float:
@@ -124,4 +128,5 @@ def kernel_stats(tl: Timeline, links: Links, window: Window, cfg: Config) -> Ker
         tensor_core_ns=int(dur[tc].sum()),
         fp32_math_ns=int(dur[fp32].sum()),
         top_fp32_kernels=tuple(sorted(top.items(), key=lambda kv: -kv[1])[:5]),
+        fill=kernel_fill(tl, links, window, cfg),
     )

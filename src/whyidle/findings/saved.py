@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from whyidle.analyses import causes as C
+from whyidle.analyses.kernel_fill import KernelFill
 from whyidle.analyses.kernels import KernelStats
 from whyidle.analyses.utilization import StepFigures, Utilization
 from whyidle.errors import TraceFormatError
@@ -127,6 +128,7 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> Report:
             tensor_core_ns=_share_to_ns(k.get("tensor_core_share"), int(k["total_ns"])),
             fp32_math_ns=_share_to_ns(k.get("fp32_math_share"), int(k["total_ns"])),
             top_fp32_kernels=(),
+            fill=msgspec.convert(k["fill"], KernelFill) if k.get("fill") else None,
         )
         util = Utilization(
             window_ns=window_ns,

@@ -222,6 +222,7 @@ def report_to_dict(r: Report) -> dict[str, Any]:
             "est_achieved_occupancy_pct": k.achieved_occupancy_pct,
             "tensor_core_share": k.tensor_core_share,
             "fp32_math_share": k.fp32_math_share,
+            "fill": msgspec.to_builtins(k.fill) if k.fill is not None else None,
         },
         "idle_ns": r.idle_ns,
         "idle_by_group_ns": by_group,

@@ -69,9 +69,12 @@ def _headline(r: Report) -> Table:
             sps += f", {u.samples_per_s:.1f} samples/s (batch {u.batch_size})"
         t.add_row("Throughput", sps)
     k = r.kernels
-    if k.sm_efficiency is not None:
+    if k.count:
+        sm = f", est. SM efficiency {k.sm_efficiency:.0%}" if k.sm_efficiency is not None else ""
         occ = f", est. occupancy {k.achieved_occupancy_pct:.0f}%" if k.achieved_occupancy_pct is not None else ""
-        t.add_row("Kernels", f"{k.count} ({k.short_share:.0%} under 10 us), est. SM efficiency {k.sm_efficiency:.0%}{occ}")
+        t.add_row("Kernels", f"{k.count} ({k.short_share:.0%} under 10 us){sm}{occ}")
+        fp32 = f"; FP32 GEMM/convolution without them {k.fp32_math_share:.0%}" if k.fp32_math_ns else ""
+        t.add_row("Tensor cores", f"{k.tensor_core_share:.0%} of kernel time in tensor-core (MMA) kernels, by kernel name{fp32}")
     groups = r.idle_by_group_ns
     if u.idle_ns > 0 and any(groups.values()):
         parts = [f"{g} {ns / u.idle_ns:.0%}" for g, ns in groups.items() if ns > 0]

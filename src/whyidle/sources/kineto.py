@@ -48,6 +48,8 @@ class _Args(msgspec.Struct, gc=False):
     bytes: Any = None
     blocks_per_sm: Any = msgspec.field(default=None, name="blocks per SM")
     occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
+    grid: Any = None  # [x, y, z] blocks
+    block: Any = None  # [x, y, z] threads
     call_stack: Any = msgspec.field(default=None, name="Call stack")
     input_dims: Any = msgspec.field(default=None, name="Input Dims")
     name: Any = None  # metadata events: process / thread name

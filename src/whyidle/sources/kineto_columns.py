@@ -148,6 +148,16 @@ def _stream_of(e: Any, a: Any) -> str:
     return m.group(1) if m else str(e.tid)
 
 
+def _dims(v: Any) -> int:
+    """A launch dimension ([x, y, z] in Kineto's 'grid' and 'block') as its product; -1 if unknown."""
+    if type(v) is list and v and all(type(x) is int and x > 0 for x in v):
+        out = 1
+        for x in v:
+            out *= x
+        return out
+    return -1
+
+
 def _int_or(values: list[Any], default: int) -> np.ndarray:
     return np.array([v if type(v) is int else (_as_int(v, default) if v is not None else default) for v in values], dtype=np.int64)
 
@@ -261,11 +271,15 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
     bps = np.full(n, np.nan, dtype=np.float32)
     occ = np.full(n, np.nan, dtype=np.float32)
     nbytes = np.full(n, -1, dtype=np.int64)
+    grid = np.full(n, -1, dtype=np.int64)
+    block = np.full(n, -1, dtype=np.int32)
     if dev_idx:
         dargs = [args[i] for i in dev_idx]
         bps[dev_idx] = [_as_float(a.blocks_per_sm) if a is not None else np.nan for a in dargs]
         occ[dev_idx] = [_as_float(a.occupancy) if a is not None else np.nan for a in dargs]
         nbytes[dev_idx] = _int_or([a.bytes if a is not None else None for a in dargs], -1)
+        grid[dev_idx] = [_dims(a.grid) if a is not None else -1 for a in dargs]
+        block[dev_idx] = [_dims(a.block) if a is not None else -1 for a in dargs]
     host_idx = np.flatnonzero(~is_device).tolist()
     stack = np.full(n, -1, dtype=np.int32)
     shape0 = np.full(n, -1, dtype=np.int64)
@@ -294,6 +308,8 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
         "blocks_per_sm": bps,
         "occupancy": occ,
         "nbytes": nbytes,
+        "grid": grid,
+        "block": block,
     }
     return _Local(len(events), seen_ph, True, thread_names, unknown, names, lane_keys, stacks, negative, cols)
 

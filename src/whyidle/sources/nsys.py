@@ -8,7 +8,8 @@ is assumed. The file is opened read-only (SQLite URI ``mode=ro``): whyidle never
 What is read, and into what::
 
     CUPTI_ACTIVITY_KIND_KERNEL          -> Kind.KERNEL (Kind.COLLECTIVE for NCCL kernels) on a
-                                           GPU-stream lane; blocks per SM = grid / TARGET_INFO_GPU.smCount
+                                           GPU-stream lane; blocks per SM = grid / TARGET_INFO_GPU.smCount;
+                                           grid and block sizes from gridX..Z, blockX..Z
     CUPTI_ACTIVITY_KIND_MEMCPY          -> Kind.MEMCPY named as Kineto names copies,
                                            "Memcpy HtoD (Pageable -> Device)", from copyKind,
                                            srcKind and dstKind, so pageable-vs-pinned logic is shared
@@ -386,7 +387,9 @@ class _Reader:
         t = "CUPTI_ACTIVITY_KIND_KERNEL"
         if not self.s.has(t, "start", "end"):
             return 0
-        a = self.s.ints(t, ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "demangledName", "shortName", "gridX", "gridY", "gridZ"))
+        a = self.s.ints(
+            t, ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "demangledName", "shortName", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")
+        )
         if a.shape[0] == 0:
             return 0
         start, end = self._times(a[:, 0], a[:, 1])
@@ -395,6 +398,7 @@ class _Reader:
         coll_table = np.fromiter((bool(_COLLECTIVE.search(s)) for s in self.b._strings), dtype=np.bool_, count=len(self.b._strings))
         kind = np.where(coll_table[names], int(Kind.COLLECTIVE), int(Kind.KERNEL)).astype(np.int8)
         grid = np.where((a[:, 8] > 0) & (a[:, 9] > 0) & (a[:, 10] > 0), a[:, 8] * a[:, 9] * a[:, 10], -1)
+        block = np.where((a[:, 11] > 0) & (a[:, 12] > 0) & (a[:, 13] > 0), a[:, 11] * a[:, 12] * a[:, 13], -1).astype(np.int32)
         sms = np.array([self.sm_count.get(int(d), 0) for d in a[:, 2].tolist()], dtype=np.float64) if self.sm_count else np.zeros(a.shape[0])
         bps = np.where((grid > 0) & (sms > 0), grid / np.where(sms > 0, sms, 1), np.nan).astype(np.float32)
         self.b.add_columns(
@@ -405,6 +409,8 @@ class _Reader:
             name=names,
             corr=self._corr_key(a[:, 5] & ~_TID_MASK, a[:, 4]),
             blocks_per_sm=bps,
+            grid=grid,
+            block=block,
         )
         return int(a.shape[0])
 

@@ -15,6 +15,9 @@ Columns (one row per event, sorted by start time; see docs/scale.md)
     blocks_per_sm     float32  kernels: blocks per SM (NaN if unknown)
     occupancy         float32  kernels: estimated achieved occupancy % (NaN if unknown)
     nbytes            int64    copies and memsets: bytes moved, -1 if unknown
+    grid              int64    kernels: blocks in the grid, -1 if unknown (absent from files of whyidle
+                               before it: read as unknown)
+    block             int32    kernels: threads per block, -1 if unknown (likewise)
     kind_name         dictionary<string>  the kind in words ("kernel", "cpu_op", ...)
     name_text         dictionary<string>  the name resolved ("ncclKernel_AllReduce...")
     lane_label        dictionary<string>  the lane resolved ("GPU 0 stream 7")
@@ -45,6 +48,8 @@ PARQUET_MAGIC = b"PAR1"
 METADATA_KEY = b"whyidle.timeline"
 FORMAT_VERSION = 1
 _KIND_NAMES = {int(k): k.name.lower() for k in Kind}
+# Columns added after format version 1 was first written: absent from older files, read as unknown.
+_ADDED_COLUMNS: dict[str, tuple[int, type]] = {"grid": (-1, np.int64), "block": (-1, np.int32)}
 
 
 def _pa() -> tuple[Any, Any]:
@@ -97,9 +102,10 @@ def load_parquet(path: str | os.PathLike[str]) -> Timeline:
     try:
         schema = pq.read_schema(p)
         raw = (schema.metadata or {}).get(METADATA_KEY)
-        if raw is None or any(c not in schema.names for c in Timeline.COLUMNS):
+        if raw is None or any(c not in schema.names for c in Timeline.COLUMNS if c not in _ADDED_COLUMNS):
             raise TraceFormatError(p, "is a Parquet file but not a whyidle timeline; write one with: whyidle convert TRACE -o FILE.parquet")
-        table = pq.read_table(p, columns=list(Timeline.COLUMNS))
+        present = [c for c in Timeline.COLUMNS if c in schema.names]
+        table = pq.read_table(p, columns=present)
     except FileNotFoundError:
         raise InputError(p, "no such file") from None
     except (OSError, pa.ArrowException) as exc:
@@ -107,10 +113,13 @@ def load_parquet(path: str | os.PathLike[str]) -> Timeline:
     side = msgspec.json.decode(raw)
     if side.get("format_version") != FORMAT_VERSION:
         raise TraceFormatError(p, f"is a whyidle timeline of format version {side.get('format_version')}; this whyidle reads version {FORMAT_VERSION}")
-    cols = {c: np.require(table.column(c).to_numpy(), requirements="W") for c in Timeline.COLUMNS}
-    for c in Timeline.COLUMNS:
+    cols = {c: np.require(table.column(c).to_numpy(), requirements="W") for c in present}
+    for c in present:
         if cols[c].size == 0:
             cols[c] = np.empty(0, dtype=table.schema.field(c).type.to_pandas_dtype())
+    for c, (value, dtype) in _ADDED_COLUMNS.items():
+        if c not in cols:
+            cols[c] = np.full(table.num_rows, value, dtype=dtype)
     lanes = [Lane(LaneKind(k), int(d), str(pid), str(tid), str(name)) for k, d, pid, tid, name in side["lanes"]]
     meta = TimelineMeta(**side["meta"])
     meta.path = str(p)

@@ -81,6 +81,8 @@ class TimelineBuilder:
         blocks_per_sm: float = float("nan"),
         occupancy: float = float("nan"),
         nbytes: int = -1,
+        grid: int = -1,
+        block: int = -1,
     ) -> None:
         r = self._rows
         r["start_ns"].append(start_ns)
@@ -94,6 +96,8 @@ class TimelineBuilder:
         r["blocks_per_sm"].append(blocks_per_sm)
         r["occupancy"].append(occupancy)
         r["nbytes"].append(nbytes)
+        r["grid"].append(grid)
+        r["block"].append(block)
 
     def add_columns(self, **cols: np.ndarray) -> None:
         """Add many rows at once; missing optional columns get their 'unknown' value."""
@@ -105,6 +109,8 @@ class TimelineBuilder:
             "blocks_per_sm": (np.nan, np.float32),
             "occupancy": (np.nan, np.float32),
             "nbytes": (-1, np.int64),
+            "grid": (-1, np.int64),
+            "block": (-1, np.int32),
         }
         chunk: dict[str, np.ndarray] = {}
         for c in Timeline.COLUMNS:
@@ -128,6 +134,8 @@ class TimelineBuilder:
             "blocks_per_sm": np.float32,
             "occupancy": np.float32,
             "nbytes": np.int64,
+            "grid": np.int64,
+            "block": np.int32,
         }
         parts: dict[str, list[np.ndarray]] = {c: [] for c in Timeline.COLUMNS}
         if self._rows["start_ns"]:

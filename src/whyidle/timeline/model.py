@@ -15,6 +15,8 @@ Columns
     blocks_per_sm     float32 kernels: blocks per SM (NaN if unknown)
     occupancy         float32 kernels: estimated achieved occupancy in % (NaN if unknown)
     nbytes            int64   copies and memsets: bytes moved, -1 if unknown
+    grid              int64   kernels: blocks in the grid (x * y * z), -1 if unknown
+    block             int32   kernels: threads per block (x * y * z), -1 if unknown
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ class Timeline(msgspec.Struct):
     blocks_per_sm: npt.NDArray[np.float32]
     occupancy: npt.NDArray[np.float32]
     nbytes: I64
+    grid: I64
+    block: npt.NDArray[np.int32]
     lanes: list[Lane]
     strings: list[str]
     meta: TimelineMeta
@@ -125,6 +129,8 @@ class Timeline(msgspec.Struct):
         "blocks_per_sm",
         "occupancy",
         "nbytes",
+        "grid",
+        "block",
     )
 
     def __len__(self) -> int:
