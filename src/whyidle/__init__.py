@@ -12,6 +12,12 @@ Live capture (needs torch; imported only when one of these is first used)::
     torch.profiler.profile(schedule=whyidle.schedule(), on_trace_ready=whyidle.handler("runs/"))
     report = whyidle.profile_steps(step_fn, n=3)
     with whyidle.sync_finder() as syncs: ...
+
+Serving (docs/batching.md)::
+
+    curve = whyidle.profile_latency(model, example_input, batch_sizes=(1, 8, 32))
+    log = whyidle.load_requests("requests.jsonl")
+    result = whyidle.tune_batching(curve, traffic, slo_ns=50_000_000)
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ if TYPE_CHECKING:
     from whyidle.capture.profiler import handler, profile_steps, schedule
     from whyidle.capture.sync import sync_finder
     from whyidle.capture.tracker import track
+    from whyidle.sources.requestlog import load_requests
+    from whyidle.tune.batching import tune_batching
+    from whyidle.tune.latency import profile_latency
     from whyidle.config import Config
     from whyidle.pipeline import diagnose
     from whyidle.findings.model import (
@@ -68,6 +77,9 @@ __all__ = [
     "handler",
     "load",
     "profile_steps",
+    "profile_latency",
+    "load_requests",
+    "tune_batching",
     "schedule",
     "sync_finder",
     "track",
@@ -93,6 +105,9 @@ _LAZY = {
     "handler": "whyidle.capture.profiler",
     "profile_steps": "whyidle.capture.profiler",
     "sync_finder": "whyidle.capture.sync",
+    "profile_latency": "whyidle.tune.latency",
+    "load_requests": "whyidle.sources.requestlog",
+    "tune_batching": "whyidle.tune.batching",
 }
 
 

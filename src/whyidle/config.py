@@ -129,6 +129,37 @@ class Config:
     # energy counter and power when logged, else the tool's 1 s default.
     counters_interval_ms: float | None = None
 
+    # --- inference batching (tune/batching.py, tune/serving.py) ------------------------------
+    # Candidate queue delays, as fractions of what the SLO leaves after a batch of one (longer
+    # would break the SLO by itself at low traffic). Halvings cover 3% to 50% of the slack: the
+    # capacity changes smoothly with the delay, so finer steps moved it by under 2% on the H200
+    # curve (tests/data/h200/measured.json).
+    batching_delay_fractions_of_slack: tuple[float, ...] = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2)
+    # Capacity search: doubling from batching_min_rate_share of the service bound to the first
+    # rate that misses the SLO, then bisection steps on the rate in log space; 9 steps narrow a
+    # doubling to 0.14%.
+    batching_bisection_steps: int = 9
+    batching_min_rate_share: float = 1e-3
+    # A rate meets the objective only if the last this-share of the simulated requests meets it
+    # too: an overloaded queue grows through the run and shows at its end first, while the whole
+    # run's percentile is diluted by the calm start (a quarter: 5,000 of 20,000 requests still
+    # give a p99 from 50 samples above it).
+    batching_tail_share: float = 0.25
+    # Candidates within this share of the best capacity count as equally good; among them the
+    # one with the lowest percentile at the observed rate is recommended (capacity from 12
+    # bisection steps is known to 0.2%; 2% leaves room for the noise of a finite run).
+    batching_capacity_tie_share: float = 0.02
+    # Largest log-normal spread drawn from a latency curve's p90/median (sigma = ln(p90/median) /
+    # 1.2816). 0.75 allows a p90 2.6x the median; the H200 curve's largest is 0.42 (batch 16: p90
+    # 1.7x the median), while a CPU curve timed on this shared 2-core machine showed p90 140x
+    # the median (preemption, not the model), whose log-normal mean would be 1,600x the median.
+    batching_max_sigma: float = 0.75
+    # Requests simulated per run (synthetic traffic; a replayed log is tiled up to this).
+    batching_requests: int = 20_000
+    # Window for a request log's peak arrival rate: 1 s, the granularity at which serving
+    # dashboards (Prometheus rate(), Triton's metrics) report request rates.
+    traffic_peak_window_ns: int = 1_000_000_000
+
     # --- CI gates (CLI) ----------------------------------------------------------------------
     fail_on_groups: tuple[str, ...] = field(default_factory=tuple)
     min_busy_fraction: float | None = None

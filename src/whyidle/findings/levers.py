@@ -144,7 +144,8 @@ LEVERS: dict[tuple[str, str], Lever] = {
         steps=(
             "Use dynamic batching (Triton Inference Server, TorchServe batch_size/max_batch_delay, vLLM continuous batching).",
             "Raise client concurrency or the number of in-flight requests per GPU.",
-            "Tune the maximum batch against your latency percentile (whyidle's inference batching tuner).",
+            "Find the batching settings for your latency percentile: whyidle batching --latency CURVE.csv --rate REQUESTS_PER_S --slo-ms SLO (or --requests LOG; --measure MODULE:FUNCTION times the model).",
+            "From a request log, whyidle serving LOG --trace TRACE tells scarce requests from bad batching and a slow host pipeline.",
         ),
         code=(
             "# TorchServe model-config.yaml\n"

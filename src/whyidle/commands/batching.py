@@ -1,0 +1,129 @@
+"""whyidle batching: the dynamic-batching settings that carry the most traffic within a latency SLO.
+
+    whyidle batching --latency curve.csv --rate 120 --slo-ms 50
+    whyidle batching --latency curve.csv --requests access.jsonl --slo-ms 50 --percentile 95
+    whyidle batching --measure mypkg.models:make --device cuda --rate 120 --slo-ms 50
+
+The latency curve is a CSV/JSON file or is measured here on the user's model
+(``--measure MODULE:FUNCTION``: the function returns ``(model, example_input)``, one request's input
+with a leading batch dimension of 1). The traffic is a request log (its gaps replayed, at its own
+rate or ``--rate``) or a rate with a burstiness (gamma renewal; 1 = Poisson).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Any
+
+from whyidle.commands._output import write_atomic
+from whyidle.errors import UsageError
+
+__all__ = ["add_parser", "run"]
+
+
+def _floats(text: str, what: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{what}: expected comma-separated numbers, got {text!r}") from None
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("batching", help="dynamic-batching settings that maximise throughput within a latency SLO")
+    src = p.add_argument_group("the model's latency per batch size (one of)")
+    src.add_argument("--latency", metavar="FILE", help="CSV (batch_size, latency_ms[, latency_ms_p90]) or JSON rows")
+    src.add_argument("--measure", metavar="MODULE:FUNCTION", help="measure it: FUNCTION() returns (model, example_input with batch dim 1)")
+    p.add_argument("--device", help="with --measure: cpu or cuda (default: the model's)")
+    p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128,256", help="with --measure: sizes to time")
+    p.add_argument("--save-latency", metavar="FILE", help="with --measure: also write the measured curve here (JSON)")
+    tr = p.add_argument_group("the traffic (a log, or a rate)")
+    tr.add_argument("--requests", metavar="LOG", help="a request log (JSON lines, CSV, Triton trace): its gaps are replayed")
+    tr.add_argument("--rate", type=float, help="requests/s (with --requests: scale the log to this rate)")
+    tr.add_argument("--burstiness", type=float, default=1.0, help="squared coefficient of variation of the gaps (1 Poisson, >1 bursty; default 1)")
+    p.add_argument("--slo-ms", type=float, required=True, help="the latency objective, ms")
+    p.add_argument("--percentile", type=float, default=99.0, help="the percentile the SLO is about (default 99)")
+    p.add_argument("--instances", type=int, default=1, help="model instances sharing the queue (default 1)")
+    p.add_argument("--max-batch", help="candidate max batch sizes, e.g. 8,16,32 (default: the measured sizes)")
+    p.add_argument("--delays-ms", help="candidate max queue delays in ms, e.g. 0,1,2,5 (default: fractions of the SLO)")
+    p.add_argument("--no-jitter", action="store_true", help="use the median latency only (default: draw the p90 spread when known)")
+    p.add_argument("--requests-per-run", type=int, help="requests simulated per run (default 20,000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gpu", help="GPU model for MIG advice (default: the measured device)")
+    p.add_argument("--memory-gb", type=float, help="memory one instance holds, GB (default: measured with --measure on CUDA)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("-o", "--output", help="write the result here (.json, .html, else text)")
+    p.set_defaults(run=run)
+
+
+def _measure(spec: str, args: argparse.Namespace) -> Any:
+    from whyidle.tune.latency import profile_latency
+
+    mod, _, fn = spec.partition(":")
+    if not mod or not fn:
+        raise UsageError(f"--measure {spec!r}: expected MODULE:FUNCTION")
+    try:
+        factory = getattr(importlib.import_module(mod), fn)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"--measure {spec!r}: cannot import it ({exc})") from None
+    model, example = factory()
+    sizes = [int(x) for x in _floats(args.batch_sizes, "--batch-sizes")]
+    prof = profile_latency(model, example, sizes, device=args.device)
+    if args.save_latency:
+        import json
+
+        write_atomic(args.save_latency, json.dumps(prof.to_dict(), indent=1) + "\n")
+    return prof
+
+
+def run(args: argparse.Namespace) -> int:
+    from whyidle.config import Config
+    from whyidle.tune.batching import Traffic, tune_batching, unit_arrivals
+    from whyidle.tune.instances import advise_instances
+    from whyidle.tune.latency import load_latency
+
+    if bool(args.latency) == bool(args.measure):
+        raise UsageError("give the latency curve: --latency FILE or --measure MODULE:FUNCTION (one of them)")
+    if not args.requests and args.rate is None:
+        raise UsageError("give the traffic: --requests LOG or --rate REQUESTS_PER_S")
+    if args.rate is not None and args.rate <= 0:
+        raise UsageError("--rate must be above 0")
+    if args.slo_ms <= 0 or args.instances < 1:
+        raise UsageError("--slo-ms must be above 0 and --instances at least 1")
+    cfg = Config()
+    n = args.requests_per_run or cfg.batching_requests
+    profile = load_latency(args.latency) if args.latency else _measure(args.measure, args)
+    if args.requests:
+        from whyidle.sources.requestlog import load_requests
+        from whyidle.tune.traffic import traffic_from_log
+
+        traffic = traffic_from_log(load_requests(args.requests), n)
+        if args.rate is not None:
+            traffic = Traffic(traffic.unit_times_s, args.rate, traffic.burstiness, traffic.source + f", scaled to {args.rate:g}/s")
+    else:
+        traffic = Traffic(unit_arrivals(n, args.burstiness, args.seed), args.rate, args.burstiness, "poisson" if args.burstiness == 1 else f"gamma renewal (burstiness {args.burstiness:g})")
+    sizes = [int(x) for x in _floats(args.max_batch, "--max-batch")] if args.max_batch else None
+    delays = [int(x * 1e6) for x in _floats(args.delays_ms, "--delays-ms")] if args.delays_ms else None
+    res = tune_batching(
+        profile, traffic, int(args.slo_ms * 1e6), percentile=args.percentile, instances=args.instances,
+        max_batches=sizes, delays_ns=delays, jitter=not args.no_jitter, seed=args.seed, cfg=cfg,
+    )
+    mem = int(args.memory_gb * 1e9) if args.memory_gb else None
+    advice = advise_instances(res, profile, gpu=args.gpu or "", memory_bytes=mem)
+    from whyidle.render.batching import batching_dict, batching_html, batching_text
+
+    out = args.output or ""
+    if args.json or out.endswith(".json"):
+        import json
+
+        text = json.dumps(batching_dict(res, profile, advice), indent=1) + "\n"
+    elif out.endswith((".html", ".htm")):
+        text = batching_html(res, profile, advice)
+    else:
+        text = batching_text(res, profile, advice)
+    if out:
+        write_atomic(out, text)
+    else:
+        sys.stdout.write(text)
+    return 0

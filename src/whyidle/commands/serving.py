@@ -1,0 +1,59 @@
+"""whyidle serving LOG: why a serving GPU is idle, from a request log (demand, batching or host pipeline).
+
+    whyidle serving requests.jsonl --trace server_trace.json.gz
+    whyidle serving triton_trace.json --device-busy 0.12 --max-batch 32
+
+The device's busy share, needed to tell a slow host pipeline from the rest, comes from a trace or
+GPU counter log of the same period (``--trace``, diagnosed here), or is given (``--device-busy``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from whyidle.commands._output import write_atomic
+from whyidle.errors import UsageError
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("serving", help="why a serving GPU is idle, from a request log: demand, batching or host pipeline")
+    p.add_argument("log", help="request log: JSON lines, JSON list, CSV, or a Triton trace (arrival, start, finish per request)")
+    p.add_argument("--trace", help="a trace or GPU counter log of the same period: the device's busy share")
+    p.add_argument("--device-busy", type=float, metavar="FRACTION", help="the device's busy share over the log's window (0..1)")
+    p.add_argument("--max-batch", type=int, help="the server's configured max batch size (default: the largest batch in the log)")
+    p.add_argument("--slo-ms", type=float, help="the latency objective, ms (written into the suggested tuner command)")
+    p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    p.add_argument("-o", "--output", help="write the diagnosis here (.json: JSON, else text)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from whyidle.sources.requestlog import load_requests
+    from whyidle.tune.serving import diagnose_requests
+
+    if args.trace and args.device_busy is not None:
+        raise UsageError("give the device's busy share once: --trace or --device-busy")
+    if args.device_busy is not None and not 0 <= args.device_busy <= 1:
+        raise UsageError("--device-busy is a fraction between 0 and 1")
+    log = load_requests(args.log)
+    busy, basis = args.device_busy, "given" if args.device_busy is not None else ""
+    if args.trace:
+        from whyidle.pipeline import diagnose
+
+        util = diagnose(args.trace).utilization
+        busy, basis = util.busy_fraction, f"{args.trace}: device busy over its own window, taken as the log's period"
+    d = diagnose_requests(log, device_busy_share=busy, device_busy_basis=basis, slo_ms=args.slo_ms, max_batch=args.max_batch)
+    from whyidle.render.batching import serving_text
+
+    out = args.output or ""
+    text = json.dumps(d.to_dict(), indent=1) + "\n" if (args.json or out.endswith(".json")) else serving_text(d)
+    if out:
+        write_atomic(out, text)
+    else:
+        sys.stdout.write(text)
+    return 0

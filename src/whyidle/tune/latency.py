@@ -1,0 +1,226 @@
+"""A model's latency per batch size: read from a CSV or JSON file, or measured on the model itself.
+
+The batching simulator needs one number per batch size: how long one forward pass of a batch of
+``k`` requests takes. Measured sizes are usually powers of two; sizes in between are interpolated
+linearly (a batch of 3 costs between the measured 2 and 4), and sizes beyond the largest measured
+are refused rather than extrapolated. When the file also gives the 90th percentile, the spread
+becomes a per-size log-normal jitter (``sigma = ln(p90 / median) / z_0.9``) that the simulator can
+apply, since a p99 target is decided by the slow passes, not the median one::
+
+    batch_size,latency_ms,latency_ms_p90        {"latency": {"rows": [{"batch_size": 1,
+    1,2.74,3.15                                     "latency_ns_median": 2739200, "latency_ns_p90": ...}]}}
+    32,2.91,3.14
+
+``profile_latency(model, example_input)`` measures the curve with torch (CPU or CUDA; CUDA events
+on a GPU), imported only when called.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from whyidle.errors import InputError, MissingExtraError, UsageError
+
+__all__ = ["LatencyProfile", "load_latency", "profile_latency", "Z_P90", "DEFAULT_BATCH_SIZES"]
+
+# The standard normal's 90th percentile: a log-normal with median m and p90 q has sigma = ln(q/m) / Z_P90.
+Z_P90 = 1.2815515655446004
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+# Column names accepted for the latency, with the factor that turns them into nanoseconds.
+_UNITS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+class LatencyProfile(msgspec.Struct, frozen=True):
+    """Latency of one forward pass per batch size, in nanoseconds (sizes ascending)."""
+
+    batch_sizes: tuple[int, ...]
+    median_ns: tuple[float, ...]
+    p90_ns: tuple[float, ...] | None = None
+    source: str = ""
+    device: str = ""
+    memory_bytes: int | None = None  # peak memory of the largest batch, when measured
+
+    @property
+    def max_batch(self) -> int:
+        return self.batch_sizes[-1]
+
+    def service_table(self, max_batch: int) -> list[int]:
+        """Service time in whole ns for batch sizes 0..max_batch (index 0 unused), interpolated."""
+        if max_batch > self.max_batch:
+            raise UsageError(f"batch size {max_batch} is beyond the largest measured ({self.max_batch}); measure it first")
+        out = [0]
+        for k in range(1, max_batch + 1):
+            out.append(round(_interp(k, self.batch_sizes, self.median_ns)))
+        return out
+
+    def sigma_table(self, max_batch: int) -> list[float]:
+        """Log-normal sigma per batch size 0..max_batch from p90/median (0 where p90 is not known)."""
+        if self.p90_ns is None:
+            return [0.0] * (max_batch + 1)
+        sig = [max(math.log(q / m), 0.0) / Z_P90 if m > 0 else 0.0 for m, q in zip(self.median_ns, self.p90_ns)]
+        return [0.0] + [_interp(k, self.batch_sizes, sig) for k in range(1, max_batch + 1)]
+
+    def to_dict(self) -> dict[str, Any]:
+        rows = []
+        for i, b in enumerate(self.batch_sizes):
+            row: dict[str, Any] = {"batch_size": b, "latency_ns_median": self.median_ns[i], "samples_per_s": b / (self.median_ns[i] / 1e9)}
+            if self.p90_ns is not None:
+                row["latency_ns_p90"] = self.p90_ns[i]
+            rows.append(row)
+        return {"source": self.source, "device": self.device, "memory_bytes": self.memory_bytes, "rows": rows}
+
+
+def _interp(k: int, xs: Sequence[int], ys: Sequence[float]) -> float:
+    if k <= xs[0]:
+        return float(ys[0])  # below the smallest measured size: no cheaper than it
+    for i in range(1, len(xs)):
+        if k <= xs[i]:
+            x0, x1 = xs[i - 1], xs[i]
+            return float(ys[i - 1] + (ys[i] - ys[i - 1]) * (k - x0) / (x1 - x0))
+    return float(ys[-1])
+
+
+def _make(path: object, rows: list[tuple[int, float, float | None]], **meta: Any) -> LatencyProfile:
+    if not rows:
+        raise InputError(path, "holds no latency rows; expected batch_size and a latency per batch size")
+    rows.sort()
+    sizes = [r[0] for r in rows]
+    if len(set(sizes)) != len(sizes):
+        raise InputError(path, f"lists a batch size twice ({sizes}); expected one latency per batch size")
+    if sizes[0] < 1 or any(r[1] <= 0 or not math.isfinite(r[1]) for r in rows):
+        raise InputError(path, "has a batch size below 1 or a latency that is not a positive number")
+    q90 = [r[2] for r in rows]
+    p90 = tuple(float(q) for q in q90 if q is not None) if all(q is not None for q in q90) else None
+    return LatencyProfile(tuple(sizes), tuple(float(r[1]) for r in rows), p90, **meta)
+
+
+def _latency_of(row: dict[str, Any], p90: bool) -> float | None:
+    """The latency in ns from a row whose key names its unit (latency_ms, latency_ns_median, ...)."""
+    for key, value in row.items():
+        k = key.strip().lower().replace("-", "_")
+        if not k.startswith("latency") or value in (None, ""):
+            continue
+        parts = k.split("_")
+        unit = next((p for p in parts if p in _UNITS), None)
+        is_p90 = "p90" in parts
+        if unit is None or is_p90 != p90 or any(p.startswith("p") and p[1:].isdigit() and p != "p90" for p in parts):
+            continue
+        return float(value) * _UNITS[unit]
+    return None
+
+
+def _rows_from(path: object, raw: list[dict[str, Any]]) -> list[tuple[int, float, float | None]]:
+    out = []
+    for i, row in enumerate(raw):
+        try:
+            bs = int(float(row.get("batch_size", row.get("batch", ""))))
+            med = _latency_of(row, p90=False)
+            q90 = _latency_of(row, p90=True)
+        except (TypeError, ValueError):
+            raise InputError(path, f"row {i + 1}: expected a batch_size and a latency number") from None
+        if med is None:
+            raise InputError(path, f"row {i + 1}: no latency column; expected e.g. latency_ms, latency_us or latency_ns_median")
+        out.append((bs, med, q90))
+    return out
+
+
+def load_latency(path: str | Path) -> LatencyProfile:
+    """Read a latency curve: CSV (batch_size, latency_<unit>[, latency_<unit>_p90]) or JSON.
+
+    JSON: a list of rows, ``{"rows": [...]}`` (what ``whyidle batching --measure`` writes), or a
+    file with a ``"latency"`` section holding that (tests/data/h200/measured.json).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(p, f"cannot be read ({exc})") from None
+    stripped = text.lstrip()
+    meta: dict[str, Any] = {"source": str(p)}
+    if stripped.startswith(("{", "[")):
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise InputError(p, f"is not valid JSON ({exc})") from None
+        if isinstance(doc, dict) and isinstance(doc.get("latency"), dict):
+            doc = doc["latency"]
+        if isinstance(doc, dict):
+            meta["device"] = str(doc.get("device") or doc.get("model") or "")
+            if isinstance(doc.get("memory_bytes"), int):
+                meta["memory_bytes"] = doc["memory_bytes"]
+            doc = doc.get("rows")
+        if not isinstance(doc, list) or not all(isinstance(r, dict) for r in doc):
+            raise InputError(p, "expected a JSON list of rows with batch_size and a latency, or {\"rows\": [...]}")
+        return _make(p, _rows_from(p, doc), **meta)
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames or "batch_size" not in [f.strip() for f in reader.fieldnames]:
+        raise InputError(p, "expected a CSV header with batch_size and a latency column (e.g. latency_ms)")
+    return _make(p, _rows_from(p, [{k.strip(): v for k, v in r.items() if k} for r in reader]), **meta)
+
+
+def profile_latency(
+    model: Any,
+    example_input: Any,
+    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+    *,
+    warmup: int = 5,
+    iters: int = 20,
+    device: str | None = None,
+) -> LatencyProfile:
+    """Measure one forward pass per batch size after warm-up (torch; CPU or CUDA).
+
+    ``example_input`` is one request's input with a leading batch dimension of 1; a batch of ``k``
+    repeats it ``k`` times along dimension 0. On CUDA each pass is timed with CUDA events (the
+    device's own clock, as tests/data/h200/measured.json's curve was); on CPU with
+    ``time.perf_counter_ns``. The model runs under ``torch.inference_mode()``.
+    """
+    try:
+        import torch
+    except ImportError as exc:
+        raise MissingExtraError("Latency profiling", "torch", "torch") from exc
+    import time
+
+    if iters < 1 or warmup < 0 or not batch_sizes or min(batch_sizes) < 1:
+        raise UsageError("profile_latency needs iters >= 1, warmup >= 0 and batch sizes >= 1")
+    dev = torch.device(device) if device else next((p.device for p in model.parameters()), torch.device("cpu"))
+    cuda = dev.type == "cuda"
+    model = model.to(dev).eval()
+    x1 = example_input.to(dev)
+    rows: list[tuple[int, float, float | None]] = []
+    peak: int | None = None
+    with torch.inference_mode():
+        for bs in sorted(set(batch_sizes)):
+            x = x1.repeat(bs, *([1] * (x1.dim() - 1)))
+            if cuda:
+                torch.cuda.reset_peak_memory_stats(dev)
+            for _ in range(warmup):
+                model(x)
+            times: list[float] = []
+            for _ in range(iters):
+                if cuda:
+                    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                    start.record()
+                    model(x)
+                    end.record()
+                    end.synchronize()
+                    times.append(start.elapsed_time(end) * 1e6)
+                else:
+                    t0 = time.perf_counter_ns()
+                    model(x)
+                    times.append(float(time.perf_counter_ns() - t0))
+            times.sort()
+            rows.append((bs, times[len(times) // 2], times[min(int(len(times) * 0.9), len(times) - 1)]))
+            if cuda:
+                peak = int(torch.cuda.max_memory_allocated(dev))
+    name = torch.cuda.get_device_name(dev) if cuda else "cpu"
+    return _make("profile_latency", rows, source=f"measured: {type(model).__name__}, {iters} passes after {warmup} warm-up", device=name, memory_bytes=peak)
