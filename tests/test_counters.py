@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -267,7 +268,9 @@ def test_join_with_trace_by_utc_time(tmp_path: Path) -> None:
     assert rhythm is not None and dict(rhythm.evidence.facts)["trace_dominant_group"] == "synchronization"
     assert rhythm.idle_ns == 0 and rhythm.group == "synchronization"  # evidence, not a second claim on idle
     assert r.findings[0].id == "host_sync"
-    assert any("mean GPU-Util of 60%" in q for q in r.quality)
+    # the log is busy 6 samples in 10; the window (ending with the last step's device work) cuts
+    # the pattern at a sample boundary, so the mean over it reads 60-61%
+    assert any(re.search(r"mean GPU-Util of 6[01]%", q) for q in r.quality)
     assert main(["diagnose", str(trace), "--counters", str(log), "--json"]) in (0, 1)
 
 

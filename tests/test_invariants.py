@@ -22,6 +22,17 @@ HOST_NAMES = [
     "aten::to",
     "cuModuleLoadData",
     "Optimizer.step#SGD.step",
+    "cudaStreamWaitEvent",
+    # context records (issue 17's host activity model): Python frames, ranges, OS and MPI calls
+    "py:numpy/_core/_methods.py(148): _var",
+    "py:queue.py(154): get",
+    "py:serve.py(30): serve_forever",
+    "py:train.py(40): step",
+    "py:torch/nn/modules/module.py(1783): _call_impl",
+    "py:<built-in function sum>",
+    "ann:MPI_Recv",
+    "ann:executor_utils::Nvrtc::CompileProgram",
+    "ann:futex",
 ]
 
 host_ops = st.lists(st.tuples(st.sampled_from(HOST_NAMES), st.integers(0, 2000), st.integers(0, 400)), max_size=12)
@@ -45,6 +56,9 @@ def test_attribution_is_exhaustive_and_consistent(ops: list, work: list, step_st
     t = TL()
     for name, start, dur in ops:
         kind = Kind.RUNTIME if name.startswith("cu") else Kind.CPU_OP
+        if name.startswith(("py:", "ann:")):
+            kind = Kind.PYTHON if name.startswith("py:") else Kind.ANNOTATION
+            name = name.split(":", 1)[1]
         t.host(name, start, start + dur, kind=kind)
     for i, (start, dur, launch, stream, kind) in enumerate(work):
         name = "Memcpy HtoD (Pageable -> Device)" if kind == Kind.MEMCPY else f"k{i}"
@@ -64,3 +78,7 @@ def test_attribution_is_exhaustive_and_consistent(ops: list, work: list, step_st
     assert [f.idle_ns for f in r.findings] == sorted((f.idle_ns for f in r.findings), reverse=True)
     for g in r.gaps:
         assert g.end_ns > g.start_ns and sum(ns for _, ns in g.causes_ns) == g.dur_ns
+    # capture artifacts are never ranked findings; demand only in a serving workload
+    assert not {f.key for f in r.findings} & set(r.artifact_idle_ns)
+    if r.source.workload != "serving":
+        assert r.idle_by_cause_ns["insufficient_demand/idle_host"] == 0

@@ -44,6 +44,9 @@ class Config:
     # TensorBoard plugin's input-pipeline advice, which fires when DataLoader time exceeds 5% of
     # the step; below it a fix is not worth the user's time.
     min_finding_share_of_window: float = 0.05
+    # Unattributed idle above this share of device idle gets a quality note naming the capture
+    # option that would let whyidle attribute it (issue 17's bar for the shared traces: 10%).
+    unattributed_note_min_share_of_idle: float = 0.10
     # Number of example time ranges and gaps listed in each finding's evidence.
     evidence_examples: int = 5
     # Largest gaps carried with their full CPU context into the report.
@@ -74,6 +77,11 @@ class Config:
     # A single runtime call longer than this among first-call costs (context creation, module
     # loading, first kernel launches) marks a cold start. Warm launches take 5-50 us.
     cold_call_min_ns: int = 1_000_000
+    # The first call of an op counts as a first-use cost (lazy module loading, library heuristics,
+    # allocator growth) when it took cold_call_min_ns or more and this many times the median of the
+    # op's later calls. Warm calls of one op vary by 2-3x with their inputs; first-use costs seen
+    # in the H200 cold-start trace (tests/data/h200/cold_start_no_warmup) were 100-10,000x.
+    first_call_min_ratio: float = 10.0
     # Cold-start calls covering more than this share of device idle make the capture a cold
     # start: the report says so instead of blaming a cause.
     cold_start_max_share_of_idle: float = 0.5

@@ -21,7 +21,7 @@ from whyidle.analyses.window import select_window
 from whyidle.config import Config
 from whyidle.findings.kernel_fill_rules import small_grid_finding
 from whyidle.findings.model import Finding, GapRecord, Report, SourceInfo, WindowInfo
-from whyidle.findings.rules import Analyses, build_findings
+from whyidle.findings.rules import Analyses, build_findings, capture_advice
 from whyidle.timeline.model import Timeline
 
 __all__ = ["diagnose", "analyse"]
@@ -100,6 +100,8 @@ def report_from(a: Analyses, cfg: Config) -> Report:
             rank=tl.meta.rank,
             world_size=tl.meta.world_size,
             training=a.gaps.training,
+            workload=a.gaps.workload.kind,
+            workload_evidence=a.gaps.workload.evidence,
         ),
         window=WindowInfo(
             a.window.start_ns,
@@ -115,7 +117,7 @@ def report_from(a: Analyses, cfg: Config) -> Report:
         findings=findings,
         skipped=skipped,
         gaps=_gap_records(a, cfg),
-        quality=a.quality.notes,
+        quality=a.quality.notes + capture_advice(a, cfg),
         cold_start=a.quality.cold_start,
         no_device_activity=a.quality.no_device_activity,
     )

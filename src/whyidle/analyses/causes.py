@@ -1,16 +1,16 @@
-"""The cause keys idle time is attributed to: (group, cause).
+"""The cause keys idle time is attributed to: (group, cause), in the catalogue's order.
 
-The groups are exactly the five the report uses. The text and fixes for each cause live in
-``whyidle.findings.levers``; this module only names them so that analyses stay free of prose.
+Derived from the cause catalogue (``whyidle.catalogue``), which also holds each cause's text,
+colour and levers; the analyses use only the keys and the column index of each cause.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["Cause", "CAUSES", "GROUPS", "cause_index"]
+from whyidle.catalogue import CATALOGUE, GROUPS
 
-GROUPS = ("starvation", "underfilled", "synchronization", "insufficient_demand", "unattributed")
+__all__ = ["Cause", "CAUSES", "GROUPS", "ARTIFACTS", "cause_index"]
 
 
 class Cause(NamedTuple):
@@ -22,29 +22,26 @@ class Cause(NamedTuple):
         return f"{self.group}/{self.cause}"
 
 
-INPUT_PIPELINE = Cause("starvation", "input_pipeline")
-H2D_COPY = Cause("starvation", "h2d_copy")
-HOST_SYNC = Cause("synchronization", "host_sync")
-HOST_OVERHEAD = Cause("underfilled", "host_overhead")
-KERNEL_BOUNDARIES = Cause("underfilled", "kernel_boundaries")
-IDLE_HOST = Cause("insufficient_demand", "idle_host")
-COLD_START = Cause("unattributed", "cold_start")
-UNTRACED_HOST = Cause("unattributed", "untraced_host")
-QUEUED_WAITING = Cause("unattributed", "queued_work_waiting")
-NO_LAUNCH_INFO = Cause("unattributed", "no_launch_info")
+CAUSES: tuple[Cause, ...] = tuple(Cause(e.group, e.cause) for e in CATALOGUE)
+_BY_KEY = {c.key: c for c in CAUSES}
 
-CAUSES: tuple[Cause, ...] = (
-    INPUT_PIPELINE,
-    H2D_COPY,
-    HOST_SYNC,
-    HOST_OVERHEAD,
-    KERNEL_BOUNDARIES,
-    IDLE_HOST,
-    COLD_START,
-    UNTRACED_HOST,
-    QUEUED_WAITING,
-    NO_LAUNCH_INFO,
-)
+INPUT_PIPELINE = _BY_KEY["starvation/input_pipeline"]
+HOST_PREPROCESSING = _BY_KEY["starvation/host_preprocessing"]
+H2D_COPY = _BY_KEY["starvation/h2d_copy"]
+HOST_SYNC = _BY_KEY["synchronization/host_sync"]
+DEPENDENCY_WAIT = _BY_KEY["synchronization/dependency_wait"]
+HOST_OVERHEAD = _BY_KEY["underfilled/host_overhead"]
+LAUNCH_LATENCY = _BY_KEY["underfilled/launch_latency"]
+KERNEL_BOUNDARIES = _BY_KEY["underfilled/kernel_boundaries"]
+IDLE_HOST = _BY_KEY["insufficient_demand/idle_host"]
+UNTRACED_HOST = _BY_KEY["unattributed/untraced_host"]
+QUEUED_WAITING = _BY_KEY["unattributed/queued_work_waiting"]
+NO_LAUNCH_INFO = _BY_KEY["unattributed/no_launch_info"]
+COLD_START = _BY_KEY["unattributed/cold_start"]
+CAPTURE_BOUNDARY = _BY_KEY["unattributed/capture_boundary"]
+
+# Capture artifacts: reported in the headline, never as ranked findings.
+ARTIFACTS: tuple[Cause, ...] = tuple(Cause(e.group, e.cause) for e in CATALOGUE if e.artifact)
 _INDEX = {c: i for i, c in enumerate(CAUSES)}
 
 

@@ -5,24 +5,35 @@ streams of a device (per-stream idle is not device idle). Each idle interval is 
 
     device  ████████|.................gap..................|██████ next work
     host    ..sync..][  DataLoader.__next__  ][ to() ][launch]
-                    gs                               L        ge
+                    gs                               L  Le    ge
 
 The device became idle at ``gs`` and resumed at ``ge`` with the next work, which the host
-launched at ``L`` from some thread (found by correlation id). Two questions decide the cause:
+launched by a call ``[L, Le)`` from some thread (found by correlation id). What the device and
+that thread were doing decides the cause:
 
-1. Was the next work already queued when the device went idle (``L <= gs``)? Then the host is
-   not to blame: short waits are the device's own start-up cost between back-to-back kernels
-   (kernel boundaries); longer ones are a device-side dependency the trace cannot name.
-2. Otherwise the device waited for the host, and ``[gs, L]`` is split by what the launching
-   thread was doing, in this priority: a cold-start call, the input pipeline (DataLoader), a
-   host-to-device copy op, a synchronising call, any other op (host overhead), or nothing
-   traced (the Python interpreter between ops when short; untraced work when long; an idle
-   server when the trace is inference).
+1. **Queued** (``Le <= gs``: the launch had returned before the device went idle): not the host.
+   Up to ``Config.kernel_boundary_max_ns`` it is the device's own start-up cost between kernels
+   (kernel boundaries); a pageable host-to-device copy is staging (h2d copy); work that waited on
+   a dependency the trace shows (a stream-wait call issued before it, a collective) is a
+   dependency wait; work launched before the capture began is a capture artifact; anything else
+   is a device-side wait the trace cannot name.
+2. **In flight** (``L <= gs < Le``: the launch call was still running when the device went idle):
+   launch latency, or cold start when the call itself is a first-use cost (milliseconds).
+3. **Waiting for the host** (``L > gs``): ``[gs, L]`` is split by what the launching thread was
+   doing (``analyses/hostops.py``, ``analyses/hostwork.py``), in this priority: a cold-start call
+   or first use; the input pipeline (DataLoader); a host-to-device copy op; a synchronising call;
+   an MPI call (dependency wait); any other op (host overhead); then the innermost Python frame
+   or range: data work (host preprocessing), framework code (host overhead), blocked waiting
+   (waiting for requests in a serving workload, else untraced); and nothing traced at all (short:
+   the interpreter between ops, host overhead; long: untraced host work). Host time with nothing
+   traced is never demand.
 
 A gap that begins while the launching thread is blocked in a synchronising call was drained by
-that sync: the host waited for the device to finish instead of queueing work ahead, so the host
-time that follows (ops, Python) is charged to the sync. ``[L, ge]`` (launch latency, or staging a
-pageable copy) follows the gap's dominant host-side cause.
+that sync: the host waited for the device to finish instead of queueing work ahead, so
+everything up to the next launch (the host work the sync serialised and the relaunch) is
+charged to the sync, except first-use costs and the input pipeline, which keep their causes.
+``[L, ge]`` (the launch and the device's start) follows the gap's dominant host-side cause, or
+cold start when the launch call was slow.
 
 Every nanosecond of idle is attributed to exactly one cause; nothing is forced: what the trace
 cannot explain is ``unattributed``.
@@ -35,9 +46,10 @@ import numpy as np
 import numpy.typing as npt
 
 from whyidle.analyses import causes as C
-from whyidle.analyses.hostops import HostSets, host_sets, memcpy_direction
+from whyidle.analyses.hostops import HostSets, host_sets, is_launch_call, memcpy_direction
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
+from whyidle.analyses.workload import Workload, workload_kind
 from whyidle.config import Config
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.intervals import Intervals
@@ -46,6 +58,7 @@ from whyidle.timeline.model import Kind, Timeline
 __all__ = ["Gaps", "find_gaps", "device_busy", "is_training"]
 
 I64 = npt.NDArray[np.int64]
+_UNKNOWN = Workload("unknown", ())
 
 
 class Gaps(msgspec.Struct, frozen=True):
@@ -62,6 +75,7 @@ class Gaps(msgspec.Struct, frozen=True):
     slices: I64  # shape (n, len(CAUSES)): ns of each gap attributed to each cause
     training: bool
     has_host_events: bool
+    workload: Workload = _UNKNOWN
 
     def __len__(self) -> int:
         return int(self.start_ns.size)
@@ -83,12 +97,9 @@ class Gaps(msgspec.Struct, frozen=True):
         return np.asarray(self.slices.sum(axis=0), dtype=np.int64)
 
 
-_TRAINING_MARKERS = ("Backward", "backward", "Optimizer.", "AccumulateGrad", "autograd::engine")
-
-
 def is_training(tl: Timeline) -> bool:
     """A trace is training when it shows a backward pass or an optimizer step."""
-    return bool(tl.name_mask(lambda s: any(m in s for m in _TRAINING_MARKERS)).any())
+    return workload_kind(tl).training
 
 
 def device_busy(tl: Timeline, rows: I64, lo: int, hi: int) -> Intervals:
@@ -100,17 +111,14 @@ def _device_of_rows(tl: Timeline, rows: I64) -> I64:
     return dev_of_lane[tl.lane[rows]] if rows.size else np.empty(0, dtype=np.int64)
 
 
-def _empty(training: bool, has_host: bool) -> Gaps:
+def _empty(workload: Workload, has_host: bool) -> Gaps:
     z = np.empty(0, dtype=np.int64)
-    return Gaps(z, z, z, z, z, z, z, np.empty(0, dtype=np.bool_), np.zeros((0, len(C.CAUSES)), dtype=np.int64), training, has_host)
+    return Gaps(z, z, z, z, z, z, z, np.empty(0, dtype=np.bool_), np.zeros((0, len(C.CAUSES)), dtype=np.int64), workload.training, has_host, workload)
 
 
-def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
-    training = is_training(tl)
-    has_host = bool((tl.kind == int(Kind.RUNTIME)).any())
+def _idle_intervals(tl: Timeline, links: Links, window: Window) -> tuple[I64, I64, I64, I64, I64]:
+    """(gs, ge, device, next_row, launch_row) of every gap, device by device."""
     rows = links.device_rows
-    if rows.size == 0 or window.duration_ns <= 0:
-        return _empty(training, has_host)
     devices = _device_of_rows(tl, rows)
     parts = []
     for dev in unique_sorted(devices):
@@ -132,70 +140,107 @@ def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
         launch_row = np.where(has_next, d_launch[jc], -1)
         parts.append((gs, ge, np.full(gs.size, int(dev), dtype=np.int64), next_row, launch_row))
     if not parts:
-        return _empty(training, has_host)
-    gs = np.concatenate([p[0] for p in parts])
-    ge = np.concatenate([p[1] for p in parts])
-    dev = np.concatenate([p[2] for p in parts])
-    next_row = np.concatenate([p[3] for p in parts])
-    launch_row = np.concatenate([p[4] for p in parts])
-    n = gs.size
+        z = np.empty(0, dtype=np.int64)
+        return z, z, z, z, z
+    cat = [np.concatenate([p[k] for p in parts]) for k in range(5)]
+    return cat[0], cat[1], cat[2], cat[3], cat[4]
 
-    # The launching thread and launch time; a trailing gap (no next work) belongs to the thread
+
+def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
+    workload = workload_kind(tl)
+    has_host = bool((tl.kind == int(Kind.RUNTIME)).any())
+    if links.device_rows.size == 0 or window.duration_ns <= 0:
+        return _empty(workload, has_host)
+    gs, ge, dev, next_row, launch_row = _idle_intervals(tl, links, window)
+    n = gs.size
+    if n == 0:
+        return _empty(workload, has_host)
+
+    # The launching thread and launch call; a trailing gap (no next work) belongs to the thread
     # that drives the steps, or else the one that launched most work.
-    thread = np.where(launch_row >= 0, tl.lane[np.maximum(launch_row, 0)], -1).astype(np.int64)
-    launch_t = np.where(launch_row >= 0, tl.start_ns[np.maximum(launch_row, 0)], ge)
+    has_launch = launch_row >= 0
+    lr = np.maximum(launch_row, 0)
+    thread = np.where(has_launch, tl.lane[lr], -1).astype(np.int64)
+    launch_t = np.where(has_launch, tl.start_ns[lr], ge)
+    launch_e = np.where(has_launch, tl.end_ns[lr], ge)
     main = _main_thread(tl, links, window)
     trailing = next_row < 0
     if main >= 0:
         thread[trailing] = main
     launch_t = np.where(trailing, ge, launch_t)
     host_end = np.clip(launch_t, gs, ge)
-    queued = (launch_row >= 0) & (launch_t <= gs)
+    queued = has_launch & (launch_e <= gs)
+    in_flight = has_launch & (launch_t <= gs) & ~queued
+    # A kernel launch taking milliseconds is a first-use cost (module loading, JIT); a copy call
+    # that long is staging a pageable copy.
+    is_kernel_launch = np.zeros(n, dtype=np.bool_)
+    is_kernel_launch[has_launch] = tl.name_mask(is_launch_call, launch_row[has_launch])
+    cold_launch = is_kernel_launch & ((launch_e - launch_t) >= cfg.cold_call_min_ns)
 
-    slices = np.zeros((n, len(C.CAUSES)), dtype=np.int64)
     drained = np.zeros(n, dtype=np.bool_)
     lanes_used = unique_sorted(thread[thread >= 0])
-    sets = host_sets(tl, links, lanes_used, cfg.cold_call_min_ns)
+    sets = host_sets(tl, links, lanes_used, cfg.cold_call_min_ns, cfg.python_overhead_max_ns, cfg.first_call_min_ratio)
     pre = np.zeros((n, len(C.CAUSES)), dtype=np.int64)  # host-side part, before the post-launch tail
+    serving = workload.kind == "serving"
+    dep_wait = np.zeros(n, dtype=np.bool_)
     for lane in lanes_used:
-        g = np.flatnonzero((thread == lane) & ~queued)
-        if g.size == 0:
-            continue
         hs = sets[int(lane)]
-        a, b = gs[g], host_end[g]
-        part, dr = _split_host_time(hs, a, b, training, window, cfg)
-        pre[g] = part
-        drained[g] = dr
+        g = np.flatnonzero((thread == lane) & ~queued & ~in_flight)
+        if g.size:
+            part, dr = _split_host_time(hs, gs[g], host_end[g], serving, window, cfg)
+            pre[g] = part
+            drained[g] = dr
+        q = np.flatnonzero((thread == lane) & queued)
+        if q.size:
+            dep_wait[q] = _gated_by_stream_wait(hs, launch_t[q])
 
-    # Gaps whose next work has no known launch.
-    unknown = (launch_row < 0) & ~trailing
+    # Gaps whose next work has no known launch: work launched before the capture began is a
+    # capture artifact; otherwise the host side is unknown.
+    unknown = ~has_launch & ~trailing
     if not has_host:
         unknown |= trailing
-    pre[unknown] = 0
-    pre[unknown, C.cause_index(C.NO_LAUNCH_INFO)] = (ge - gs)[unknown]
-
-    # Queued work: kernel boundaries when short, else an unexplained device-side wait.
     dur = ge - gs
-    h2d_next = _is_h2d(tl, next_row)
-    kb = queued & (dur <= cfg.kernel_boundary_max_ns)
-    pre[kb, C.cause_index(C.KERNEL_BOUNDARIES)] = dur[kb]
-    waiting = queued & ~kb
-    pre[waiting & h2d_next, C.cause_index(C.H2D_COPY)] = dur[waiting & h2d_next]
-    pre[waiting & ~h2d_next, C.cause_index(C.QUEUED_WAITING)] = dur[waiting & ~h2d_next]
+    pre_capture = unknown & _launched_before_capture(tl, links, next_row) if has_host else np.zeros(n, dtype=np.bool_)
+    pre[unknown] = 0
+    pre[unknown & ~pre_capture, C.cause_index(C.NO_LAUNCH_INFO)] = dur[unknown & ~pre_capture]
 
-    # Post-launch tail [L, ge]: staging a pageable copy is the copy's cost; otherwise the launch
-    # latency follows the gap's dominant host-side cause.
-    tail = np.where(queued | unknown, 0, ge - host_end)
-    slices[:] = pre
+    # Queued work (and work launched before the capture, which was queued too).
+    h2d_next = _is_h2d(tl, next_row)
+    coll_next = (next_row >= 0) & (tl.kind[np.maximum(next_row, 0)] == int(Kind.COLLECTIVE))
+    queued_any = queued | pre_capture
+    kb = queued_any & (dur <= cfg.kernel_boundary_max_ns)
+    pre[kb, C.cause_index(C.KERNEL_BOUNDARIES)] = dur[kb]
+    waiting = queued_any & ~kb
+    for mask, cause in (
+        (waiting & pre_capture, C.CAPTURE_BOUNDARY),
+        (waiting & ~pre_capture & h2d_next, C.H2D_COPY),
+        (waiting & ~pre_capture & ~h2d_next & (dep_wait | coll_next), C.DEPENDENCY_WAIT),
+        (waiting & ~pre_capture & ~h2d_next & ~dep_wait & ~coll_next, C.QUEUED_WAITING),
+    ):
+        pre[mask, C.cause_index(cause)] = dur[mask]
+
+    # A launch still running when the device went idle: staging a pageable copy (the copy call
+    # blocks while it stages), a cold start when the call is slow, else launch latency.
+    for mask, cause in (
+        (in_flight & h2d_next, C.H2D_COPY),
+        (in_flight & ~h2d_next & cold_launch, C.COLD_START),
+        (in_flight & ~h2d_next & ~cold_launch, C.LAUNCH_LATENCY),
+    ):
+        pre[mask, C.cause_index(cause)] = dur[mask]
+
+    # Post-launch tail [L, ge]: a slow launch call is a cold start, staging a pageable copy is the
+    # copy's cost; otherwise it follows the gap's dominant host-side cause.
+    tail = np.where(queued | in_flight | unknown, 0, ge - host_end)
+    slices = pre.copy()
     has_tail = tail > 0
     if has_tail.any():
         dominant = np.argmax(pre, axis=1)
-        no_pre = pre.sum(axis=1) == 0
-        dominant[no_pre] = C.cause_index(C.HOST_OVERHEAD)
+        dominant[pre.sum(axis=1) == 0] = C.cause_index(C.HOST_OVERHEAD)
         dominant[h2d_next] = C.cause_index(C.H2D_COPY)
+        dominant[cold_launch] = C.cause_index(C.COLD_START)
         idx = np.flatnonzero(has_tail)
         slices[idx, dominant[idx]] += tail[idx]
-    return Gaps(gs, ge, dev, next_row, launch_row, thread, host_end, drained, slices, training, has_host)
+    return Gaps(gs, ge, dev, next_row, launch_row, thread, host_end, drained, slices, workload.training, has_host, workload)
 
 
 def _main_thread(tl: Timeline, links: Links, window: Window) -> int:
@@ -216,42 +261,81 @@ def _is_h2d(tl: Timeline, rows: I64) -> npt.NDArray[np.bool_]:
     return ok & (tl.kind[r] == int(Kind.MEMCPY)) & h2d_name[tl.name[r]] if len(tl) else np.zeros(rows.size, dtype=np.bool_)
 
 
+def _launched_before_capture(tl: Timeline, links: Links, rows: I64) -> npt.NDArray[np.bool_]:
+    """Whether each device row (-1: none) carries a correlation id older than every launch in the trace.
+
+    Correlation ids grow with every runtime call, so device work whose id is below the first
+    traced launch's was launched before the capture began: the trace shows it running but not
+    what the device was doing before it (its own earlier work, not captured).
+    """
+    launched = links.launch_of[links.launch_of >= 0]
+    ok = rows >= 0
+    if launched.size == 0:
+        return np.zeros(rows.size, dtype=np.bool_)
+    first_corr = int(tl.corr[launched].min())
+    corr = tl.corr[np.maximum(rows, 0)]
+    return ok & (corr >= 0) & (corr < first_corr)
+
+
+def _gated_by_stream_wait(hs: HostSets, launch_t: I64) -> npt.NDArray[np.bool_]:
+    """Whether the thread issued a stream-wait call after its previous launch and before this one."""
+    if hs.stream_waits.size == 0:
+        return np.zeros(launch_t.size, dtype=np.bool_)
+    k = np.searchsorted(hs.launches, launch_t, side="left")  # launches strictly before this one
+    prev = np.where(k > 0, hs.launches[np.maximum(k - 1, 0)], np.iinfo(np.int64).min)
+    w = np.searchsorted(hs.stream_waits, launch_t, side="left")
+    last_wait = np.where(w > 0, hs.stream_waits[np.maximum(w - 1, 0)], np.iinfo(np.int64).min)
+    return np.asarray(last_wait > prev, dtype=np.bool_)
+
+
 def _split_host_time(
-    hs: HostSets, a: I64, b: I64, training: bool, window: Window, cfg: Config
+    hs: HostSets, a: I64, b: I64, serving: bool, window: Window, cfg: Config
 ) -> tuple[I64, npt.NDArray[np.bool_]]:
-    """Split each host interval [a, b) of one thread into causes (see the module docstring)."""
-    length = np.maximum(b - a, 0)
-    p1 = hs.cold
-    p2 = p1 | hs.dataloader
-    p3 = p2 | hs.h2d
-    p4 = p3 | hs.sync
-    p5 = p4 | hs.ops
-    o1, o2, o3, o4, o5 = (p.overlap(a, b) for p in (p1, p2, p3, p4, p5))
-    cold, dl, h2d, sync, busy = o1, o2 - o1, o3 - o2, o4 - o3, o5 - o4
-    uncovered = length - o5
-    nothing = p5.complement(window.start_ns, window.end_ns)
-    long_set = Intervals(nothing.start[nothing.lengths >= cfg.python_overhead_max_ns], nothing.end[nothing.lengths >= cfg.python_overhead_max_ns])
-    long_unc = np.minimum(long_set.overlap(a, b), uncovered)
-    short_unc = uncovered - long_unc
+    """Split each host interval [a, b) of one thread into causes (see the module docstring).
 
+    When the gap was drained by a sync, the layers marked ``serialised`` (host work the sync
+    kept from overlapping the device) go to the sync instead; named work keeps its cause: first
+    use, the input pipeline, copies, MPI, data preparation and a blocked thread have their own
+    fix, which removes the wait whole.
+    """
+    ctx = hs.context
+    # (cause, activity set, serialised by a sync that drained the gap)
+    layers: list[tuple[C.Cause, Intervals, bool]] = [
+        (C.COLD_START, hs.cold | ctx.cold, False),
+        (C.INPUT_PIPELINE, hs.dataloader, False),
+        (C.H2D_COPY, hs.h2d, False),
+        (C.HOST_SYNC, hs.sync, True),
+        (C.DEPENDENCY_WAIT, ctx.ranks, False),
+        (C.HOST_OVERHEAD, hs.ops, True),
+        (C.HOST_PREPROCESSING, ctx.data, False),
+        (C.HOST_OVERHEAD, ctx.dispatch, True),
+        (C.IDLE_HOST if serving else C.UNTRACED_HOST, ctx.wait, False),
+    ]
+    # Inside the sync when the device went idle (woken up to sync_wake_tolerance_ns before it):
+    # a sync that began after the gap opened found the queue already empty.
     tol = cfg.sync_wake_tolerance_ns
-    drained = hs.sync.overlap(a - tol, a + tol) > 0
-    drained_h2d = drained & (hs.h2d.overlap(a - tol, a + tol) > 0)
-
-    out = np.zeros((a.size, len(C.CAUSES)), dtype=np.int64)
-    out[:, C.cause_index(C.COLD_START)] = cold
-    out[:, C.cause_index(C.INPUT_PIPELINE)] = dl
-    out[:, C.cause_index(C.H2D_COPY)] = h2d
-    out[:, C.cause_index(C.HOST_SYNC)] = sync
-    host_time = busy + short_unc
-    if training:
-        out[:, C.cause_index(C.UNTRACED_HOST)] = long_unc
-    else:
-        # Inference: a host with nothing traced is waiting for requests.
-        out[:, C.cause_index(C.IDLE_HOST)] = long_unc + short_unc
-        host_time = busy
-    drain_col = np.where(drained_h2d, C.cause_index(C.H2D_COPY), C.cause_index(C.HOST_SYNC))
+    drained = hs.sync.overlap(a - tol, a + 1) > 0
+    drained_h2d = drained & (hs.h2d.overlap(a - tol, a + 1) > 0)
+    sync_col = np.where(drained_h2d, C.cause_index(C.H2D_COPY), C.cause_index(C.HOST_SYNC))
     rows = np.arange(a.size)
-    out[rows[drained], drain_col[drained]] += host_time[drained]
-    out[rows[~drained], C.cause_index(C.HOST_OVERHEAD)] += host_time[~drained]
+    out = np.zeros((a.size, len(C.CAUSES)), dtype=np.int64)
+
+    def add(cause: C.Cause, ns: I64, serialised: bool) -> None:
+        col = np.where(drained & serialised, sync_col, C.cause_index(cause))
+        np.add.at(out, (rows, col), ns)
+
+    covered = Intervals.empty()
+    done = np.zeros(a.size, dtype=np.int64)
+    for cause, layer, serialised in layers:
+        covered = covered | layer
+        now = covered.overlap(a, b)
+        add(cause, now - done, serialised)
+        done = now
+    # Nothing traced: short stretches are the interpreter between ops, long ones untraced work.
+    uncovered = np.maximum(b - a, 0) - done
+    nothing = covered.complement(window.start_ns, window.end_ns)
+    long = nothing.lengths >= cfg.python_overhead_max_ns
+    long_unc = np.minimum(Intervals(nothing.start[long], nothing.end[long]).overlap(a, b), uncovered)
+    add(C.UNTRACED_HOST, long_unc, True)
+    add(C.HOST_OVERHEAD, uncovered - long_unc, True)
     return out, drained

@@ -10,9 +10,18 @@ priority):
 * ``h2d``: inside a copy op (``aten::to``/``aten::_to_copy``/``aten::copy_``) that launched a
   host-to-device copy;
 * ``sync``: blocked in a synchronising call: ``cuda*Synchronize``, a synchronous ``cudaMemcpy``,
-  ``cuda_sync`` records, ``aten::item``/``_local_scalar_dense``/``nonzero``..., or a copy op that
-  launched a device-to-host copy;
-* ``ops``: inside any traced op or runtime call at all.
+  ``cuda_sync`` records, ``aten::item``/``_local_scalar_dense``/``nonzero``... that made a
+  runtime call (on a CPU tensor they wait for nothing), or a copy op that launched a
+  device-to-host copy;
+* ``ops``: inside any traced op or runtime call at all;
+* ``context``: the thread's time outside ops, by the innermost Python frame, user range or OS
+  call (:mod:`whyidle.analyses.hostwork`): waiting, MPI, first-use, data work, dispatch;
+* ``stream_waits``: start times of ``cudaStreamWaitEvent``-like calls, and ``launches``: start
+  times of every launch call of the thread (to tell which launch a wait gated).
+
+First use. The first call of an op or runtime call that took at least ``cold_call_min_ns`` and
+``Config.first_call_min_ratio`` times the median of its later calls is a first-use cost (lazy
+module loading, cuDNN/cuBLAS heuristics, allocator growth): part of ``cold``.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from whyidle.analyses.hostwork import ContextSets, classes_of_strings, context_sets
 from whyidle.analyses.links import Links
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
@@ -34,6 +44,7 @@ __all__ = [
     "is_dataloader",
     "is_sync_call",
     "is_cold_call",
+    "is_launch_call",
     "python_line",
     "SYNC_OPS",
     "copy_directions",
@@ -77,6 +88,7 @@ _COLD_CALL_RE = re.compile(
 # growing (warm-up) or being emptied, a first-call cost of the same kind as module loading.
 _ALLOC_CALL_RE = re.compile(r"^(cuda|hip)(Malloc|Free|HostAlloc|MallocHost|FreeHost|HostRegister)|^cuMem(Alloc|Free|HostAlloc)")
 _LAUNCH_RE = re.compile(r"^(cuda|cu|hip)(Launch|ExtLaunch|GraphLaunch)")
+_STREAM_WAIT_RE = re.compile(r"^(cuda|cu|hip)StreamWaitEvent|^(cuda|cu|hip)StreamWaitValue")
 _PY_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _LIBRARY_PATH = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d|<built-in|<frozen|^torch/|^<")
 
@@ -95,6 +107,11 @@ def is_dataloader(name: str) -> bool:
 
 def is_sync_call(name: str) -> bool:
     return bool(_SYNC_CALL_RE.search(name)) or name in SYNC_OPS
+
+
+def is_launch_call(name: str) -> bool:
+    """A kernel or graph launch (not a copy or memset)."""
+    return bool(_LAUNCH_RE.match(name))
 
 
 def is_cold_call(name: str) -> bool:
@@ -127,6 +144,9 @@ class HostSets(msgspec.Struct, frozen=True):
     ops: Intervals
     # For evidence: the rows of this thread's ops, sorted by start.
     rows: I64
+    context: ContextSets
+    stream_waits: I64  # sorted start times of stream-wait calls
+    launches: I64  # sorted start times of launch calls
 
 
 _HOST_WORK = (int(Kind.CPU_OP), int(Kind.RUNTIME), int(Kind.SYNC))
@@ -160,8 +180,43 @@ def _rows_containing(tl: Timeline, candidates: I64, points: I64) -> npt.NDArray[
     return hi > lo
 
 
-def host_sets(tl: Timeline, links: Links, lanes: npt.NDArray[np.int64] | list[int], cfg_cold_call_min_ns: int) -> dict[int, HostSets]:
+def first_use_rows(tl: Timeline, rows: I64, min_ns: int, min_ratio: float) -> I64:
+    """Of ``rows`` (one thread's ops, by start), the first calls of a name that were first-use costs.
+
+    A first call counts when it took at least ``min_ns`` and ``min_ratio`` times the median of
+    the name's later calls (at least two of them: a name called once says nothing).
+    """
+    if rows.size == 0:
+        return rows
+    dur = tl.end_ns[rows] - tl.start_ns[rows]
+    names = tl.name[rows]
+    order = np.lexsort((tl.start_ns[rows], names))
+    sn = names[order]
+    first = np.ones(sn.size, dtype=np.bool_)
+    first[1:] = sn[1:] != sn[:-1]
+    out = []
+    for k in np.flatnonzero(first & (dur[order] >= min_ns)).tolist():
+        j = k + 1
+        while j < sn.size and sn[j] == sn[k]:
+            j += 1
+        later = dur[order[k + 1 : j]]
+        if later.size >= 2 and dur[order[k]] >= min_ratio * float(np.median(later)):
+            out.append(int(rows[order[k]]))
+    return np.array(sorted(out), dtype=np.int64)
+
+
+def host_sets(
+    tl: Timeline,
+    links: Links,
+    lanes: npt.NDArray[np.int64] | list[int],
+    cfg_cold_call_min_ns: int,
+    python_overhead_max_ns: int = 1_000_000,
+    first_call_min_ratio: float = 10.0,
+) -> dict[int, HostSets]:
     """Activity sets for each of ``lanes`` (CPU-thread lanes that launched device work)."""
+    classes = classes_of_strings(tl)
+    wait_name = tl.name_mask(lambda s: bool(_STREAM_WAIT_RE.match(s)))
+    launch_only = tl.name_mask(lambda s: bool(_LAUNCH_RE.match(s)) or s.startswith(("cudaMemcpy", "cudaMemset", "hipMemcpy", "hipMemset", "cuMemcpy", "cuMemset")))
     dl_name = tl.name_mask(is_dataloader)
     sync_name = tl.name_mask(is_sync_call)
     cold_name = tl.name_mask(is_cold_call)
@@ -187,11 +242,22 @@ def host_sets(tl: Timeline, links: Links, lanes: npt.NDArray[np.int64] | list[in
         h2d_rows = copy_rows[_rows_containing(tl, copy_rows, h2d_pts)]
         d2h_rows = copy_rows[_rows_containing(tl, copy_rows, d2h_pts)]
         h2d = Intervals.union_of(s[h2d_rows], e[h2d_rows])
-        sync_rows = np.concatenate((work[sync_name[work] | (tl.kind[work] == int(Kind.SYNC))], d2h_rows))
+        # A framework op that reads a value back (aten::item...) synchronises only when it ran
+        # device work: on a CPU tensor (Adam's step count) it launches nothing and waits for nothing.
+        is_sync = sync_name[work] | (tl.kind[work] == int(Kind.SYNC))
+        op_sync = work[is_sync & (tl.kind[work] == int(Kind.CPU_OP))]
+        rt_starts = np.sort(s[work[tl.kind[work] == int(Kind.RUNTIME)]])
+        if rt_starts.size:
+            op_sync = op_sync[_rows_containing(tl, op_sync, rt_starts)]
+        sync_rows = np.concatenate((work[is_sync & (tl.kind[work] != int(Kind.CPU_OP))], op_sync, d2h_rows))
         sync = Intervals.union_of(s[sync_rows], e[sync_rows])
         runtime = work[tl.kind[work] == int(Kind.RUNTIME)]
         slow_launch = runtime[launch_name[runtime] & ((e[runtime] - s[runtime]) >= cfg_cold_call_min_ns)]
-        cold_rows = np.concatenate((runtime[cold_name[runtime]], slow_launch))
+        first = first_use_rows(tl, work, cfg_cold_call_min_ns, first_call_min_ratio)
+        cold_rows = np.concatenate((runtime[cold_name[runtime]], slow_launch, first))
         cold = Intervals.union_of(s[cold_rows], e[cold_rows])
-        result[lane] = HostSets(lane, cold, dataloader, h2d, sync, ops, rows)
+        ctx = context_sets(tl, lane, classes, python_overhead_max_ns, ops)
+        waits = np.sort(s[runtime[wait_name[runtime]]])
+        launches = np.sort(s[runtime[launch_only[runtime]]])
+        result[lane] = HostSets(lane, cold, dataloader, h2d, sync, ops, rows, ctx, waits, launches)
     return result

@@ -8,8 +8,10 @@ With step markers (``ProfilerStep#N``)::
            (first selected step starts)   (end of device work launched in the last step)
 
 Steps partition the window: step i runs from its own start to the next step's start; the last
-step runs to the window end. This is the TensorBoard plugin's window, so its "GPU Utilization" and
-whyidle's kernel-only busy fraction agree on the same trace.
+step runs to the window end, which is the end of the device work launched in the last step. The
+TensorBoard plugin ends its window at the later of that and the last step's host range; the two
+agree when the device finishes after the host (its sample traces), and whyidle's window is shorter
+by the profiler's stop when the host range ends later (docs/metrics.md).
 
 Without step markers the window is the span of device activity, and step figures are unavailable.
 """
@@ -117,14 +119,16 @@ def select_window(tl: Timeline, links: Links, cfg: Config) -> Window:
             raise UsageError("--steps must select consecutive steps (for example 3-6)")
     last_row = int(step_rows[chosen[-1]])
     last_start, last_end = int(tl.start_ns[last_row]), int(tl.end_ns[last_row])
-    # End of the device work launched inside the last selected step.
+    # End of the device work launched inside the last selected step (the step's host range when
+    # it launched nothing). Not the host range's end: after the last kernel the host only closes
+    # the step (the profiler's stop, its closing sync), which is a capture artifact, not idle time.
     end = last_end
     has_launch = links.launch_of >= 0
     if has_launch.any():
         ls = tl.start_ns[links.launch_of[has_launch]]
         inside = (ls >= last_start) & (ls < last_end)
         if inside.any():
-            end = max(end, int(tl.end_ns[links.device_rows[has_launch][inside]].max()))
+            end = max(int(tl.end_ns[links.device_rows[has_launch][inside]].max()), last_start + 1)
     first_start = int(tl.start_ns[step_rows[chosen[0]]])
     steps: list[Step] = []
     for j, i in enumerate(chosen):

@@ -91,6 +91,10 @@ class SourceInfo(msgspec.Struct, frozen=True):
     rank: int | None
     world_size: int | None
     training: bool
+    # What kind of job: training, serving, inference, non_pytorch or unknown ('' when the
+    # source does not say), and the evidence that decided it (analyses/workload.py).
+    workload: str = ""
+    workload_evidence: tuple[str, ...] = ()
 
 
 class WindowInfo(msgspec.Struct, frozen=True):
@@ -133,6 +137,13 @@ class Report(msgspec.Struct, frozen=True):
         for key, ns in self.idle_by_cause_ns.items():
             out[key.split("/", 1)[0]] += ns
         return out
+
+    @property
+    def artifact_idle_ns(self) -> dict[str, int]:
+        """Idle time of the capture artifacts (cold start, capture boundaries), non-zero only."""
+        from whyidle.analyses.causes import ARTIFACTS
+
+        return {c.key: self.idle_by_cause_ns[c.key] for c in ARTIFACTS if self.idle_by_cause_ns.get(c.key, 0) > 0}
 
     @property
     def problems(self) -> tuple[Finding, ...]:

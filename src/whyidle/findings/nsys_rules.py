@@ -215,7 +215,8 @@ def _blocked_host(a: Analyses, cfg: Config) -> Finding | None:
     rows = np.flatnonzero((tl.kind == int(Kind.ANNOTATION)) & tl.name_mask(lambda s: bool(_BLOCKING_OSRT.match(s))))
     if rows.size == 0 or len(g) == 0:
         return None
-    cause = C.UNTRACED_HOST if g.training else C.IDLE_HOST
+    serving = g.workload.kind == "serving"
+    cause = C.IDLE_HOST if serving else C.UNTRACED_HOST
     nothing = g.slices[:, C.cause_index(C.UNTRACED_HOST)] + g.slices[:, C.cause_index(C.IDLE_HOST)]
     per_gap = np.minimum(_overlap_per_gap(a, rows, g.start_ns, g.host_end_ns), nothing)
     ns = int(per_gap.sum())
@@ -235,9 +236,16 @@ def _blocked_host(a: Analyses, cfg: Config) -> Finding | None:
             name = tl.name_of(r)
             by_name[name] = by_name.get(name, 0) + got
     calls = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:5])
-    group = "starvation" if g.training else "insufficient_demand"
+    group = "starvation" if g.training else "insufficient_demand" if serving else "unattributed"
     facts: list[tuple[str, Any]] = [("blocking_calls", calls), ("gaps", int(hit.size))]
-    if g.training:
+    if not g.training and not serving:
+        what = (
+            "The thread waited on something the trace does not show: another thread (a lock or queue), a file, a pipe or "
+            "the network. Only a serving loop waiting for requests is short of demand; this workload is "
+            f"{g.workload.kind.replace('_', '-')}."
+        )
+        lever = "Find what the thread waits for (nsys: the call's backtrace) and move it off the launching thread, or overlap it with device work."
+    elif g.training:
         what = (
             "In training this is the input pipeline or another thread the loop waits on: a lock or queue (futex, "
             "sem_wait, pthread_cond_wait) or a pipe/file read is a starving loader."

@@ -16,7 +16,8 @@ import numpy as np
 from whyidle.analyses import causes as C
 from whyidle.analyses.context import CauseEvidence, ThreadIndex, cause_evidence
 from whyidle.analyses.gaps import Gaps
-from whyidle.analyses.hostops import is_dataloader
+from whyidle.analyses.hostops import is_dataloader, is_sync_call
+from whyidle.analyses.hostwork import WorkClass, classes_of_strings, context_rows, innermost_segments
 from whyidle.analyses.kernels import KernelStats
 from whyidle.analyses.quality import Quality
 from whyidle.analyses.utilization import Utilization
@@ -28,7 +29,7 @@ from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 from whyidle.units import format_ms
 
-__all__ = ["Analyses", "build_findings", "cause_finding"]
+__all__ = ["Analyses", "build_findings", "cause_finding", "capture_advice"]
 
 
 class Analyses(msgspec.Struct, frozen=True):
@@ -168,6 +169,138 @@ def cause_finding(
     )
 
 
+# Causes whose evidence is the innermost Python frame, range or OS call rather than an op.
+_CONTEXT_EVIDENCE: dict[C.Cause, tuple[int, ...]] = {
+    C.HOST_PREPROCESSING: (WorkClass.DATA, WorkClass.USER),
+    C.IDLE_HOST: (WorkClass.WAIT,),
+    C.UNTRACED_HOST: (WorkClass.WAIT,),
+    C.DEPENDENCY_WAIT: (WorkClass.RANKS,),
+}
+
+
+def _context_evidence(a: Analyses, ci: int, classes: tuple[int, ...], limit_gaps: int = 200) -> tuple[tuple[str, int, int], ...]:
+    """The innermost Python frames, ranges and OS calls of these classes during the gaps of one cause."""
+    g, tl = a.gaps, a.tl
+    part = g.slices[:, ci]
+    idx = np.flatnonzero(part > 0)
+    idx = idx[np.argsort(-part[idx], kind="stable")][:limit_gaps]
+    class_of = classes_of_strings(tl)
+    ns_by: dict[str, int] = {}
+    gaps_by: dict[str, int] = {}
+    for lane in np.unique(g.thread_lane[idx]).tolist():
+        if lane < 0:
+            continue
+        rows = context_rows(tl, lane)
+        if rows.size == 0:
+            continue
+        seg_s, seg_e, seg_c, seg_r = innermost_segments(tl.start_ns[rows], tl.end_ns[rows], class_of[tl.name[rows]])
+        keep = np.isin(seg_c, classes)
+        seg_s, seg_e, names = seg_s[keep], seg_e[keep], tl.name[rows[seg_r[keep]]]
+        for i in idx[g.thread_lane[idx] == lane].tolist():
+            lo, hi = int(g.start_ns[i]), int(g.host_end_ns[i])
+            j0, j1 = int(np.searchsorted(seg_e, lo, side="right")), int(np.searchsorted(seg_s, hi, side="left"))
+            ov = np.minimum(seg_e[j0:j1], hi) - np.maximum(seg_s[j0:j1], lo)
+            seen: set[str] = set()
+            for n, o in zip(names[j0:j1].tolist(), ov.tolist()):
+                if o <= 0:
+                    continue
+                name = tl.strings[n]
+                ns_by[name] = ns_by.get(name, 0) + int(o)
+                if name not in seen:
+                    gaps_by[name] = gaps_by.get(name, 0) + 1
+                    seen.add(name)
+    top = sorted(ns_by.items(), key=lambda kv: -kv[1])[:5]
+    return tuple((name, ns, gaps_by[name]) for name, ns in top)
+
+
+def _sync_facts(a: Analyses, ci: int) -> tuple[tuple[str, Any], ...]:
+    """How often the launching threads synchronised: calls per step and per second, and per kernel."""
+    g, tl, w = a.gaps, a.tl, a.window
+    lanes = np.unique(g.thread_lane[(g.slices[:, ci] > 0) & (g.thread_lane >= 0)])
+    rows = np.flatnonzero(
+        np.isin(tl.lane, lanes) & (tl.kind == int(Kind.RUNTIME)) & (tl.start_ns >= w.start_ns) & (tl.start_ns < w.end_ns)
+    )
+    rows = rows[tl.name_mask(is_sync_call, rows)]
+    names: dict[str, int] = {}
+    for n in tl.name[rows].tolist():
+        names[tl.strings[n]] = names.get(tl.strings[n], 0) + 1
+    facts: list[tuple[str, Any]] = [("gaps_drained_by_sync", int((g.drained_by_sync & (g.slices[:, ci] > 0)).sum()))]
+    if rows.size:
+        facts.append(("sync_calls", int(rows.size)))
+        facts.append(("sync_call_names", ", ".join(f"{k} x{v}" for k, v in sorted(names.items(), key=lambda kv: -kv[1])[:3])))
+        if w.steps:
+            facts.append(("sync_calls_per_step", round(rows.size / len(w.steps), 1)))
+        if w.duration_ns > 0:
+            facts.append(("sync_calls_per_s", round(rows.size / (w.duration_ns / 1e9), 1)))
+        if a.kernels.count:
+            facts.append(("kernels_per_sync", round(a.kernels.count / rows.size, 1)))
+    return tuple(facts)
+
+
+def _sync_steps(facts: dict[str, Any], base: tuple[str, ...]) -> tuple[str, ...]:
+    n, per_kernel = facts.get("sync_calls"), facts.get("kernels_per_sync")
+    if not n:
+        return base
+    where = f" ({facts['sync_calls_per_step']} per step)" if "sync_calls_per_step" in facts else ""
+    pattern = f"one every {per_kernel} kernels" if per_kernel is not None else f"{facts.get('sync_calls_per_s')} per second"
+    if per_kernel is not None and per_kernel <= 2.5:
+        pattern = f"a device sync after every kernel or two ({per_kernel} kernels per sync)"
+    seen = (
+        f"Seen here: {n:,} synchronising calls{where}, {pattern}: {facts['sync_call_names']}. The host work after each one "
+        "(the evidence) cannot overlap the device until the sync is removed."
+    )
+    return (seen,) + base
+
+
+def _dependency_facts(a: Analyses, ci: int) -> tuple[tuple[str, Any], ...]:
+    """What queued work waited for: stream-wait calls, collectives, MPI calls."""
+    g, tl = a.gaps, a.tl
+    sel = np.flatnonzero(g.slices[:, ci] > 0)
+    nxt = g.next_row[sel]
+    coll = int(((nxt >= 0) & (tl.kind[np.maximum(nxt, 0)] == int(Kind.COLLECTIVE))).sum())
+    facts: list[tuple[str, Any]] = [("gaps", int(sel.size))]
+    if coll:
+        facts.append(("before_a_collective", coll))
+    queued = sel[(g.launch_row[sel] >= 0) & (g.host_end_ns[sel] <= g.start_ns[sel])]
+    if queued.size:
+        facts.append(("queued_behind_a_stream_wait", int(queued.size) - coll if int(queued.size) > coll else 0))
+    return tuple(facts)
+
+
+def capture_advice(a: Analyses, cfg: Config) -> tuple[str, ...]:
+    """A note naming the capture option that would let whyidle attribute what it could not.
+
+    Said when unattributed time (not counting capture artifacts) is over
+    ``Config.unattributed_note_min_share_of_idle`` of device idle.
+    """
+    g, tl = a.gaps, a.tl
+    idle = a.utilization.idle_ns
+    if len(g) == 0 or idle <= 0:
+        return ()
+    totals = g.total_by_cause()
+    parts = {c: int(totals[C.cause_index(c)]) for c in (C.UNTRACED_HOST, C.QUEUED_WAITING, C.NO_LAUNCH_INFO)}
+    unattributed = sum(parts.values())
+    if unattributed <= cfg.unattributed_note_min_share_of_idle * idle:
+        return ()
+    nsys = tl.meta.source_format == "nsys"
+    options: list[str] = []
+    if parts[C.UNTRACED_HOST]:
+        if nsys:
+            options.append("nsys profile -t cuda,nvtx,osrt (OS-runtime calls) with NVTX ranges around the program's phases")
+        elif not (tl.kind == int(Kind.PYTHON)).any():
+            options.append("torch.profiler.profile(with_stack=True) for Python frames, or record_function ranges around untraced work")
+        else:
+            options.append("torch.profiler.record_function ranges around the work between steps")
+    if parts[C.QUEUED_WAITING]:
+        options.append("nsys profile --cuda-event-trace=true to see the events and streams queued work waited on" if nsys else "an Nsight Systems capture (nsys profile -t cuda,nvtx) to see the events and streams queued work waited on")
+    if parts[C.NO_LAUNCH_INFO]:
+        options.append("CPU and CUDA activities together (activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])")
+    return (
+        f"{unattributed / idle:.0%} of device idle is unattributed; to attribute it, capture with "
+        + "; or ".join(options),
+    )
+
+
 def build_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple[Skipped, ...]]:
     findings: list[Finding] = []
     skipped: list[Skipped] = []
@@ -179,17 +312,22 @@ def build_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple
         return (), (Skipped("all", "no GPU activity in this trace"),)
     if not g.has_host_events:
         skipped.append(Skipped("starvation, synchronization, underfilled, insufficient_demand", "no CPU-side events: cannot tell host sync from starvation"))
-    if g.training:
-        skipped.append(Skipped("insufficient_demand", "the trace is training (backward or optimizer seen); demand applies to inference"))
+    if g.workload.kind != "serving":
+        skipped.append(
+            Skipped(
+                "insufficient_demand",
+                f"the workload is {g.workload.kind.replace('_', '-')}: demand applies only to a serving loop seen waiting for requests",
+            )
+        )
     totals = g.total_by_cause()
     threshold = cfg.min_finding_share_of_window * capacity
     for ci, cause in enumerate(C.CAUSES):
         ns = int(totals[ci])
-        if ns <= 0:
+        if ns <= 0 or cause in C.ARTIFACTS:  # artifacts are said in the headline, never ranked
             continue
         if ns < threshold:
             continue
-        if a.quality.cold_start and cause is not C.COLD_START:
+        if a.quality.cold_start:
             skipped.append(Skipped(cause.key, f"cold start dominates the capture; {format_ms(ns)} of idle not blamed on this cause"))
             continue
         ev = cause_evidence(a.tl, g, ci, a.index, examples=cfg.evidence_examples, op_filter=_OP_FILTERS.get(cause))
@@ -201,7 +339,12 @@ def build_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple
             facts = _host_overhead_facts(a)
             steps = _host_overhead_steps(dict(facts), lever.steps)
         if cause is C.HOST_SYNC:
-            facts = (("gaps_drained_by_sync", int((g.drained_by_sync & (g.slices[:, ci] > 0)).sum())),)
+            facts = _sync_facts(a, ci)
+            steps = _sync_steps(dict(facts), lever.steps)
+        if cause in _CONTEXT_EVIDENCE:
+            ev = msgspec.structs.replace(ev, top_ops=_context_evidence(a, ci, _CONTEXT_EVIDENCE[cause]) or ev.top_ops)
+        if cause is C.DEPENDENCY_WAIT:
+            facts = _dependency_facts(a, ci)
         evidence = _evidence(a, cause, ev, ns, facts)
         per_step = f", {format_ms(evidence.per_step_idle_ns)} per step" if evidence.per_step_idle_ns is not None else ""
         expected = (

@@ -155,6 +155,8 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> Report:
                 rank=src.get("rank"),
                 world_size=src.get("world_size"),
                 training=src.get("workload", "training") == "training",
+                workload=str(src.get("workload", "")),
+                workload_evidence=tuple(str(e) for e in src.get("workload_evidence", ())),
             ),
             window=WindowInfo(int(win["start_ns"]), int(win["end_ns"]), win.get("basis", ""), tuple(win.get("steps", ())), tuple(win.get("all_steps", ()))),
             utilization=util,

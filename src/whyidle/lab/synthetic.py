@@ -52,8 +52,8 @@ class Sim:
     # -- categories per schema --------------------------------------------------------------
     def _cat(self, what: str) -> str:
         if self.schema == "2021":
-            return {"cpu_op": "Operator", "runtime": "Runtime", "kernel": "Kernel", "memcpy": "Memcpy", "memset": "Memset", "annotation": "Operator"}[what]
-        return {"cpu_op": "cpu_op", "runtime": "cuda_runtime", "kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset", "annotation": "user_annotation"}[what]
+            return {"cpu_op": "Operator", "runtime": "Runtime", "kernel": "Kernel", "memcpy": "Memcpy", "memset": "Memset", "annotation": "Operator", "python": "python_function"}[what]
+        return {"cpu_op": "cpu_op", "runtime": "cuda_runtime", "kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset", "annotation": "user_annotation", "python": "python_function"}[what]
 
     def _host_event(self, cat: str, name: str, ts: float, dur: float, args: dict[str, Any] | None = None, tid: int | None = None) -> None:
         self.events.append(
@@ -190,6 +190,9 @@ def training_trace(flaw: str = "none", steps: int = 5, schema: str = "new") -> d
         raise ValueError(f"unknown flaw {flaw!r}; expected one of {', '.join(FLAWS)}")
     sim = Sim(schema=schema)
     if flaw == "inference_idle":
+        # A server loop: each request is handled, then the thread blocks in queue.get until the
+        # next one arrives (python_function frames, as with_stack=True records them).
+        t0 = sim.t
         for n in range(steps):
             with sim.step(n):
                 with sim.op("aten::linear", stack="serve.py(20): handle"):
@@ -199,7 +202,11 @@ def training_trace(flaw: str = "none", steps: int = 5, schema: str = "new") -> d
                     with sim.op("aten::_local_scalar_dense"):
                         sim._queue("memcpy", "Memcpy DtoH (Device -> Pageable)", 2.0, "cudaMemcpyAsync", 6.0, {"bytes": 4})
                         sim.sync()
+            wait = sim.t
             sim.idle(20_000)  # waiting for the next request
+            sim._host_event("python", "queue.py(154): get", wait, 20_000)
+            sim._host_event("python", "<built-in method acquire of _thread.lock object at 0x7f0000000000>", wait + 2, 19_996)
+        sim._host_event("python", "serve.py(30): serve_forever", t0, sim.t - t0)
         return sim.trace()
     kernels, kernel_us = {"launch": (400, 10.0), "h2d": (60, 100.0)}.get(flaw, (60, 500.0))
     for n in range(1, steps + 1):

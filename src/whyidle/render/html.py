@@ -25,6 +25,7 @@ import msgspec
 from whyidle import __version__
 from whyidle.analyses import causes as C
 from whyidle.analyses.strip import BUSY_CLASSES, activity_strip
+from whyidle.catalogue import BUSY, CATALOGUE, GROUP_COLOURS
 from whyidle.findings.labels import BUSY_LABELS, GROUP_LABELS, cause_label
 from whyidle.findings.model import Finding, GapRecord, Report
 from whyidle.render._html_assets import CSS, JS
@@ -36,27 +37,10 @@ __all__ = ["render_html", "CAUSE_COLORS", "BUSY_COLORS", "DEFAULT_BINS"]
 
 DEFAULT_BINS = 1200  # about one bin per pixel of a laptop-wide strip
 
-# Warm colours for idle (by group), cool ones for busy.
-CAUSE_COLORS: dict[str, str] = {
-    "starvation/input_pipeline": "#e03e2d",
-    "starvation/h2d_copy": "#f28e2b",
-    "synchronization/host_sync": "#9c5fb5",
-    "underfilled/host_overhead": "#e8b92e",
-    "underfilled/kernel_boundaries": "#b08d1a",
-    "insufficient_demand/idle_host": "#e377c2",
-    "unattributed/cold_start": "#8d8d8d",
-    "unattributed/untraced_host": "#a9a9a9",
-    "unattributed/queued_work_waiting": "#7a7a7a",
-    "unattributed/no_launch_info": "#c4c4c4",
-}
-BUSY_COLORS: dict[str, str] = {"compute": "#3b6fb6", "communication": "#1fa3c4", "copies": "#4f9d69"}
-GROUP_COLORS: dict[str, str] = {
-    "starvation": "#e03e2d",
-    "underfilled": "#d9a514",
-    "synchronization": "#9c5fb5",
-    "insufficient_demand": "#d05fae",
-    "unattributed": "#8d8d8d",
-}
+# Colours come from the cause catalogue: warm hues for idle (one per group), cool ones for busy.
+CAUSE_COLORS: dict[str, str] = {e.key: e.colour for e in CATALOGUE}
+BUSY_COLORS: dict[str, str] = {k: colour for k, (_, colour) in BUSY.items()}
+GROUP_COLORS: dict[str, str] = dict(GROUP_COLOURS)
 
 _e = html.escape
 
@@ -272,6 +256,8 @@ def _findings(r: Report) -> str:
         inner = "".join(_finding(i, f, w0) for i, f in enumerate(r.findings, 1))
     elif r.no_device_activity:
         inner = '<p class="wi-empty">No GPU activity in this trace: nothing to diagnose.</p>'
+    elif r.cold_start:
+        inner = '<p class="wi-empty">No finding: cold start dominates this capture; diagnose a capture taken after warm-up.</p>'
     else:
         inner = '<p class="wi-empty">No problem finding: no cause explains 5% or more of the window.</p>'
     return f'<section class="wi-findings"><h2>Findings, by device-idle time explained</h2>{inner}</section>'
@@ -327,7 +313,15 @@ def _gaps(r: Report) -> str:
 
 def _notes(r: Report, timeline_note: str) -> str:
     items = []
-    unattributed = r.idle_by_group_ns.get("unattributed", 0)
+    artifacts = r.artifact_idle_ns
+    if artifacts and r.window.duration_ns:
+        total = sum(artifacts.values())
+        what = ", ".join(f"{cause_label(k)} {_ms(v)}" for k, v in artifacts.items())
+        items.append(
+            f"Capture artifacts: {_ms(total)} ({total / (r.window.duration_ns * max(r.utilization.n_devices, 1)):.0%} of the window), "
+            f"not the job's idle: {what}. Capture after warm-up (torch.profiler.schedule(wait=1, warmup=2, active=3))."
+        )
+    unattributed = r.idle_by_group_ns.get("unattributed", 0) - sum(artifacts.values())
     if unattributed and r.utilization.idle_ns:
         items.append(f"Unattributed: {_ms(unattributed)} ({unattributed / r.utilization.idle_ns:.0%} of idle) that the trace cannot explain.")
     items += [f"Skipped {s.rule}: {s.reason}" for s in r.skipped]

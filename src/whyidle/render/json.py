@@ -154,7 +154,8 @@ def report_to_dict(r: Report) -> dict[str, Any]:
             "devices": list(r.source.devices),
             "rank": r.source.rank,
             "world_size": r.source.world_size,
-            "workload": "training" if r.source.training else "inference",
+            "workload": r.source.workload or ("training" if r.source.training else "inference"),
+            "workload_evidence": list(r.source.workload_evidence),
         },
         "window": {
             "start_ns": r.window.start_ns,
@@ -227,6 +228,7 @@ def report_to_dict(r: Report) -> dict[str, Any]:
         "idle_ns": r.idle_ns,
         "idle_by_group_ns": by_group,
         "idle_by_cause_ns": {key: v for key, v in r.idle_by_cause_ns.items() if v},
+        "capture_artifacts_ns": r.artifact_idle_ns,
         "gap_count": r.gap_count,
         "findings": [_finding(f) for f in r.findings],
         "skipped": [{"rule": s.rule, "reason": s.reason} for s in r.skipped],

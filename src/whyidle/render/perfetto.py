@@ -28,6 +28,7 @@ import numpy as np
 from whyidle import __version__
 from whyidle.analyses import causes as C
 from whyidle.analyses.context import gap_context
+from whyidle.catalogue import CATALOGUE
 from whyidle.errors import InputError, TraceFormatError, UnsupportedInputError
 from whyidle.findings.labels import cause_label
 from whyidle.findings.model import Report
@@ -46,7 +47,7 @@ FLOW_CATEGORY = "whyidle_flow"
 # on traces with 10^5 gaps (measured: about 0.1 ms of context per gap on the ResNet-50 trace).
 CONTEXT_GAPS = 2000
 _PID = 7825529  # "why" in ASCII; bumped if the trace already uses it
-_HOST_CAUSES = {C.cause_index(c) for c in (C.INPUT_PIPELINE, C.H2D_COPY, C.HOST_SYNC, C.HOST_OVERHEAD, C.IDLE_HOST, C.COLD_START)}
+_HOST_CAUSES = {i for i, e in enumerate(CATALOGUE) if e.host_side}  # the gap's host-side op explains it
 
 
 def _json_id(text: str) -> int | str:

@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from whyidle.findings.labels import cause_label
 from whyidle.findings.model import Finding, Report
 from whyidle.units import format_ns
 
@@ -40,6 +41,9 @@ def _headline(r: Report) -> Table:
         else r.window.basis
     )
     t.add_row("Window", f"{format_ns(r.window.duration_ns)}, {basis}")
+    if r.source.workload:
+        why = f" ({r.source.workload_evidence[0]})" if r.source.workload_evidence else ""
+        t.add_row("Workload", f"{r.source.workload.replace('_', '-')}{why}")
     if r.window.basis == "counter log" and r.counters is not None:
         from whyidle.findings.counter_rules import busy_basis_words, idle_words
 
@@ -75,6 +79,15 @@ def _headline(r: Report) -> Table:
         t.add_row("Kernels", f"{k.count} ({k.short_share:.0%} under 10 us){sm}{occ}")
         fp32 = f"; FP32 GEMM/convolution without them {k.fp32_math_share:.0%}" if k.fp32_math_ns else ""
         t.add_row("Tensor cores", f"{k.tensor_core_share:.0%} of kernel time in tensor-core (MMA) kernels, by kernel name{fp32}")
+    artifacts = r.artifact_idle_ns
+    if artifacts and r.window.duration_ns > 0:
+        total = sum(artifacts.values())
+        what = ", ".join(f"{cause_label(k)} {format_ns(v)}" for k, v in artifacts.items())
+        t.add_row(
+            "Capture",
+            f"{format_ns(total)} ({total / (r.window.duration_ns * max(u.n_devices, 1)):.0%} of the window) is capture "
+            f"artifacts, not the job's idle: {what}. Capture after warm-up (torch.profiler.schedule(wait=1, warmup=2, active=3)).",
+        )
     groups = r.idle_by_group_ns
     if u.idle_ns > 0 and any(groups.values()):
         parts = [f"{g} {ns / u.idle_ns:.0%}" for g, ns in groups.items() if ns > 0]
@@ -180,9 +193,11 @@ def print_report(r: Report, console: Console) -> None:
         console.print(Text("Findings, by device-idle time explained (an upper bound on what each fix recovers):", style="bold"))
         for i, f in enumerate(r.findings, 1):
             console.print(_finding_panel(i, f))
+    elif r.cold_start:
+        console.print(Text("No finding: cold start dominates this capture; diagnose a capture taken after warm-up.", style="bold yellow"))
     elif not r.no_device_activity:
         console.print(Text("No problem finding: no cause explains 5% or more of the window.", style="bold green"))
-    unattributed = r.idle_by_group_ns.get("unattributed", 0)
+    unattributed = r.idle_by_group_ns.get("unattributed", 0) - sum(r.artifact_idle_ns.values())
     if unattributed and r.utilization.idle_ns:
         console.print(Text(f"Unattributed: {format_ns(unattributed)} ({unattributed / r.utilization.idle_ns:.0%} of idle) that the trace cannot explain.", style="dim"))
     for s in r.skipped:

@@ -1,0 +1,248 @@
+"""What the launching thread did outside traced ops: Python frames, user ranges and OS calls.
+
+Ops and runtime calls say what the framework did; the rest of a thread's time is described by
+*context* records: ``python_function`` frames (``with_stack=True``), ``user_annotation`` / NVTX
+ranges, and (Nsight Systems) OS-runtime and MPI calls. At each instant the **innermost** open
+record names the work::
+
+    python  [ main ........................................................ ]
+                [ decode_and_normalise ....... ]   [ forward ........ ]
+                    [ numpy _var ]                      (aten ops)
+    class    user  user     data       user          dispatch ...
+
+Each record gets a class from its name:
+
+* ``wait``: blocked until something else happens: a lock or condition (``queue.get``), a socket
+  or pipe (``recv``, ``poll``, ``select``, ``epoll_wait``), a sleep;
+* ``ranks``: an MPI call (``MPI_Recv``, ``MPI_Barrier``...): waiting on or talking to other ranks;
+* ``cold``: a first-use cost: JIT compilation (NVRTC, Triton, Inductor), autotuning, importing a
+  module;
+* ``data``: data decoding and preprocessing: numpy, PIL, OpenCV, torchvision transforms,
+  tokenizers, pandas, and ranges named so (``decode``, ``preprocess``, ``augment``...);
+* ``dispatch``: framework code between ops: torch, serving engines, attention libraries, C++
+  scopes in NVTX ranges (``KernelExecutor::runFusion``);
+* ``user``: the program's own code (any other file);
+* neutral records (built-ins and the standard library) take the class of the record they are
+  called from.
+
+User code is the job's own host work when it runs for ``Config.python_overhead_max_ns`` (1 ms)
+or longer without a traced op; shorter stretches are the interpreter between framework calls
+(dispatch).
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from whyidle.timeline.intervals import Intervals
+from whyidle.timeline.model import Kind, Timeline
+
+__all__ = [
+    "WorkClass",
+    "ContextSets",
+    "context_sets",
+    "context_rows",
+    "innermost_segments",
+    "classes_of_strings",
+    "classify",
+    "SERVING_ENGINE",
+    "SERVING_NAME",
+]
+
+I64 = npt.NDArray[np.int64]
+
+
+class WorkClass:
+    NEUTRAL = 0
+    WAIT = 1
+    RANKS = 2
+    COLD = 3
+    DATA = 4
+    DISPATCH = 5
+    USER = 6
+
+
+_WAIT_RE = re.compile(
+    r"built-in method (acquire|wait|poll|select|recv|recv_into|recvfrom|recv_multipart|accept|control|get) of "
+    r"(_thread\.|select\.|_socket\.|socket|zmq|_multiprocessing|_queue)|"
+    r"^<built-in function (select|poll|sleep|epoll_wait)>|"
+    r"^(threading\.py|queue\.py|selectors\.py|multiprocessing/(connection|queues|synchronize)\.py)\(\d+\): "
+    r"(wait|get|select|_recv|recv|recv_bytes|_poll|poll|acquire|_wait_for_tstate_lock|join)$|"
+    r"zmq/.*\((\d+)\): (recv|recv_multipart|poll|_poll)|"
+    # OS-runtime calls (Nsight Systems) that block a thread
+    r"^(futex|sem_wait|sem_timedwait|pthread_cond_wait|pthread_cond_timedwait|pthread_mutex_lock|pthread_join|"
+    r"poll|ppoll|epoll_wait|epoll_pwait|select|pselect6?|read|recv|recvfrom|recvmsg|accept4?|wait|waitpid|"
+    r"nanosleep|clock_nanosleep|usleep|sleep)$"
+)
+_RANKS_RE = re.compile(r"^P?MPI_\w+$|^(shmem|nvshmem)_\w*(barrier|wait|quiet)", re.I)
+_COLD_RE = re.compile(
+    r"compil(e|ing|ation)(?!d)|nvrtc|nvJitLink|autotun|cuModuleLoad|cuLibraryLoad|<frozen importlib\._bootstrap|"
+    r"torch/_dynamo/convert_frame\.py|torch/_inductor/compile_fx\.py|triton/compiler/|torch/utils/cpp_extension\.py|"
+    r"flashinfer/jit/",
+    re.I,
+)
+# Called on every op or every launch (cached look-ups), not compilation.
+_COLD_PATHS = ("torch/_jit_internal.py", "torch/compiler/", "torch/jit/", "triton/runtime/", "flashinfer/autotuner.py")
+_DATA_PATH_RE = re.compile(
+    r"^(numpy|PIL|cv2|scipy|pandas|pyarrow|h5py|decord|av|librosa|soundfile|imageio|skimage|albumentations|"
+    r"webdataset|tokenizers|datasets|json|pickle|gzip|zlib|csv|lzma|bz2|tarfile|zipfile)/|"
+    r"^(json|pickle|gzip|csv|lzma|bz2|tarfile|zipfile|wave)\.py\(|"
+    r"(^|/)(torchvision/(transforms|io|datasets)|torchaudio|transformers/(tokenization|image_processing|feature_extraction)"
+    r"|nvidia/dali)|"
+    r"built-in (method|function) \w+ of (numpy|PIL|cv2|_pickle|zlib)|<built-in (method|function) \w+ of \w+\.ndarray"
+)
+_DATA_WORD_RE = re.compile(r"(?i:preprocess|decod(e|ing)|augment|tokeni[sz]|normali[sz]|collate|resiz|load_image|read_image)")
+_DISPATCH_RE = re.compile(
+    r"^(torch|whyidle|vllm|sglang|flashinfer|flash_attn|xformers|transformers|triton|apex|deepspeed|megatron|"
+    r"lightning|pytorch_lightning|accelerate|peft|nvfuser|thunder|jax|jaxlib|cupy|tensorrt|tensorrt_llm|"
+    r"onnxruntime|text_generation_server|ts|lmdeploy|torchvision|torchaudio|timm|fairscale|bitsandbytes)/|"
+    r"pybind11|of Tensor object|of torch\.|torch\._C|^<built-in function _?(linear|conv\w*|dropout|layer_norm|"
+    r"scaled_dot_product_attention|_has_torch_function\w*|_disabled_torch_function_impl|is_autocast\w*|_cuda\w+)>|"
+    r"::|^## Call CompiledFxGraph|^nccl:|^c10d::|^execute_context"
+)
+_NEUTRAL_RE = re.compile(
+    r"^<built-in|^<frozen |^<string>|^(threading|typing|enum|contextlib|functools|abc|copy|dataclasses|"
+    r"weakref|inspect|types|operator|warnings|os|posixpath|genericpath|_collections_abc|collections/__init__|"
+    r"logging/__init__|queue|selectors|traceback|linecache|re|sre_\w+|random|math|numbers|string)\.py\(|^(collections|logging|importlib|re|asyncio|concurrent)/"
+)
+# Serving engines and servers: their frames or ranges make a trace a serving workload.
+SERVING_ENGINE = re.compile(
+    r"^(vllm|sglang|text_generation_server|lmdeploy|tensorrt_llm|ray/serve|tritonserver|triton_python_backend_utils|"
+    r"uvicorn|fastapi|starlette|grpc|aiohttp|flask)/|^ts/(torch_handler|model_service_worker|service)|"
+    r"^(model_service_worker|triton_python_backend_utils)\.py\("
+)
+# A range or user function named for serving requests ("serve_batch", "handle_request").
+SERVING_NAME = re.compile(r"(?i)(^|[^a-z])(serve|serving|server|handle_request|requests?)([^a-z]|$)")
+
+
+def classify(name: str) -> int:
+    """The :class:`WorkClass` of one context record, from its name."""
+    if _WAIT_RE.search(name):
+        return WorkClass.WAIT
+    if _RANKS_RE.search(name):
+        return WorkClass.RANKS
+    if _COLD_RE.search(name) and not name.startswith(_COLD_PATHS):
+        return WorkClass.COLD
+    if _DATA_PATH_RE.search(name):
+        return WorkClass.DATA
+    if _DISPATCH_RE.search(name):
+        return WorkClass.DISPATCH
+    if _DATA_WORD_RE.search(name):
+        return WorkClass.DATA
+    if _NEUTRAL_RE.search(name):
+        return WorkClass.NEUTRAL
+    return WorkClass.USER
+
+
+class ContextSets(msgspec.Struct, frozen=True):
+    """One thread's time by the class of its innermost context record (disjoint sets)."""
+
+    wait: Intervals
+    ranks: Intervals
+    cold: Intervals
+    data: Intervals  # data work, and user code running >= python_overhead_max_ns without an op
+    dispatch: Intervals  # framework code, and short stretches of user code
+    covered: Intervals  # union of all context records of the thread
+
+
+_CONTEXT_KINDS = (int(Kind.PYTHON), int(Kind.ANNOTATION))
+
+
+def innermost_segments(
+    starts: I64, ends: I64, classes: npt.NDArray[np.int8]
+) -> tuple[I64, I64, npt.NDArray[np.int8], I64]:
+    """Exclusive time of each record (its span minus its children): (start, end, class, record).
+
+    Records are sorted by start, longest first on ties; a record that outlives its parent is
+    cut at the parent's end. Neutral records take their parent's class (user at the top);
+    ``record`` is the position of the record that owns the segment.
+    """
+    seg_s: list[int] = []
+    seg_e: list[int] = []
+    seg_c: list[int] = []
+    seg_r: list[int] = []
+    stack: list[tuple[int, int, int]] = []  # (end, effective class, position)
+    cursor = 0
+
+    def emit(lo: int, hi: int, top: tuple[int, int, int]) -> None:
+        if hi > lo:
+            seg_s.append(lo)
+            seg_e.append(hi)
+            seg_c.append(top[1])
+            seg_r.append(top[2])
+
+    for k, (s, e, c) in enumerate(zip(starts.tolist(), ends.tolist(), classes.tolist())):
+        while stack and stack[-1][0] <= s:
+            top = stack.pop()
+            emit(cursor, top[0], top)
+            cursor = max(cursor, top[0])
+        if stack:
+            emit(cursor, s, stack[-1])
+            e = min(e, stack[-1][0])
+            if c == WorkClass.NEUTRAL:
+                c = stack[-1][1]
+        elif c == WorkClass.NEUTRAL:
+            c = WorkClass.USER
+        cursor = s
+        stack.append((e, c, k))
+    while stack:
+        top = stack.pop()
+        emit(cursor, top[0], top)
+        cursor = max(cursor, top[0])
+    return (
+        np.array(seg_s, dtype=np.int64),
+        np.array(seg_e, dtype=np.int64),
+        np.array(seg_c, dtype=np.int8),
+        np.array(seg_r, dtype=np.int64),
+    )
+
+
+def context_rows(tl: Timeline, lane: int) -> I64:
+    """One thread's context records (Python frames, ranges, OS calls), by start, longest first."""
+    rows = np.flatnonzero((tl.lane == lane) & np.isin(tl.kind, _CONTEXT_KINDS))
+    s, t = tl.start_ns[rows], tl.end_ns[rows]
+    return rows[np.lexsort((-(t - s), s))]
+
+
+def context_sets(
+    tl: Timeline, lane: int, class_of_name: npt.NDArray[np.int8], python_overhead_max_ns: int, ops: Intervals | None = None
+) -> ContextSets:
+    """The context sets of one thread (``class_of_name``: :func:`classify` of every string).
+
+    ``ops``: the thread's time inside traced ops, which splits runs of user code (a user frame
+    that calls an op is not running its own code meanwhile).
+    """
+    rows = context_rows(tl, lane)
+    if rows.size == 0:
+        e = Intervals.empty()
+        return ContextSets(e, e, e, e, e, e)
+    s, t = tl.start_ns[rows], tl.end_ns[rows]
+    seg_s, seg_e, seg_c, _ = innermost_segments(s, t, class_of_name[tl.name[rows]])
+
+    def of(c: int) -> Intervals:
+        m = seg_c == c
+        return Intervals.union_of(seg_s[m], seg_e[m])
+
+    user = of(WorkClass.USER)
+    if ops is not None:
+        user = user - ops
+    long_user = user.lengths >= python_overhead_max_ns
+    data = of(WorkClass.DATA) | Intervals(user.start[long_user], user.end[long_user])
+    dispatch = of(WorkClass.DISPATCH) | Intervals(user.start[~long_user], user.end[~long_user])
+    covered = Intervals.union_of(s, t)
+    return ContextSets(of(WorkClass.WAIT), of(WorkClass.RANKS), of(WorkClass.COLD), data, dispatch, covered)
+
+
+def classes_of_strings(tl: Timeline) -> npt.NDArray[np.int8]:
+    """:func:`classify` of every string of the timeline (strings of other kinds are harmless)."""
+    used = np.zeros(len(tl.strings), dtype=np.bool_)
+    ctx = np.isin(tl.kind, _CONTEXT_KINDS)
+    used[tl.name[ctx]] = True
+    out = np.zeros(len(tl.strings), dtype=np.int8)
+    for i in np.flatnonzero(used).tolist():
+        out[i] = classify(tl.strings[i])
+    return out
