@@ -157,8 +157,8 @@ def _write_jsonl(path: Path, rows: list[dict[str, float]]) -> Path:
 
 def test_serving_command_with_the_real_serving_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The H200 serving loop (requests ~every 8 ms, batches <= 8, a 2-layer encoder) kept the
-    device busy 6% of its trace; a log of that traffic gets the same cause as the trace's own
-    attribution (insufficient_demand/idle_host)."""
+    device busy 6% of its trace; a log of that traffic gets the cause the trace's own attribution
+    also finds (insufficient_demand/idle_host)."""
     from whyidle.cli import main
 
     rng = np.random.default_rng(0)
@@ -172,8 +172,11 @@ def test_serving_command_with_the_real_serving_trace(tmp_path: Path, capsys: pyt
     assert 0.05 < doc["device_busy_share"] < 0.07
     import whyidle
 
+    # The trace's own attribution has the demand finding from the thread blocked in queue.get
+    # (21% of its idle); its largest cause is the Python dispatch of each batch under the
+    # profiler's Python tracer (host overhead, tests/test_trace_labels.py).
     trace_keys = [f.key for f in whyidle.diagnose(H200 / "serving_queue_wait.pt.trace.json.gz").findings]
-    assert trace_keys[0] == "insufficient_demand/idle_host"
+    assert "insufficient_demand/idle_host" in trace_keys
 
 
 def test_batching_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
