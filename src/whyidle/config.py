@@ -86,6 +86,11 @@ class Config:
     # start: the report says so instead of blaming a cause.
     cold_start_max_share_of_idle: float = 0.5
 
+    # Device work that starts more than this before the host call that launched it is clock skew
+    # (analyses/trace_checks.py). 2021-schema Kineto traces round to 1 us; on every real trace in
+    # the tests a kernel starts 2-50 us after its launch call begins, never before.
+    clock_skew_min_ns: int = 1_000
+
     # --- multi-rank (analyses/ranks.py) -------------------------------------------------------
     # A rank counts as having arrived last at a collective when the earliest rank waited at least
     # this long for it. 100 us is above NCCL's own start-up jitter between ranks (tens of us on

@@ -13,6 +13,7 @@ import numpy as np
 from whyidle.analyses import causes as C
 from whyidle.analyses.gaps import Gaps
 from whyidle.analyses.links import Links
+from whyidle.analyses.trace_checks import clock_skew_notes, step_numbering_notes
 from whyidle.analyses.window import Window
 from whyidle.config import Config
 from whyidle.timeline.model import Kind, Timeline
@@ -65,6 +66,8 @@ def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: 
             f"{links.unmatched_launch_rows.size} launch calls have no device work in the trace "
             "(dropped device events, or work that ran after the capture ended)"
         )
+    notes.extend(clock_skew_notes(tl, links, cfg))
+    notes.extend(step_numbering_notes(window))
     ov = _overlapping_on_stream(tl, links)
     if ov:
         notes.append(f"{ov} device events overlap the previous event on the same stream (clock skew or a corrupt trace)")
