@@ -159,6 +159,7 @@ def _cards(r: Report) -> str:
     if k.count:
         sm = f"; est. SM efficiency {k.sm_efficiency:.0%}" if k.sm_efficiency is not None else ""
         cards.append(_card("Kernels", f"{k.count:,}", f"{k.short_share:.0%} shorter than 10 us{sm}"))
+    if k.tensor_core_ns or k.fp32_math_ns:  # the name markers are NVIDIA's: nothing to say on other devices
         fp32 = f"; FP32 GEMM/conv without them {k.fp32_math_share:.0%}" if k.fp32_math_ns else ""
         cards.append(_card("Tensor cores", f"{k.tensor_core_share:.0%}", f"of kernel time in tensor-core (MMA) kernels, by kernel name{fp32}"))
     return '<div class="wi-cards">' + "".join(cards) + "</div>"

@@ -77,6 +77,7 @@ def _headline(r: Report) -> Table:
         sm = f", est. SM efficiency {k.sm_efficiency:.0%}" if k.sm_efficiency is not None else ""
         occ = f", est. occupancy {k.achieved_occupancy_pct:.0f}%" if k.achieved_occupancy_pct is not None else ""
         t.add_row("Kernels", f"{k.count} ({k.short_share:.0%} under 10 us){sm}{occ}")
+    if k.tensor_core_ns or k.fp32_math_ns:  # the name markers are NVIDIA's: nothing to say on other devices
         fp32 = f"; FP32 GEMM/convolution without them {k.fp32_math_share:.0%}" if k.fp32_math_ns else ""
         t.add_row("Tensor cores", f"{k.tensor_core_share:.0%} of kernel time in tensor-core (MMA) kernels, by kernel name{fp32}")
     artifacts = r.artifact_idle_ns

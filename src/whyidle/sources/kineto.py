@@ -49,6 +49,7 @@ class _Args(msgspec.Struct, gc=False):
     blocks_per_sm: Any = msgspec.field(default=None, name="blocks per SM")
     occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
     grid: Any = None  # [x, y, z] blocks
+    direction: Any = None  # MTIA dma_request: HOST_TO_DEVICE, DEVICE_TO_HOST
     block: Any = None  # [x, y, z] threads
     call_stack: Any = msgspec.field(default=None, name="Call stack")
     input_dims: Any = msgspec.field(default=None, name="Input Dims")

@@ -47,7 +47,12 @@ _CATEGORIES: dict[str, Kind] = {
     "mtia_runtime": Kind.RUNTIME,
     "cuda_sync": Kind.SYNC,
     "python_function": Kind.PYTHON,
+    "mtia_ccp_events": Kind.KERNEL,  # MTIA device events: refined by name in _mtia_device_events
 }
+# MTIA device events (category mtia_ccp_events) that are not work: an event record marks a point
+# on a stream, an event wait is the stream waiting on another one (a device-side dependency).
+_MTIA_NOT_WORK = {"event_record", "event_wait"}
+_MTIA_DMA = "dma_request"  # a DMA transfer, its direction in args: a copy
 # Categories Kineto writes that carry no interval whyidle uses (flows, counters, the trace span).
 _IGNORED = {"ac2g", "async", "async_gpu", "fwdbwd", "trace", "overhead", "cpu_instant_event", "gpu_instant_event"}
 _STEP_RE = re.compile(r"^ProfilerStep#\d+$")
@@ -139,6 +144,32 @@ def _as_float(v: Any) -> float:
         return float(v)
     except (TypeError, ValueError):
         return float("nan")
+
+
+def _mtia_device_events(xs: list[Any], kind: np.ndarray, name_ids: np.ndarray, names: list[str]) -> None:
+    """MTIA device events as work where they are work (in place).
+
+    Operator executions (``add-dtype_Float``, ``fc-dtype_Float``, ``pe_exe``, ``merge``, ``remote``)
+    stay kernels; ``dma_request`` becomes a copy named as Kineto names CUDA copies
+    (``Memcpy HtoD (MTIA DMA)``, from ``args.direction``) so the copy analyses apply; event records
+    and waits are marks on a stream, not work.
+    """
+    copy_names: dict[str, int] = {}
+    for i, e in enumerate(xs):
+        if not (isinstance(e.cat, str) and e.cat.lower() == "mtia_ccp_events"):
+            continue
+        if e.name in _MTIA_NOT_WORK:
+            kind[i] = int(Kind.GPU_ANNOTATION)
+        elif e.name == _MTIA_DMA:
+            kind[i] = int(Kind.MEMCPY)
+            d = e.args.direction if e.args is not None else None
+            label = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_TO_DEVICE": "DtoD"}.get(str(d), "")
+            text = f"Memcpy {label} (MTIA DMA)" if label else "Memcpy (MTIA DMA)"
+            nid = copy_names.get(text)
+            if nid is None:
+                nid = copy_names[text] = len(names)
+                names.append(text)
+            name_ids[i] = nid
 
 
 def _stream_of(e: Any, a: Any) -> str:
@@ -237,6 +268,8 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
         name_list = [name_ids_of.setdefault(str(e.name), len(name_ids_of)) for e in xs]
     name_ids = np.array(name_list, dtype=np.int32)
     names = [nm if isinstance(nm, str) else str(nm) for nm in name_ids_of]
+    if any(isinstance(c, str) and c.lower() == "mtia_ccp_events" for c in cat_kind):
+        _mtia_device_events(xs, kind, name_ids, names)
     is_device = np.isin(kind, [int(k) for k in _DEVICE_KINDS])
     args = [e.args for e in xs]
     lane_of: dict[tuple[Any, Any, bool], int] = {}
