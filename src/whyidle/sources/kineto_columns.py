@@ -146,30 +146,28 @@ def _as_float(v: Any) -> float:
         return float("nan")
 
 
-def _mtia_device_events(xs: list[Any], kind: np.ndarray, name_ids: np.ndarray, names: list[str]) -> None:
-    """MTIA device events as work where they are work (in place).
+def _mtia_device_events(xs: list[Any], kind: np.ndarray) -> list[Any]:
+    """MTIA device events as work where they are work: their kinds (in place) and their names.
 
     Operator executions (``add-dtype_Float``, ``fc-dtype_Float``, ``pe_exe``, ``merge``, ``remote``)
     stay kernels; ``dma_request`` becomes a copy named as Kineto names CUDA copies
     (``Memcpy HtoD (MTIA DMA)``, from ``args.direction``) so the copy analyses apply; event records
-    and waits are marks on a stream, not work.
+    and waits are marks on a stream, not work. The names are returned before interning, so a trace
+    read in batches interns them in the same order as one read whole.
     """
-    copy_names: dict[str, int] = {}
+    names: list[Any] = []
     for i, e in enumerate(xs):
-        if not (isinstance(e.cat, str) and e.cat.lower() == "mtia_ccp_events"):
-            continue
-        if e.name in _MTIA_NOT_WORK:
-            kind[i] = int(Kind.GPU_ANNOTATION)
-        elif e.name == _MTIA_DMA:
-            kind[i] = int(Kind.MEMCPY)
-            d = e.args.direction if e.args is not None else None
-            label = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_TO_DEVICE": "DtoD"}.get(str(d), "")
-            text = f"Memcpy {label} (MTIA DMA)" if label else "Memcpy (MTIA DMA)"
-            nid = copy_names.get(text)
-            if nid is None:
-                nid = copy_names[text] = len(names)
-                names.append(text)
-            name_ids[i] = nid
+        name = e.name
+        if isinstance(e.cat, str) and e.cat.lower() == "mtia_ccp_events":
+            if name in _MTIA_NOT_WORK:
+                kind[i] = int(Kind.GPU_ANNOTATION)
+            elif name == _MTIA_DMA:
+                kind[i] = int(Kind.MEMCPY)
+                d = e.args.direction if e.args is not None else None
+                label = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_TO_DEVICE": "DtoD"}.get(str(d), "")
+                name = f"Memcpy {label} (MTIA DMA)" if label else "Memcpy (MTIA DMA)"
+        names.append(name)
+    return names
 
 
 def _stream_of(e: Any, a: Any) -> str:
@@ -260,16 +258,16 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
     n = len(xs)
     # Interning by dict.setdefault inside one comprehension keeps the per-event work in C. Ids
     # are handed out in first-seen order, so the running maximum rises exactly at first uses.
+    mtia = any(isinstance(c, str) and c.lower() == "mtia_ccp_events" for c in cat_kind)
+    event_names = _mtia_device_events(xs, kind) if mtia else [e.name for e in xs]
     name_ids_of: dict[Any, int] = {}
     try:
-        name_list = [name_ids_of.setdefault(e.name, len(name_ids_of)) for e in xs]
+        name_list = [name_ids_of.setdefault(nm, len(name_ids_of)) for nm in event_names]
     except TypeError:  # a name that is not a string (a list?): intern its text
         name_ids_of.clear()
-        name_list = [name_ids_of.setdefault(str(e.name), len(name_ids_of)) for e in xs]
+        name_list = [name_ids_of.setdefault(str(nm), len(name_ids_of)) for nm in event_names]
     name_ids = np.array(name_list, dtype=np.int32)
     names = [nm if isinstance(nm, str) else str(nm) for nm in name_ids_of]
-    if any(isinstance(c, str) and c.lower() == "mtia_ccp_events" for c in cat_kind):
-        _mtia_device_events(xs, kind, name_ids, names)
     is_device = np.isin(kind, [int(k) for k in _DEVICE_KINDS])
     args = [e.args for e in xs]
     lane_of: dict[tuple[Any, Any, bool], int] = {}
