@@ -39,8 +39,10 @@ SHARED_LABELS = [
     ("hta/distributed_info_unavailable__distributed_info_not_found.json.gz", "training", "", 0.0),
     ("hta/execution_trace__benchmark_simple_add_trace.json.gz", "inference", "synchronization/host_sync", 0.45),
     ("hta/mixed_files__rank_non_gpu.json.gz", "training", "", 0.0),
-    ("hta/mtia_inference_trace__mtia_inference_rank_0.json.gz", "unknown", "", 0.0),
-    ("hta/mtia_trace_single_rank__mtia_rank_0.json.gz", "training", "", 0.0),
+    # MTIA device events (mtia_ccp_events) read as device work: ops as kernels, DMA requests as copies
+    ("hta/mtia_inference_trace__mtia_inference_rank_0.json.gz", "inference", "underfilled/host_overhead", 0.76),
+    # its 22,361 DMA requests carry no correlation id: the gaps they end have no launch record
+    ("hta/mtia_trace_single_rank__mtia_rank_0.json.gz", "training", "unattributed/no_launch_info", 0.82),
     ("hta/nccl_parser_config__nccl_data.json.gz", "training", "underfilled/host_overhead", 0.98),
     # queued work waiting with no dependency record: the note names nsys
     ("hta/negative_queue_length_values_check__rank0.json.gz", "training", "unattributed/queued_work_waiting", 0.78),

@@ -13,34 +13,13 @@ from typing import Any
 
 from whyidle.analyses.kernel_fill import KernelConfig, KernelFill
 from whyidle.config import Config
-from whyidle.findings.levers import Lever
+from whyidle.findings.levers import lever_for
 from whyidle.findings.model import Evidence, Finding, Fix, Skipped
 from whyidle.units import format_ms
 
-__all__ = ["SMALL_GRIDS", "RULE", "small_grid_finding", "kernel_config_label"]
+__all__ = ["RULE", "small_grid_finding", "kernel_config_label"]
 
 RULE = "underfilled/small_grids"
-
-SMALL_GRIDS = Lever(
-    title="Kernels too small to fill the device: the GPU reads busy while SMs sit idle",
-    summary="Give each kernel more parallel work: a larger batch or micro-batch, fused ops, fewer and larger kernels.",
-    steps=(
-        "Raise the batch size (or micro-batch, or sequences per forward) until each kernel's grid covers every SM; "
-        "in inference, batch requests together.",
-        "Fuse chains of small ops into one kernel (torch.compile); for hand-written kernels, launch at least one block "
-        "per SM (a grid-stride loop with a grid of a few times the SM count).",
-        "When the work cannot grow, run independent small kernels at the same time (CUDA streams, grouped or batched GEMMs).",
-    ),
-    code=(
-        "model = torch.compile(model)  # fuses small kernels; then try a larger batch\n"
-        "// CUDA C++: a grid of a few blocks per SM, with a grid-stride loop in the kernel\n"
-        "int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);\n"
-        "saxpy<<<4 * sms, 256>>>(n, a, x, y);"
-    ),
-    verify="Re-profile: the report's est. SM efficiency should approach 100% and kernel time per sample fall (whyidle compare before after).",
-    docs="docs/causes/underfilled.md",
-)
-
 
 def kernel_config_label(c: KernelConfig) -> str:
     """'grid 2 x 512 threads, 0.02 blocks/SM: saxpy(...)': the launch configuration first, then the kernel."""
@@ -120,7 +99,7 @@ def small_grid_finding(fill: KernelFill | None, window_capacity_ns: int, cfg: Co
             f"{format_ms(recoverable)} of kernel time ({recoverable / capacity:.0%} of the window) ran with few warps per SM: "
             "more work per kernel can shorten it; how much, only a re-profile measures"
         )
-    lever = SMALL_GRIDS
+    lever = lever_for("small_grids")
     return Finding(
         id="small_grids",
         group="underfilled",

@@ -2,7 +2,8 @@
 
 Text only; the numbers are filled in by the rules from measurements. The levers of idle causes
 come from the cause catalogue (``whyidle.catalogue``); this module adds those of findings that
-are not idle causes (FP32 math without tensor cores).
+are not idle causes but about busy time (FP32 math without tensor cores, kernels too small to
+fill the device).
 """
 
 from __future__ import annotations
@@ -50,6 +51,25 @@ _FINDING_LEVERS: dict[tuple[str, str], Lever] = {
             "scaler.update()"
         ),
         verify="Re-profile: GEMM/conv kernels should carry tensor-core names (h884, s884, hmma), step time should fall; compare the loss curve against the FP32 run.",
+        docs=f"{DOCS}/underfilled.md",
+    ),
+    ("small_grids", ""): Lever(
+        title="Kernels too small to fill the device: the GPU reads busy while SMs sit idle",
+        summary="Give each kernel more parallel work: a larger batch or micro-batch, fused ops, fewer and larger kernels.",
+        steps=(
+            "Raise the batch size (or micro-batch, or sequences per forward) until each kernel's grid covers every SM; "
+            "in inference, batch requests together.",
+            "Fuse chains of small ops into one kernel (torch.compile); for hand-written kernels, launch at least one block "
+            "per SM (a grid-stride loop with a grid of a few times the SM count).",
+            "When the work cannot grow, run independent small kernels at the same time (CUDA streams, grouped or batched GEMMs).",
+        ),
+        code=(
+            "model = torch.compile(model)  # fuses small kernels; then try a larger batch\n"
+            "// CUDA C++: a grid of a few blocks per SM, with a grid-stride loop in the kernel\n"
+            "int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);\n"
+            "saxpy<<<4 * sms, 256>>>(n, a, x, y);"
+        ),
+        verify="Re-profile: the report's est. SM efficiency should approach 100% and kernel time per sample fall (whyidle compare before after).",
         docs=f"{DOCS}/underfilled.md",
     ),
 }
