@@ -45,6 +45,8 @@ def test_exact_figures_on_a_small_log() -> None:
     assert st.latency_p50_ns == 4 * MS and st.latency_p99_ns == 5 * MS
     assert st.left_behind_batches == 0
     assert st.arrivals_to_idle_server == 1.0
+    # a 10 ms arrival span: peak windows of 1 ms, at most one arrival in any of them
+    assert st.peak_window_ns == MS and st.peak_rate_per_s == 1000.0
 
 
 def _demand_log() -> list[dict[str, float]]:

@@ -6,6 +6,8 @@ Each returns ``(model, example_input)``: one request's input, with a leading bat
   ``TransformerEncoder`` (d_model 1024, 16 heads, ffn 4096), sequences of 128, run in bfloat16
   autocast, so that ``--measure whyidle.tune.examples:encoder --device cuda`` repeats that
   measurement on any GPU.
+* ``cpu_encoder``: 2 layers of d_model 256, sequences of 32: about a millisecond per pass on one
+  CPU core, for validating the simulator against the real batcher (benchmarks/bench_batcher.py).
 * ``tiny_encoder``: 2 layers of d_model 64, sequences of 16: a CPU-sized model for tests.
 """
 
@@ -15,7 +17,7 @@ from typing import Any
 
 from whyidle.errors import MissingExtraError
 
-__all__ = ["encoder", "tiny_encoder"]
+__all__ = ["encoder", "cpu_encoder", "tiny_encoder"]
 
 
 def _torch() -> Any:
@@ -50,3 +52,7 @@ def encoder() -> tuple[Any, Any]:
 
 def tiny_encoder() -> tuple[Any, Any]:
     return _build(64, 4, 128, 2, 16, bf16=False)
+
+
+def cpu_encoder() -> tuple[Any, Any]:
+    return _build(256, 4, 512, 2, 32, bf16=False)

@@ -11,7 +11,8 @@ Every figure is computed from the per-request arrival, start and finish times (n
 
 * **rate** requests / (last arrival - first arrival); **burstiness** the squared coefficient of
   variation of the gaps between arrivals (Poisson 1, evenly spaced 0, bursts > 1);
-  **peak rate** the most arrivals in any window of ``traffic_peak_window_ns``.
+  **peak rate** the most arrivals in any window of ``traffic_peak_window_ns`` (a tenth of the
+  arrival span for logs shorter than ten windows).
 * **concurrency** (in the system: arrival to finish) and **queue depth** (arrival to start), as
   time averages over the window and maxima; Little's law ``L = rate x mean latency`` is given
   beside the measured mean as a check of the log.
@@ -94,7 +95,8 @@ def analyse_requests(log: RequestLog, cfg: Config | None = None, max_batch: int 
     rate = (n - 1) / (span / 1e9) if span > 0 else math.nan
     gaps = np.diff(a).astype(np.float64)
     burst = float(gaps.var() / gaps.mean() ** 2) if gaps.size > 1 and gaps.mean() > 0 else math.nan
-    win = max(cfg.traffic_peak_window_ns, 1)
+    # a log shorter than ten windows gets windows of a tenth of its span, so the peak can exceed the mean
+    win = max(min(cfg.traffic_peak_window_ns, span // 10), 1)
     ends = np.searchsorted(a, a + win, side="left")
     peak = float((ends - np.arange(n)).max()) / (win / 1e9)
     lat = f - a

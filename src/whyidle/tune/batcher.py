@@ -1,0 +1,150 @@
+"""A dynamic batcher for asyncio services, and an open-loop load generator to measure it.
+
+The batcher is the policy the simulator models (``whyidle.tune.simulate``), so the settings the
+tuner recommends can be used as they are::
+
+    batcher = DynamicBatcher(run_model, max_batch=32, max_delay_s=0.002)
+    async with batcher:
+        result = await batcher.submit(request)          # from each request handler
+
+``run_model(items) -> results`` takes a list and returns one result per item, in order; it runs
+in a worker thread (``asyncio.to_thread``) so arrivals keep being accepted while a batch runs
+(PyTorch releases the GIL inside its kernels). ``instances`` workers share one queue.
+
+Each worker takes the oldest waiting request, then waits until ``max_batch`` requests are waiting
+or the oldest has waited ``max_delay_s`` since it *arrived* (not since the worker became free),
+and runs what is waiting, up to ``max_batch``. Every request's arrival, batch start and finish are
+kept in ``batcher.records`` in the request-log fields (``arrival_ns``, ``start_ns``, ``finish_ns``,
+``batch_id``), so ``whyidle serving`` and ``whyidle batching --requests`` read them directly.
+
+``generate_load(batcher, arrivals_s, make_item)`` submits requests at given times from now (open
+loop: a slow server does not slow the arrivals) and returns when all have finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+from whyidle.errors import UsageError
+
+__all__ = ["DynamicBatcher", "generate_load"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class _Pending(Generic[T, R]):
+    __slots__ = ("item", "arrival_ns", "future")
+
+    def __init__(self, item: T, arrival_ns: int, future: asyncio.Future[R]) -> None:
+        self.item = item
+        self.arrival_ns = arrival_ns
+        self.future = future
+
+
+class DynamicBatcher(Generic[T, R]):
+    def __init__(
+        self,
+        run_batch: Callable[[list[T]], Sequence[R]],
+        *,
+        max_batch: int,
+        max_delay_s: float,
+        instances: int = 1,
+        clock_ns: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        if max_batch < 1 or max_delay_s < 0 or instances < 1:
+            raise UsageError("DynamicBatcher needs max_batch >= 1, max_delay_s >= 0 and instances >= 1")
+        self.run_batch = run_batch
+        self.max_batch = max_batch
+        self.max_delay_ns = int(max_delay_s * 1e9)
+        self.instances = instances
+        self.clock_ns = clock_ns
+        self.records: list[dict[str, int]] = []
+        self._queue: deque[_Pending[T, R]] = deque()
+        self._changed: asyncio.Condition | None = None
+        self._workers: list[asyncio.Task[None]] = []
+        self._batches = 0
+
+    async def __aenter__(self) -> DynamicBatcher[T, R]:
+        self._changed = asyncio.Condition()
+        self._workers = [asyncio.create_task(self._work()) for _ in range(self.instances)]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for w in self._workers:
+            w.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers = []
+
+    async def submit(self, item: T) -> R:
+        if self._changed is None:
+            raise UsageError("use the batcher inside 'async with batcher:'")
+        fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(item, self.clock_ns(), fut))
+        async with self._changed:
+            self._changed.notify_all()
+        return await fut
+
+    async def _wait_change(self, timeout_s: float | None) -> None:
+        assert self._changed is not None
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout_s)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _work(self) -> None:
+        while True:
+            while not self._queue:
+                await self._wait_change(None)
+            # wait for a full batch or the oldest request's deadline
+            while len(self._queue) < self.max_batch:
+                left_ns = self._queue[0].arrival_ns + self.max_delay_ns - self.clock_ns()
+                if left_ns <= 0:
+                    break
+                await self._wait_change(left_ns / 1e9)
+                if not self._queue:  # another instance took them
+                    break
+            if not self._queue:
+                continue
+            batch = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+            if self._queue and self.instances > 1:
+                assert self._changed is not None
+                async with self._changed:
+                    self._changed.notify_all()  # wake another instance for the rest
+            bid = self._batches
+            self._batches += 1
+            start = self.clock_ns()
+            try:
+                results = await asyncio.to_thread(self.run_batch, [p.item for p in batch])
+                if len(results) != len(batch):
+                    raise UsageError(f"run_batch returned {len(results)} results for {len(batch)} requests")
+            except Exception as exc:  # the requests fail, the batcher keeps serving
+                finish = self.clock_ns()
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(exc)
+            else:
+                finish = self.clock_ns()
+                for p, r in zip(batch, results):
+                    if not p.future.done():
+                        p.future.set_result(r)
+            for p in batch:
+                self.records.append({"arrival_ns": p.arrival_ns, "start_ns": start, "finish_ns": finish, "batch_id": bid})
+
+
+async def generate_load(batcher: DynamicBatcher[T, Any], arrivals_s: Sequence[float], make_item: Callable[[int], T]) -> None:
+    """Submit request ``i`` at ``arrivals_s[i]`` seconds from now (open loop); return when all finished."""
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    tasks = []
+    for i, at in enumerate(arrivals_s):
+        delay = t0 + at - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.ensure_future(batcher.submit(make_item(i))))
+    await asyncio.gather(*tasks, return_exceptions=True)

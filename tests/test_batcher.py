@@ -1,0 +1,106 @@
+"""The asyncio dynamic batcher and the load generator, on a real CPU model (bounded time, in process)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+
+from whyidle.errors import UsageError
+from whyidle.sources.requestlog import from_records
+from whyidle.tune.batcher import DynamicBatcher, generate_load
+from whyidle.tune.traffic import analyse_requests
+
+
+def _serve(run_batch: Any, arrivals_s: list[float], max_batch: int, delay_s: float, instances: int = 1) -> tuple[list[Any], list[dict[str, int]]]:
+    async def main() -> tuple[list[Any], list[dict[str, int]]]:
+        b: DynamicBatcher[int, Any] = DynamicBatcher(run_batch, max_batch=max_batch, max_delay_s=delay_s, instances=instances)
+        results: list[Any] = []
+        async with b:
+            async def one(i: int, at: float) -> None:
+                await asyncio.sleep(at)
+                results.append((i, await b.submit(i)))
+
+            await asyncio.gather(*(one(i, at) for i, at in enumerate(arrivals_s)))
+        return results, b.records
+
+    return asyncio.run(main())
+
+
+def test_real_model_batches_within_its_settings() -> None:
+    torch = pytest.importorskip("torch")
+    from whyidle.tune.examples import tiny_encoder
+
+    model, x1 = tiny_encoder()
+
+    def run_batch(items: list[int]) -> list[float]:
+        with torch.inference_mode():
+            out = model(x1.repeat(len(items), 1, 1))
+        return [float(out[k].sum()) + i for k, i in enumerate(items)]  # each result carries its request
+
+    rng = np.random.default_rng(0)
+    arrivals = np.cumsum(rng.exponential(0.002, 120)).tolist()
+    delay = 0.004
+    results, records = _serve(run_batch, arrivals, max_batch=8, delay_s=delay)
+    assert len(results) == 120 and len(records) == 120
+    with torch.inference_mode():
+        ref = float(model(x1).sum())
+    for i, r in results:
+        assert r == pytest.approx(ref + i, abs=1e-3)  # the right result went to the right request
+    log = from_records(records, "batcher")
+    st = analyse_requests(log)
+    assert max(st.batch_sizes) <= 8 and st.batches is not None and st.batches < 120  # it did batch
+    # a batch smaller than max_batch never leaves before its oldest request's deadline
+    for bid in np.unique(log.batch):
+        sel = log.batch == bid
+        if sel.sum() < 8:
+            assert log.start_ns[sel][0] >= log.arrival_ns[sel].min() + int(delay * 1e9)
+    # one instance runs one batch at a time
+    ids, first = np.unique(log.batch, return_index=True)
+    order = np.argsort(log.start_ns[first])
+    s, f = log.start_ns[first][order], log.finish_ns[first][order]
+    assert (s[1:] >= f[:-1]).all()
+
+
+def test_load_generator_is_open_loop_and_failures_reach_the_callers() -> None:
+    calls: list[int] = []
+
+    def run_batch(items: list[int]) -> list[int]:
+        calls.append(len(items))
+        if 3 in items:
+            raise RuntimeError("bad request")
+        return items
+
+    async def main() -> list[dict[str, int]]:
+        b: DynamicBatcher[int, int] = DynamicBatcher(run_batch, max_batch=2, max_delay_s=0.0)
+        async with b:
+            await generate_load(b, [0.0, 0.0, 0.01, 0.01, 0.02], lambda i: i)
+            with pytest.raises(RuntimeError):
+                await b.submit(3)
+            assert await b.submit(7) == 7  # the batcher kept serving after a failed batch
+        return b.records
+
+    records = asyncio.run(main())
+    assert len(records) == 7 and max(calls) <= 2
+    with pytest.raises(UsageError):
+        DynamicBatcher(run_batch, max_batch=0, max_delay_s=0.0)
+
+
+def test_two_instances_share_the_queue() -> None:
+    import time
+
+    def run_batch(items: list[int]) -> list[int]:
+        time.sleep(0.01)
+        return items
+
+    results, records = _serve(run_batch, [0.0] * 6, max_batch=2, delay_s=0.0, instances=2)
+    assert sorted(r for _, r in results) == list(range(6))
+    log = from_records(records, "batcher")
+    starts = sorted(set(log.start_ns.tolist()))
+    assert len(starts) == 3 or len(starts) == 4  # 3 batches of 2 (a late wake-up may split one)
+    # two batches ran at the same time
+    ids, first = np.unique(log.batch, return_index=True)
+    s, f = log.start_ns[first], log.finish_ns[first]
+    assert any(s[j] < f[i] and s[i] < f[j] for i in range(len(s)) for j in range(i + 1, len(s)))
