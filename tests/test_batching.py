@@ -42,6 +42,20 @@ def test_delay_expires_before_batch_fills() -> None:
     assert sim.latency_ns.tolist() == [9, 7, 8]
 
 
+def test_preferred_sizes() -> None:
+    # max batch 8, preferred 2 and 4, delay 100, service 10 + k
+    svc = [0] + [10 + k for k in range(1, 9)]
+    # a0, a1 arrive: preferred 2 formed at t=1 -> sent at once
+    # a2..a6 arrive at 2..6 while it runs (until 13): at 13, 5 wait -> the largest preferred that fits is 4
+    # a6 is left; alone until its deadline 106 (nothing else arrives): sent with 1
+    sim = simulate([0, 1, 2, 3, 4, 5, 6], svc, Settings(8, 100, preferred=(2, 4)))
+    assert sim.batch_start_ns.tolist() == [1, 13, 106]
+    assert sim.batch_size.tolist() == [2, 4, 1]
+    # without preferred sizes the same arrivals wait for 8 or the deadline: one batch of 7 at 100
+    plain = simulate([0, 1, 2, 3, 4, 5, 6], svc, Settings(8, 100))
+    assert plain.batch_start_ns.tolist() == [100] and plain.batch_size.tolist() == [7]
+
+
 def test_two_instances_share_the_queue() -> None:
     # batch 1, no delay, service 10: the third request waits for the first instance to free up
     sim = simulate([0, 1, 2], [0, 10], Settings(1, 0, instances=2))
@@ -80,11 +94,12 @@ def test_mm1_waiting_time() -> None:
     bmax=st.integers(1, 6),
     delay=st.integers(0, 40),
     inst=st.integers(1, 3),
+    pref=st.lists(st.integers(1, 6), max_size=3),
 )
-def test_invariants(gaps: list[int], bmax: int, delay: int, inst: int) -> None:
+def test_invariants(gaps: list[int], bmax: int, delay: int, inst: int, pref: list[int]) -> None:
     a = np.cumsum(gaps)
     svc = [0] + [7 + 3 * k for k in range(1, bmax + 1)]
-    sim = simulate(a, svc, Settings(bmax, delay, inst))
+    sim = simulate(a, svc, Settings(bmax, delay, inst, preferred=tuple(pref)))
     assert sim.batch_size.sum() == len(gaps)
     assert sim.batch_size.max() <= bmax
     assert (sim.wait_ns >= 0).all()

@@ -47,6 +47,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--instances", type=int, default=1, help="model instances sharing the queue (default 1)")
     p.add_argument("--max-batch", help="candidate max batch sizes, e.g. 8,16,32 (default: the measured sizes)")
     p.add_argument("--delays-ms", help="candidate max queue delays in ms, e.g. 0,1,2,5 (default: fractions of the SLO)")
+    p.add_argument("--preferred", help="Triton preferred batch sizes applied to every candidate, e.g. 8,16")
     p.add_argument("--no-jitter", action="store_true", help="use the median latency only (default: draw the p90 spread when known)")
     p.add_argument("--requests-per-run", type=int, help="requests simulated per run (default 20,000)")
     p.add_argument("--seed", type=int, default=0)
@@ -108,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     res = tune_batching(
         profile, traffic, int(args.slo_ms * 1e6), percentile=args.percentile, instances=args.instances,
         max_batches=sizes, delays_ns=delays, jitter=not args.no_jitter, seed=args.seed, cfg=cfg,
+        preferred=[int(x) for x in _floats(args.preferred, "--preferred")] if args.preferred else (),
     )
     mem = int(args.memory_gb * 1e9) if args.memory_gb else None
     advice = advise_instances(res, profile, gpu=args.gpu or "", memory_bytes=mem)

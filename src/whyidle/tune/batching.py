@@ -172,11 +172,15 @@ def tune_batching(
     instances: int = 1,
     max_batches: Sequence[int] | None = None,
     delays_ns: Sequence[int] | None = None,
+    preferred: Sequence[int] = (),
     jitter: bool = True,
     seed: int = 0,
     cfg: Config | None = None,
 ) -> BatchingResult:
-    """Search (max batch, max delay) for the highest capacity with the percentile within ``slo_ns``."""
+    """Search (max batch, max delay) for the highest capacity with the percentile within ``slo_ns``.
+
+    ``preferred``: Triton preferred batch sizes applied to every candidate (those below its max batch).
+    """
     cfg = cfg or Config()
     if slo_ns <= 0 or not 0 < percentile < 100:
         raise UsageError("the latency objective needs an SLO above 0 and a percentile between 0 and 100")
@@ -200,7 +204,7 @@ def tune_batching(
     cands: list[Candidate] = [baseline] if 1 in sizes else []
     for b in sizes:
         for d in delays if b > 1 else []:
-            st = Settings(b, d, instances)
+            st = Settings(b, d, instances, tuple(p for p in sorted(set(preferred)) if p < b))
             cap = runner.capacity(st, start=baseline.capacity_per_s)
             at = _outcome(runner.run(st, traffic.rate_per_s), traffic.rate_per_s, percentile) if traffic.rate_per_s else None
             cands.append(Candidate(st, cap, at))

@@ -17,9 +17,11 @@ __all__ = ["triton", "torchserve", "ray_serve", "vllm", "all_servers"]
 def triton(st: Settings) -> str:
     """config.pbtxt fields (Triton Inference Server dynamic batcher)."""
     us = st.max_delay_ns // 1000
+    pref = f"  preferred_batch_size: [ {', '.join(str(p) for p in st.preferred)} ]\n" if st.preferred else ""
     return (
         f"max_batch_size: {st.max_batch}\n"
         "dynamic_batching {\n"
+        f"{pref}"
         f"  max_queue_delay_microseconds: {us}\n"
         "}\n"
         "instance_group [ { count: " + str(st.instances) + " kind: KIND_GPU } ]\n"
@@ -31,7 +33,8 @@ def torchserve(st: Settings) -> str:
     ms = st.max_delay_ns / 1e6
     whole = math.ceil(ms) if ms > 0 else 0
     note = f"   # {ms:.3g} ms rounded up to whole ms" if whole != ms else ""
-    return f"batchSize: {st.max_batch}\nmaxBatchDelay: {whole}{note}\nminWorkers: {st.instances}\nmaxWorkers: {st.instances}\n"
+    pref = "# preferred batch sizes have no TorchServe equivalent (Triton only)\n" if st.preferred else ""
+    return f"batchSize: {st.max_batch}\nmaxBatchDelay: {whole}{note}\nminWorkers: {st.instances}\nmaxWorkers: {st.instances}\n{pref}"
 
 
 def ray_serve(st: Settings) -> str:

@@ -11,7 +11,9 @@ batch holds every request that has arrived by then, up to ``max_batch``::
     instance   [====batch {a0,a1,a2}=====]   [{a3,a4,a5}: full at a5, sent at once]
                ^ sent at a0 + max_delay       (max_batch = 3)
 
-A batch of ``k`` takes the profile's latency for ``k`` (optionally times a per-batch factor:
+With preferred sizes (Triton's ``preferred_batch_size``) a batch leaves as soon as the smallest
+preferred size has arrived, holding the largest preferred size that has; at the deadline, whatever
+waits. A batch of ``k`` takes the profile's latency for ``k`` (optionally times a per-batch factor:
 the measured spread, or any service distribution in tests); every request of the batch finishes
 when the batch does. Given the arrival times, the sequence of batches is fully determined, so the
 simulation walks batches, not events: for the next waiting request ``i`` and the earliest free
@@ -41,6 +43,9 @@ class Settings(msgspec.Struct, frozen=True):
     max_batch: int
     max_delay_ns: int
     instances: int = 1
+    # Triton's preferred_batch_size: when one of these (or max_batch) can be formed, the largest
+    # that can is sent at once; otherwise the batcher waits up to the delay and sends what waits.
+    preferred: tuple[int, ...] = ()
 
 
 class Simulation(msgspec.Struct, frozen=True):
@@ -124,17 +129,23 @@ def simulate(
     free = [a[0] if n else 0] * c  # instance free times: a min-heap (all free at the first arrival)
     i = 0
     j = 0
+    pref = sorted({p for p in settings.preferred if 1 <= p < bmax} | {bmax}) if settings.preferred else []
+    trigger = pref[0] if pref else bmax  # the batch count that sends a batch at once
     while i < n:
         t_free = free[0]
         ai = a[i]
-        last = i + bmax - 1
+        last = i + trigger - 1
         t = ai + delay
         full = last < n and a[last] <= t
         if full:
             t = a[last]
         if t_free > t:
             t = t_free
-            k = bmax if (last < n and a[last] <= t) else bisect_right(a, t, i, min(i + bmax, n)) - i
+            full = last < n and a[last] <= t
+        if pref:
+            k = bisect_right(a, t, i, min(i + bmax, n)) - i  # waiting, up to max_batch
+            if k >= trigger:  # a preferred size can be formed: the largest that fits
+                k = pref[bisect_right(pref, k) - 1]
         elif full:
             k = bmax
         else:
