@@ -7,7 +7,11 @@ the latency curve measured beforehand by ``profile_latency`` (the prediction a u
 its p99 and throughput are compared with the measured ones. A second replay uses the batch times
 the real run measured, which isolates the batching logic from the curve's accuracy.
 
-Usage: PYTHONPATH=src python3 benchmarks/bench_batcher.py [--requests 1500] [--load 0.5]
+``--model sleep`` replaces the encoder with ``time.sleep`` of a fixed curve (2 ms + 0.25 ms per
+request): the service times are then known exactly, so the comparison tests the batching policy
+and the asyncio timing alone, free of the CPU model's noise on a shared machine.
+
+Usage: PYTHONPATH=src python3 benchmarks/bench_batcher.py [--requests 1500] [--load 0.5] [--model encoder|sleep]
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 from typing import Any
 
 import numpy as np
@@ -30,8 +35,33 @@ from whyidle.tune.simulate import Settings, percentile_ns, simulate
 SETTINGS = (Settings(1, 0), Settings(4, 2_000_000), Settings(8, 4_000_000), Settings(16, 8_000_000), Settings(32, 8_000_000))
 
 
+def _sleep_ns(k: int) -> int:
+    return 2_000_000 + 250_000 * k
+
+
+class SleepCurve:
+    """A latency curve known exactly: the sleep model's."""
+
+    def __init__(self, max_batch: int) -> None:
+        self.batch_sizes = tuple(range(1, max_batch + 1))
+        self.median_ns = tuple(float(_sleep_ns(k)) for k in self.batch_sizes)
+        self.p90_ns = None
+
+    def service_table(self, b: int) -> list[int]:
+        return [0] + [_sleep_ns(k) for k in range(1, b + 1)]
+
+    def sigma_table(self, b: int) -> list[float]:
+        return [0.0] * (b + 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sleep_ns": "2 ms + 0.25 ms x batch"}
+
+
 def run_real(model: Any, x1: Any, st: Settings, arrivals_s: np.ndarray) -> list[dict[str, int]]:
     def run_batch(items: list[int]) -> list[int]:
+        if model is None:
+            time.sleep(_sleep_ns(len(items)) / 1e9)
+            return items
         with torch.inference_mode():
             model(x1.repeat(len(items), 1, 1))
         return items
@@ -78,14 +108,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=1500)
     ap.add_argument("--load", type=float, default=0.5, help="offered rate as a share of the capacity without batching (1 / latency at batch 1)")
+    ap.add_argument("--model", choices=("encoder", "sleep"), default="encoder")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    model, x1 = cpu_encoder()
+    model, x1 = cpu_encoder() if args.model == "encoder" else (None, None)
     rows = []
     for i, st in enumerate(SETTINGS):
         # the curve is measured again before each setting: on a shared machine its speed drifts
-        curve = profile_latency(model, x1, [b for b in (1, 2, 4, 8, 16, 32) if b <= max(st.max_batch, 2)], warmup=5, iters=30)
+        if model is None:
+            curve: Any = SleepCurve(32)
+        else:
+            curve = profile_latency(model, x1, [b for b in (1, 2, 4, 8, 16, 32) if b <= max(st.max_batch, 2)], warmup=5, iters=30)
         print("  curve (ms):", ", ".join(f"{b}: {m / 1e6:.2f} (p90 {q / 1e6:.2f})" for b, m, q in zip(curve.batch_sizes, curve.median_ns, curve.p90_ns or curve.median_ns)))
         rate = args.load / (curve.median_ns[0] / 1e9)  # the same share of the no-batching capacity for all
         r = compare(model, x1, curve, st, rate, args.requests, seed=i)
