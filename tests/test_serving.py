@@ -172,6 +172,9 @@ def test_serving_command_with_the_real_serving_trace(tmp_path: Path, capsys: pyt
     doc = json.loads(capsys.readouterr().out)
     assert doc["verdict"]["group"] == "insufficient_demand" and doc["verdict"]["cause"] == "idle_host"
     assert 0.05 < doc["device_busy_share"] < 0.07
+    page = tmp_path / "serving.html"
+    assert main(["serving", str(log), "--device-busy", "0.06", "-o", str(page)]) == 0
+    assert "insufficient_demand/idle_host" in page.read_text() and "whyidle-data" in page.read_text()
     import whyidle
 
     # The trace's own attribution has the demand finding from the thread blocked in queue.get

@@ -28,7 +28,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-batch", type=int, help="the server's configured max batch size (default: the largest batch in the log)")
     p.add_argument("--slo-ms", type=float, help="the latency objective, ms (written into the suggested tuner command)")
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
-    p.add_argument("-o", "--output", help="write the diagnosis here (.json: JSON, else text)")
+    p.add_argument("-o", "--output", help="write the diagnosis here (.json: JSON, .html: a page, else text)")
     p.set_defaults(run=run)
 
 
@@ -48,10 +48,15 @@ def run(args: argparse.Namespace) -> int:
         util = diagnose(args.trace).utilization
         busy, basis = util.busy_fraction, f"{args.trace}: device busy over its own window, taken as the log's period"
     d = diagnose_requests(log, device_busy_share=busy, device_busy_basis=basis, slo_ms=args.slo_ms, max_batch=args.max_batch)
-    from whyidle.render.batching import serving_text
+    from whyidle.render.batching import serving_html, serving_text
 
     out = args.output or ""
-    text = json.dumps(d.to_dict(), indent=1) + "\n" if (args.json or out.endswith(".json")) else serving_text(d)
+    if args.json or out.endswith(".json"):
+        text = json.dumps(d.to_dict(), indent=1) + "\n"
+    elif out.endswith((".html", ".htm")):
+        text = serving_html(d)
+    else:
+        text = serving_text(d)
     if out:
         write_atomic(out, text)
     else:

@@ -12,7 +12,7 @@ from whyidle.tune.latency import LatencyProfile
 from whyidle.tune.servers import all_servers
 from whyidle.tune.serving import ServingDiagnosis
 
-__all__ = ["batching_text", "batching_dict", "batching_html", "serving_text", "frontier_svg"]
+__all__ = ["batching_text", "batching_dict", "batching_html", "serving_text", "serving_html", "frontier_svg"]
 
 
 def _ms(ns: float) -> str:
@@ -146,3 +146,20 @@ def serving_text(d: ServingDiagnosis) -> str:
     for s in d.skipped:
         out.append(f"  skipped: {s}")
     return "\n".join(out) + "\n"
+
+
+def serving_html(d: ServingDiagnosis) -> str:
+    """One offline page: the causes as bars over the window, the text report, the data as JSON."""
+    colours = {"insufficient_demand": "#cc79a7", "underfilled": "#e69f00", "starvation": "#d55e00"}
+    bars = "".join(
+        f'<div style="margin:2px 0"><span style="display:inline-block;width:{max(c.share_of_window, 0.002) * 400:.0f}px;'
+        f'height:14px;background:{colours.get(c.group, "#999")}"></span> {html.escape(c.key)} {c.share_of_window:.0%}</div>'
+        for c in d.causes
+    )
+    data = html.escape(json.dumps(d.to_dict()))
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>whyidle serving</title></head><body>"
+        "<h1>Why the serving GPU is idle</h1><p>Share of the log's window per cause:</p>"
+        f"{bars}<pre>{html.escape(serving_text(d))}</pre>"
+        f"<script type='application/json' id='whyidle-data'>{data}</script></body></html>\n"
+    )
