@@ -18,6 +18,8 @@ Serving (docs/batching.md)::
     curve = whyidle.profile_latency(model, example_input, batch_sizes=(1, 8, 32))
     log = whyidle.load_requests("requests.jsonl")
     result = whyidle.tune_batching(curve, traffic, slo_ns=50_000_000)
+
+Sweeps (``whyidle sweep sweep.py:make``): ``make(cfg: whyidle.Trial) -> whyidle.Workload``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
     )
     from whyidle.sources import load
     from whyidle.timeline import Kind, Lane, Timeline
+    from whyidle.tune.trial import Trial, TrialResult, Workload
 
 __all__ = [
     "__version__",
@@ -70,9 +73,12 @@ __all__ = [
     "Skipped",
     "Timeline",
     "TraceFormatError",
+    "Trial",
+    "TrialResult",
     "UnsupportedInputError",
     "UsageError",
     "WhyidleError",
+    "Workload",
     "diagnose",
     "handler",
     "load",
@@ -108,6 +114,9 @@ _LAZY = {
     "profile_latency": "whyidle.tune.latency",
     "load_requests": "whyidle.sources.requestlog",
     "tune_batching": "whyidle.tune.batching",
+    "Trial": "whyidle.tune.trial",
+    "TrialResult": "whyidle.tune.trial",
+    "Workload": "whyidle.tune.trial",
 }
 
 

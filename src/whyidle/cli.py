@@ -20,7 +20,7 @@ from whyidle.errors import MissingExtraError, UsageError, WhyidleError
 __all__ = ["main", "run", "COMMANDS"]
 
 # Subcommand modules, in the order `whyidle --help` lists them.
-COMMANDS = ("diagnose", "compare", "demo", "lab", "watch", "convert", "scaling", "serving", "batching")
+COMMANDS = ("diagnose", "compare", "demo", "lab", "sweep", "watch", "convert", "scaling", "serving", "batching")
 
 EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
 EXIT_PIPE = 141  # the reader of stdout went away (| head): 128 + SIGPIPE, as a shell reports it

@@ -176,3 +176,51 @@ class Config:
     # --- CI gates (CLI) ----------------------------------------------------------------------
     fail_on_groups: tuple[str, ...] = field(default_factory=tuple)
     min_busy_fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """The rules of ``whyidle sweep`` (tune/search.py, tune/measure.py, tune/guard.py)."""
+
+    # --- steady state (one trial) --------------------------------------------------------------
+    # Measured steps are grouped in windows of at least this many steps and this much time;
+    # samples/s is computed per window. Scheduler noise on a busy 2-core host is milliseconds
+    # per step (measured: 5-step windows of 0.3 ms steps spread +-90% while 8 agents shared the
+    # machine), so a window lasts at least 200 ms.
+    window_steps: int = 5
+    window_min_ns: int = 200_000_000
+    # A trial is steady when the last `steady_windows` windows' samples/s lie within this share of
+    # their median (max - min <= tolerance x median). Triton's perf_analyzer declares a measurement
+    # stable when its last 3 windows agree within --stability-percentage, default 10%.
+    steady_windows: int = 3
+    steady_tolerance: float = 0.10
+
+    # --- plateau (the batch search) ------------------------------------------------------------
+    # Doubling stops when the best samples/s of the last `plateau_tries` trials gains less than
+    # `plateau_gain` over the trial before them. Triton's Model Analyzer uses a 5% minimum gain
+    # (THROUGHPUT_MINIMUM_GAIN) over its last 4 tries (THROUGHPUT_MINIMUM_CONSECUTIVE_*_TRIES);
+    # a training trial costs seconds, not a perf_analyzer window, so two tries after the reference.
+    plateau_gain: float = 0.05
+    plateau_tries: int = 2
+    # At the memory edge (a batch ran out of memory while the previous one still gained), the
+    # search bisects between the two this many times (each bisection halves the uncertainty).
+    bisect_steps: int = 2
+    # Bisected batch sizes are rounded down to a multiple of this (tensor-core friendly shapes;
+    # NVIDIA's performance guide asks for multiples of 8 for fp16/bf16 GEMMs).
+    batch_multiple: int = 8
+
+    # --- levers --------------------------------------------------------------------------------
+    # A lever is kept only when it beats the configuration it would replace by at least this
+    # share of samples/s (the same 5% as the plateau: smaller gains are within the run-to-run
+    # spread of a short trial on a shared machine).
+    keep_gain: float = 0.05
+
+    # --- quality guard -------------------------------------------------------------------------
+    # Losses compared with the fp32 baseline: the first this many steps (same seed, same batches).
+    guard_steps: int = 20
+    # A lever that changes numerics fails the guard when any of those losses deviates from the
+    # baseline by more than this share of the baseline loss. bf16 autocast on the lab MLP (CPU,
+    # batch 512) deviated 0.07% over 18 steps (measured with examples/sweep_lab.py); torch.testing's
+    # own bf16 tolerance is rtol 1.6e-2 per op, and a loss curve compounds steps, so 5%: a lever
+    # beyond it trains differently, not just with rounding noise.
+    guard_max_rel_dev: float = 0.05

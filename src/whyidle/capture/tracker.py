@@ -31,6 +31,7 @@ fake clock and a fake device.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 import warnings
@@ -254,6 +255,39 @@ class _CopyBlock:
             tr._safe(tr._copy_done, self._t0, tr._now())
 
 
+class _SweepSink:
+    """Streams closed steps to the file ``whyidle sweep`` names in ``WHYIDLE_SWEEP_STEPS`` (one
+    JSON list per line: start, end, data wait, copy, samples), at most every ``every_ns`` and at
+    exit, so the sweep can apply its steady-state rule to a running command and stop it."""
+
+    def __init__(self, path: str, every_ns: int = 200_000_000) -> None:
+        self._f = open(path, "a", buffering=1 << 16)
+        self._rows: list[_Row] = []
+        self._every_ns = every_ns
+        self._next_ns = 0
+        import atexit
+
+        atexit.register(self.flush)
+
+    def add(self, row: _Row, t: int) -> None:
+        self._rows.append(row)
+        if t >= self._next_ns:
+            self._next_ns = t + self._every_ns
+            self.flush()
+
+    def flush(self) -> None:
+        rows, self._rows = self._rows, []
+        lines = [f"[{r[1]},{r[2]},{r[3]},{r[4]},{r[5] if r[5] is not None else 0}]\n" for r in rows]
+        torch = sys.modules.get("torch")
+        try:
+            if torch is not None and torch.cuda.is_initialized():
+                lines.append(f'{{"peak_device_bytes":{int(torch.cuda.max_memory_allocated())}}}\n')
+        except Exception:  # never disturb the training loop
+            pass
+        self._f.write("".join(lines))
+        self._f.flush()
+
+
 class StepTracker(Generic[T]):
     """Per-step data wait, copy time, device time and samples/s. See the module docstring."""
 
@@ -281,6 +315,7 @@ class StepTracker(Generic[T]):
         self._loop_line = ""
         self._info = LoaderInfo.of(loader)
         self._copy_depth = 0
+        self._sink: _SweepSink | None = None  # set by track() under `whyidle sweep`
 
     # -- failing open ---------------------------------------------------------------------------
     def _fail(self, exc: BaseException) -> None:
@@ -311,6 +346,8 @@ class StepTracker(Generic[T]):
         self._open = None
         row: _Row = [o.number, o.start_ns, t, o.data_wait_ns, o.copy_ns, o.samples, None]
         self._steps.append(row)
+        if self._sink is not None:
+            self._sink.add(row, t)
         if self._timer is not None and o.mark_a is not None:
             self._pending.append((row, o.mark_a, self._timer.mark()))
             self._poll(wait=False)
@@ -505,5 +542,12 @@ def track(
             pass
         except Exception as exc:  # CUDA present but unusable: measure host time, say why
             warnings.warn(f"whyidle.track: no device timing ({type(exc).__name__}: {exc})", RuntimeWarning, stacklevel=2)
-    return StepTracker(loader, batch_size=batch_size, skip_first=skip_first, device_timer=timer, clock=clock, device=label)
+    tr = StepTracker(loader, batch_size=batch_size, skip_first=skip_first, device_timer=timer, clock=clock, device=label)
+    sink = os.environ.get("WHYIDLE_SWEEP_STEPS")  # running under `whyidle sweep -- COMMAND`
+    if sink:
+        try:
+            tr._sink = _SweepSink(sink)
+        except OSError as exc:
+            warnings.warn(f"whyidle.track: cannot stream steps to {sink} ({exc}); the sweep cannot measure this run", RuntimeWarning, stacklevel=2)
+    return tr
 

@@ -1,0 +1,244 @@
+"""A sweep's outputs: JSON (schema ``whyidle.sweep/1.0``), the terminal table, and the HTML page.
+
+All three read only the :class:`~whyidle.tune.search.Sweep`. The HTML page follows the report's
+conventions (render/html.py): one offline file, the report's scoped styles, every string
+escaped, a Content-Security-Policy with no network access; it needs no script (the plots are
+inline SVG drawn here).
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import math
+from typing import Any
+
+import msgspec
+
+from whyidle import __version__
+from whyidle.config import SweepConfig
+from whyidle.tune.search import Sweep
+from whyidle.tune.trial import Trial, TrialResult
+
+__all__ = ["SWEEP_SCHEMA", "sweep_to_dict", "render_sweep_json", "render_sweep_terminal", "render_sweep_html", "series_of"]
+
+SWEEP_SCHEMA = "whyidle.sweep/1.0"
+
+
+def _e(s: object) -> str:
+    return html.escape(str(s))
+
+
+def _result(r: TrialResult) -> dict[str, Any]:
+    d: dict[str, Any] = msgspec.to_builtins(r)
+    d["trial"] = msgspec.to_builtins(r.trial)
+    d["label"] = r.trial.label()
+    return d
+
+
+def speedup(sw: Sweep) -> float | None:
+    b, base = sw.best, sw.baseline
+    if b is None or base is None or not b.samples_per_s or not base.samples_per_s:
+        return None
+    return b.samples_per_s / base.samples_per_s
+
+
+def sweep_to_dict(sw: Sweep, cfg: SweepConfig | None = None) -> dict[str, Any]:
+    best = sw.best
+    return {
+        "schema": SWEEP_SCHEMA,
+        "whyidle_version": __version__,
+        "space": msgspec.to_builtins(sw.space),
+        "rules": msgspec.to_builtins(cfg or SweepConfig()),
+        "batch": msgspec.to_builtins(sw.batch),
+        "trials": [{"stage": e.stage, "decision": e.decision, "kept": e.kept, "guard": msgspec.to_builtins(e.guard) if e.guard else None, **_result(e.result)} for e in sw.entries],
+        "baseline": _result(sw.baseline) if sw.baseline else None,
+        "best": {**_result(best), "code": best.trial.as_code()} if best else None,
+        "speedup_vs_baseline": speedup(sw),
+        "notes": list(sw.notes),
+    }
+
+
+def render_sweep_json(sw: Sweep, cfg: SweepConfig | None = None) -> str:
+    return msgspec.json.format(msgspec.json.encode(sweep_to_dict(sw, cfg)), indent=2).decode() + "\n"
+
+
+def _rate(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v / 1e6:.2f}M" if v >= 1e6 else f"{v / 1e3:.1f}k" if v >= 1e4 else f"{v:.0f}"
+
+
+def _mib(b: int | None) -> str:
+    return "-" if b is None else f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.0f} MiB"
+
+
+def _ms(ns: int | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.1f}"
+
+
+def _peak(r: TrialResult) -> str:
+    if r.peak_device_bytes is not None:
+        return _mib(r.peak_device_bytes)
+    return _mib(r.peak_host_bytes) + (" host" if r.peak_host_bytes is not None else "")
+
+
+def _summary_lines(sw: Sweep) -> list[str]:
+    out = []
+    b = sw.batch
+    if b.chosen is not None:
+        why = "plateau" if b.plateau else f"memory edge at {b.edge}" if b.edge_status in ("oom", "killed") else f"{b.edge_status} at {b.edge}" if b.edge else "the end of the range"
+        out.append(f"batch size: {b.chosen} chosen (best samples/s at {b.best}; search ended at {why})")
+        out.append(f"rule: {b.rule}")
+    if sw.best is not None:
+        sp = speedup(sw)
+        out.append(f"recommended: {sw.best.trial.label()} -> {_rate(sw.best.samples_per_s)} samples/s" + (f" ({sp:.2f}x the first configuration)" if sp else ""))
+    out.extend(f"note: {n}" for n in sw.notes)
+    return out
+
+
+def render_sweep_terminal(sw: Sweep, width: int = 100, color: bool = False) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="whyidle sweep", title_justify="left", expand=False)
+    for col, just in (("#", "right"), ("stage", "left"), ("configuration", "left"), ("status", "left"), ("samples/s", "right"), ("spread", "right"), ("step p50 ms", "right"), ("data wait", "right"), ("peak memory", "right"), ("decision", "left")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for i, e in enumerate(sw.entries, 1):
+        r = e.result
+        spread = f"±{(r.samples_per_s_max - r.samples_per_s_min) / 2 / r.samples_per_s:.0%}" if r.samples_per_s and r.samples_per_s_max is not None and r.samples_per_s_min is not None else "-"
+        dw = f"{r.data_wait_share:.0%}" if r.data_wait_share is not None else "-"
+        status = r.status + (" (cached)" if r.cached else "") + ("" if r.steady or not r.ok else " unsteady")
+        decision = e.decision
+        if e.guard is not None:
+            decision += f" [guard: {e.guard.message}]"
+        if r.graph_breaks is not None:
+            decision += f" [compile: {r.graph_breaks} graph break(s), {r.compiled_graphs} graph(s), warm-up {r.warmup_ns / 1e9:.1f} s]"
+        if not r.ok and r.message:
+            decision += f" ({r.message})"
+        t.add_row(str(i), e.stage, r.trial.label(), status, _rate(r.samples_per_s), spread, _ms(r.step_ns_p50), dw, _peak(r), ("* " if e.kept else "") + decision)
+    console = Console(width=width, record=True, color_system="standard" if color else None, force_terminal=color, file=io.StringIO())
+    console.print(t)
+    for line in _summary_lines(sw):
+        console.print(line, highlight=False, markup=False)
+    if sw.best is not None:
+        console.print("\nas code:", highlight=False)
+        console.print(sw.best.trial.as_code(), highlight=False, markup=False)
+    return console.export_text(styles=color)
+
+
+# -- HTML ------------------------------------------------------------------------------------
+
+_PALETTE = ("#3b6fb6", "#e03e2d", "#4f9d69", "#9c5fb5", "#f28e2b", "#1fa3c4", "#d05fae", "#8d8d8d")
+
+
+def series_of(sw: Sweep) -> dict[str, list[TrialResult]]:
+    """Successful trials grouped by everything but the batch size (one plot line each)."""
+    out: dict[str, list[TrialResult]] = {}
+    for e in sw.entries:
+        r = e.result
+        if not r.ok:
+            continue
+        rest = r.trial.changes(Trial(batch_size=r.trial.batch_size, seed=r.trial.seed, device=r.trial.device))
+        name = ", ".join(f"{k}={v}" for k, v in rest.items()) or "baseline levers"
+        out.setdefault(name, []).append(r)
+    for v in out.values():
+        v.sort(key=lambda r: r.trial.batch_size)
+    return out
+
+
+def _svg(series: dict[str, list[TrialResult]], value: Any, title: str, fmt: Any) -> str:
+    pts = [(r.trial.batch_size, value(r)) for rs in series.values() for r in rs if value(r) is not None]
+    if not pts:
+        return ""
+    w, h, ml, mb, mt, mr = 640, 240, 70, 36, 24, 16
+    xs = [math.log2(p[0]) for p in pts]
+    x0, x1 = min(xs), max(xs)
+    x1 = x1 if x1 > x0 else x0 + 1
+    y1 = max(p[1] for p in pts) * 1.1 or 1.0
+
+    def X(b: int) -> float:
+        return ml + (math.log2(b) - x0) / (x1 - x0) * (w - ml - mr)
+
+    def Y(v: float) -> float:
+        return h - mb - v / y1 * (h - mb - mt)
+
+    parts = [f'<svg class="wi-steps-svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{_e(title)}">']
+    parts.append(f'<text x="{ml}" y="14" font-size="12">{_e(title)}</text>')
+    parts.append(f'<line x1="{ml}" y1="{h - mb}" x2="{w - mr}" y2="{h - mb}" stroke="#999"/><line x1="{ml}" y1="{mt}" x2="{ml}" y2="{h - mb}" stroke="#999"/>')
+    for b in sorted({p[0] for p in pts}):
+        parts.append(f'<text x="{X(b):.1f}" y="{h - mb + 14}" font-size="10" text-anchor="middle">{b}</text>')
+    for frac in (0.0, 0.5, 1.0):
+        v = y1 / 1.1 * frac
+        parts.append(f'<text x="{ml - 6}" y="{Y(v) + 3:.1f}" font-size="10" text-anchor="end">{_e(fmt(v))}</text>')
+    parts.append(f'<text x="{(ml + w) / 2:.0f}" y="{h - 4}" font-size="10" text-anchor="middle">batch size (log scale)</text>')
+    for i, (name, rs) in enumerate(series.items()):
+        col = _PALETTE[i % len(_PALETTE)]
+        xy = [(X(r.trial.batch_size), Y(value(r))) for r in rs if value(r) is not None]
+        if len(xy) > 1:
+            parts.append(f'<polyline fill="none" stroke="{col}" stroke-width="2" points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in xy)}"/>')
+        for x, y in xy:
+            parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3.5" fill="{col}"><title>{_e(name)}</title></circle>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _legend(series: dict[str, list[TrialResult]]) -> str:
+    items = "".join(f'<span class="wi-chip"><span class="wi-sw" style="background:{_PALETTE[i % len(_PALETTE)]}"></span>{_e(n)}</span> ' for i, n in enumerate(series))
+    return f'<div class="wi-legend">{items}</div>'
+
+
+def render_sweep_html(sw: Sweep, cfg: SweepConfig | None = None) -> str:
+    from whyidle.render._html_assets import CSS
+
+    series = series_of(sw)
+    best = sw.best
+    sp = speedup(sw)
+    cards = ""
+    if best is not None:
+        cards = (
+            '<div class="wi-cards">'
+            f'<div class="wi-card"><div class="k">best samples/s</div><div class="v">{_e(_rate(best.samples_per_s))}</div><div class="d">{_e(best.trial.label())}</div></div>'
+            f'<div class="wi-card"><div class="k">vs the first configuration</div><div class="v">{_e(f"{sp:.2f}x" if sp else "-")}</div></div>'
+            f'<div class="wi-card"><div class="k">batch size</div><div class="v">{_e(sw.batch.chosen)}</div><div class="d">{_e("plateau" if sw.batch.plateau else "edge or end of range")}</div></div>'
+            f'<div class="wi-card"><div class="k">trials</div><div class="v">{len(sw.entries)}</div></div>'
+            "</div>"
+        )
+    rows = []
+    for i, e in enumerate(sw.entries, 1):
+        r = e.result
+        guard = e.guard.message if e.guard else ""
+        msg = r.message if not r.ok else ""
+        rows.append(
+            "<tr>"
+            + "".join(
+                f"<td>{_e(c)}</td>"
+                for c in (i, e.stage, r.trial.label(), r.status, _rate(r.samples_per_s), _ms(r.step_ns_p50), _ms(r.step_ns_p95), f"{r.data_wait_share:.0%}" if r.data_wait_share is not None else "-", _peak(r), ("kept: " if e.kept else "") + e.decision, guard, msg)
+            )
+            + "</tr>"
+        )
+    heads = "".join(f"<th>{h}</th>" for h in ("#", "stage", "configuration", "status", "samples/s", "step p50 ms", "step p95 ms", "data wait", "peak memory", "decision", "quality guard", "message"))
+    table = f'<div class="wi-table-wrap"><table class="wi-gaps"><thead><tr>{heads}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+    plots = _svg(series, lambda r: r.samples_per_s, "samples/s by batch size", _rate) + _svg(
+        series, lambda r: r.peak_device_bytes if r.peak_device_bytes is not None else r.peak_host_bytes, "peak memory by batch size (device, or host RSS on CPU)", _mib
+    )
+    code = f"<section><h2>The recommended configuration</h2><pre>{_e(best.trial.as_code())}</pre></section>" if best else ""
+    summary = "".join(f"<p>{_e(line)}</p>" for line in _summary_lines(sw))
+    body = (
+        '<div class="wi">'
+        '<h1><span class="wi-brand">whyidle</span> · sweep</h1>'
+        f'<p class="wi-sub">{len(sw.entries)} trials, each in a fresh process; warm-up excluded; samples/s is the median over steady windows</p>'
+        f"{cards}<section><h2>Throughput and memory</h2>{_legend(series)}{plots}</section>{code}"
+        f"<section><h2>Summary</h2>{summary}</section><section><h2>Trials</h2>{table}</section>"
+        f'<p class="wi-foot">Generated by whyidle {_e(__version__)}; a self-contained file, no network access needed.</p>'
+        "</div>"
+    )
+    csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<title>whyidle sweep</title>"
+        f'<style>{CSS}</style></head><body style="margin:0">{body}</body></html>\n'
+    )
