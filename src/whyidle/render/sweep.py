@@ -9,7 +9,6 @@ inline SVG drawn here).
 from __future__ import annotations
 
 import html
-import io
 import math
 from typing import Any
 
@@ -97,34 +96,52 @@ def _summary_lines(sw: Sweep) -> list[str]:
     return out
 
 
-def render_sweep_terminal(sw: Sweep, width: int = 100, color: bool = False) -> str:
-    from rich.console import Console
-    from rich.table import Table
+def _table(heads: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
 
-    t = Table(title="whyidle sweep", title_justify="left", expand=False)
-    for col, just in (("#", "right"), ("stage", "left"), ("configuration", "left"), ("status", "left"), ("samples/s", "right"), ("spread", "right"), ("step p50 ms", "right"), ("data wait", "right"), ("peak memory", "right"), ("decision", "left")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(heads), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+
+
+def render_sweep_terminal(sw: Sweep, width: int = 100, color: bool = False) -> str:
+    """Plain text (no colour): the trials table, the batch outcome, the recommendation as code.
+    Decisions and messages go on an indented line under their trial when the table would not fit."""
+    heads = ["#", "stage", "configuration", "status", "samples/s", "spread", "step p50 ms", "data wait", "peak memory"]
+    rows: list[list[str]] = []
+    notes: list[str] = []
     for i, e in enumerate(sw.entries, 1):
         r = e.result
         spread = f"±{(r.samples_per_s_max - r.samples_per_s_min) / 2 / r.samples_per_s:.0%}" if r.samples_per_s and r.samples_per_s_max is not None and r.samples_per_s_min is not None else "-"
         dw = f"{r.data_wait_share:.0%}" if r.data_wait_share is not None else "-"
         status = r.status + (" (cached)" if r.cached else "") + ("" if r.steady or not r.ok else " unsteady")
-        decision = e.decision
+        decision = ("* " if e.kept else "") + e.decision
         if e.guard is not None:
-            decision += f" [guard: {e.guard.message}]"
+            decision += f" [quality guard: {e.guard.message}]"
         if r.graph_breaks is not None:
             decision += f" [compile: {r.graph_breaks} graph break(s), {r.compiled_graphs} graph(s), warm-up {r.warmup_ns / 1e9:.1f} s]"
         if not r.ok and r.message:
             decision += f" ({r.message})"
-        t.add_row(str(i), e.stage, r.trial.label(), status, _rate(r.samples_per_s), spread, _ms(r.step_ns_p50), dw, _peak(r), ("* " if e.kept else "") + decision)
-    console = Console(width=width, record=True, color_system="standard" if color else None, force_terminal=color, file=io.StringIO())
-    console.print(t)
-    for line in _summary_lines(sw):
-        console.print(line, highlight=False, markup=False)
+        rows.append([str(i), e.stage, r.trial.label(), status, _rate(r.samples_per_s), spread, _ms(r.step_ns_p50), dw, _peak(r)])
+        notes.append(decision.strip())
+    table = _table(heads, rows, {0, 4, 5, 6, 7, 8})
+    out = ["whyidle sweep", ""]
+    fits = max(len(t) for t in table) + max((len(n) for n in notes), default=0) + 2 <= width
+    if fits:
+        out += [table[0] + "  decision" if table[0] else "", table[1] + "  --------"]
+        out += [f"{t.ljust(len(table[1]))}  {n}".rstrip() for t, n in zip(table[2:], notes)]
+    else:
+        out += table[:2]
+        for t, n in zip(table[2:], notes):
+            out.append(t)
+            if n:
+                out.append(f"      {n}")
+    out.append("")
+    out += _summary_lines(sw)
     if sw.best is not None:
-        console.print("\nas code:", highlight=False)
-        console.print(sw.best.trial.as_code(), highlight=False, markup=False)
-    return console.export_text(styles=color)
+        out += ["", "as code:", sw.best.trial.as_code()]
+    return "\n".join(out) + "\n"
 
 
 # -- HTML ------------------------------------------------------------------------------------
