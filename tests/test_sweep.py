@@ -416,3 +416,23 @@ def test_usage_errors_are_one_line_and_exit_2(argv: list[str], needle: str, caps
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_tracker_streams_its_steps_when_a_sweep_asks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from whyidle.capture.tracker import track
+    from whyidle.tune.runner import read_steps
+
+    path = tmp_path / "steps.jsonl"
+    monkeypatch.setenv(STEPS_ENV, str(path))
+    ticks = iter(range(0, 10**12, 50_000_000))  # 50 ms per clock read
+    tr = track([[1, 2, 3]] * 6, device="cpu", clock=lambda: next(ticks))
+    for _ in tr:
+        pass
+    assert tr._sink is not None
+    tr._sink.flush()  # what the exit handler does
+    rows, peak = read_steps(path)
+    assert [r[4] for r in rows] == [3] * 6 and peak is None
+    assert [r[1] - r[0] for r in rows] == [100_000_000] * 6  # two clock reads per step
+    assert rows == [[s.start_ns, s.end_ns, s.data_wait_ns, s.copy_ns, s.samples] for s in tr.stats().steps]
+    monkeypatch.delenv(STEPS_ENV)
+    assert track([1], device="cpu")._sink is None

@@ -57,12 +57,9 @@ class LabSpec:
     seed: int = 0
 
     def loader_kwargs(self) -> dict[str, Any]:
-        kw: dict[str, Any] = {"num_workers": self.num_workers, "pin_memory": self.pin_memory}
-        if self.num_workers > 0:
-            kw["persistent_workers"] = self.persistent_workers
-            if self.prefetch_factor is not None:
-                kw["prefetch_factor"] = self.prefetch_factor
-        return kw
+        from whyidle.tune.trial import dataloader_kwargs
+
+        return dataloader_kwargs(self.num_workers, self.pin_memory, self.persistent_workers, self.prefetch_factor)
 
 
 def spec_for(flaw: str, device: str, steps: int | None = None, profile_steps: int | None = None) -> LabSpec:
@@ -164,7 +161,7 @@ class CycleLoader:
 
     def __init__(self, batches: list[tuple[Any, Any]], n: int, pin_memory: bool = False) -> None:
         if pin_memory:
-            batches = [tuple(t.pin_memory() for t in b) for b in batches]  # type: ignore[misc]
+            batches = [tuple(t.pin_memory() for t in b) for b in batches]
         self.batches, self.n = batches, n
         self.num_workers = 0
         self.pin_memory = pin_memory

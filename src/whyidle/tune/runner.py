@@ -163,12 +163,11 @@ class _Limits:
     time_limit_s: float
 
 
-class FunctionRunner:
-    """The Python form: ``python -m whyidle.tune.child`` measures ``target(trial)`` in a new process."""
+class _ProcessRunner:
+    """What both runners hold: the limits, the rules and the injected launcher, clock and sleep."""
 
     def __init__(
         self,
-        target: str,
         *,
         warmup: int,
         max_steps: int,
@@ -177,13 +176,19 @@ class FunctionRunner:
         launcher: Launcher | None = None,
         clock: Callable[[], int] = time.monotonic_ns,
         sleep: Callable[[float], None] = time.sleep,
-        python: str = sys.executable,
     ) -> None:
-        self.target = target
         self.limits = _Limits(warmup, max_steps, time_limit_s)
         self.config = config or SweepConfig()
         self.launcher = launcher or PosixLauncher(sleep)
-        self.clock, self.sleep, self.python = clock, sleep, python
+        self.clock, self.sleep = clock, sleep
+
+
+class FunctionRunner(_ProcessRunner):
+    """The Python form: ``python -m whyidle.tune.child`` measures ``target(trial)`` in a new process."""
+
+    def __init__(self, target: str, *, python: str = sys.executable, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.target, self.python = target, python
 
     def run(self, trial: Trial) -> TrialResult:
         from whyidle.tune.child import Request
@@ -301,26 +306,12 @@ def measure_records(rows: list[list[int]], warmup: int, max_steps: int, cfg: Swe
     return m
 
 
-class CommandRunner:
+class CommandRunner(_ProcessRunner):
     """The plain form: run the command with the trial's values, measure it with the step tracker."""
 
-    def __init__(
-        self,
-        template: Sequence[str],
-        *,
-        warmup: int,
-        max_steps: int,
-        time_limit_s: float,
-        config: SweepConfig | None = None,
-        launcher: Launcher | None = None,
-        clock: Callable[[], int] = time.monotonic_ns,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
+    def __init__(self, template: Sequence[str], **kw: Any) -> None:
+        super().__init__(**kw)
         self.template = list(template)
-        self.limits = _Limits(warmup, max_steps, time_limit_s)
-        self.config = config or SweepConfig()
-        self.launcher = launcher or PosixLauncher(sleep)
-        self.clock, self.sleep = clock, sleep
 
     def run(self, trial: Trial) -> TrialResult:
         lim, cfg = self.limits, self.config

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import msgspec
 
-__all__ = ["Trial", "Workload", "TrialResult", "Status", "PRECISIONS", "COMPILE_MODES", "LEVERS"]
+__all__ = ["Trial", "Workload", "TrialResult", "Status", "PRECISIONS", "COMPILE_MODES", "LEVERS", "dataloader_kwargs"]
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 # torch.compile modes (inductor), plus two backends that compile without code generation
@@ -87,12 +87,7 @@ class Trial(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     def loader_kwargs(self) -> dict[str, Any]:
         """``DataLoader`` keyword arguments for the loader levers (only valid combinations)."""
-        kw: dict[str, Any] = {"num_workers": self.num_workers, "pin_memory": self.pin_memory}
-        if self.num_workers > 0:
-            kw["persistent_workers"] = self.persistent_workers
-            if self.prefetch_factor is not None:
-                kw["prefetch_factor"] = self.prefetch_factor
-        return kw
+        return dataloader_kwargs(self.num_workers, self.pin_memory, self.persistent_workers, self.prefetch_factor)
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """``torch.autocast`` for bf16/fp16 on the trial's device; a no-op for fp32 and tf32."""
@@ -149,6 +144,17 @@ class Trial(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         if self.checkpointing:
             lines.append("out = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)  # per block")
         return "\n".join(lines)
+
+
+def dataloader_kwargs(num_workers: int, pin_memory: bool, persistent_workers: bool, prefetch_factor: int | None) -> dict[str, Any]:
+    """``DataLoader`` keyword arguments; the worker-only ones only with workers (DataLoader rejects
+    ``prefetch_factor`` and ignores ``persistent_workers`` without them)."""
+    kw: dict[str, Any] = {"num_workers": num_workers, "pin_memory": pin_memory}
+    if num_workers > 0:
+        kw["persistent_workers"] = persistent_workers
+        if prefetch_factor is not None:
+            kw["prefetch_factor"] = prefetch_factor
+    return kw
 
 
 def _count_skips(scaler: Any) -> None:
