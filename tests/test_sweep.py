@@ -408,11 +408,14 @@ def test_html_escapes_messages() -> None:
         (["sweep", "nowhere.py:make"], "nowhere.py: no such file"),
         (["sweep", "--", "python", "t.py", "--bs", "{bs}"], "unknown placeholder 'bs'"),
         (["sweep", "spec.py:make", "-o", "x.pdf"], "cannot tell the output format"),
+        (["sweep", "spec.py:make", "--from-report", "spec.py"], "--from-report spec.py: not JSON"),
+        (["sweep", "spec.py:make", "--from-report", "list.json"], "no 'findings' list"),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "spec.py").write_text("def make(cfg): raise SystemExit('must not run')\n")
+    (tmp_path / "list.json").write_text("[]")
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err

@@ -157,5 +157,6 @@ def test_the_plain_command_form_measures_a_tracked_script(tmp_path: Path) -> Non
     runner = CommandRunner([sys.executable, str(script), "{batch_size}"], warmup=3, max_steps=50, time_limit_s=60)
     res = runner.run(Trial(batch_size=64))
     assert res.status == "ok", res.message
-    assert res.steady and res.samples_per_s is not None and res.samples_per_s > 0 and res.measured_steps >= 15
-    assert res.wall_ns < 30e9  # stopped once steady, long before its 100,000 steps
+    assert res.samples_per_s is not None and res.samples_per_s > 0 and res.measured_steps >= 15
+    # stopped by a rule (steady, or 50 steps in three windows), long before its 100,000 steps
+    assert (res.steady or res.measured_steps >= 50) and res.wall_ns < 30e9
