@@ -58,3 +58,4 @@ def test_real_mtia_traces_have_device_work() -> None:
     assert "Tensor cores" not in text  # tensor-core name markers are NVIDIA's: nothing to say here
     train = diagnose(shared_trace("hta/mtia_trace_single_rank__mtia_rank_0.json.gz"))
     assert train.kernels.count == 3453 and train.utilization.busy_ns > 0
+    assert any("(22361 of them are MTIA DMA requests, which carry no correlation id" in q for q in train.quality)

@@ -57,10 +57,14 @@ def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: 
     n_dev = links.device_rows.size
     missing = links.n_device_without_launch
     if has_host and missing:
-        notes.append(
-            f"{missing} of {n_dev} device events ({missing / n_dev:.0%}) have no matching launch on the host "
-            "(dropped CPU events or work launched outside the profiled threads)"
+        unlinked = links.device_rows[links.launch_of < 0]
+        mtia_dma = int(tl.name_mask(lambda s: s.endswith("(MTIA DMA)"), unlinked).sum())
+        why = (
+            f"{mtia_dma} of them are MTIA DMA requests, which carry no correlation id: no capture option links them"
+            if mtia_dma * 2 > missing
+            else "dropped CPU events or work launched outside the profiled threads"
         )
+        notes.append(f"{missing} of {n_dev} device events ({missing / n_dev:.0%}) have no matching launch on the host ({why})")
     if links.unmatched_launch_rows.size:
         notes.append(
             f"{links.unmatched_launch_rows.size} launch calls have no device work in the trace "
