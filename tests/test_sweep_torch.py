@@ -71,6 +71,16 @@ SPEC = textwrap.dedent(
             return loss.detach()
         return whyidle.Workload(step=step, loader=loader, samples_per_step=cfg.batch_size)
 
+    def ragged(cfg):
+        # every fourth batch is one sample short: a compiled model recompiles for the new shape
+        model = cfg.compile_model(torch.nn.Linear(32, 4))
+        loader = [torch.randn(cfg.batch_size - (i % 4 == 3), 32) for i in range(8)]
+        def step(x):
+            loss = model(x).square().mean()
+            loss.backward()
+            return loss.detach()
+        return whyidle.Workload(step=step, loader=loader, samples_per_step=cfg.batch_size)
+
     def broken(cfg):
         if cfg.batch_size == 16:
             raise ValueError("this trial raises")
@@ -160,3 +170,11 @@ def test_the_plain_command_form_measures_a_tracked_script(tmp_path: Path) -> Non
     assert res.samples_per_s is not None and res.samples_per_s > 0 and res.measured_steps >= 15
     # stopped by a rule (steady, or 50 steps in three windows), long before its 100,000 steps
     assert (res.steady or res.measured_steps >= 50) and res.wall_ns < 30e9
+
+
+def test_compile_counts_recompilations_with_their_reasons(spec: Path) -> None:
+    res = FunctionRunner(f"{spec}:ragged", warmup=2, max_steps=20, time_limit_s=60).run(Trial(batch_size=16, compile="eager"))
+    assert res.status == "ok", res.message
+    assert res.recompilations is not None and res.recompilations >= 1
+    assert any("size mismatch" in r for r in res.recompile_reasons), res.recompile_reasons
+    assert res.graph_breaks == 0 and res.compiled_graphs is not None and res.compiled_graphs >= 2

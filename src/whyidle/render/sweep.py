@@ -120,7 +120,7 @@ def render_sweep_terminal(sw: Sweep, width: int = 100, color: bool = False) -> s
         if e.guard is not None:
             decision += f" [quality guard: {e.guard.message}]"
         if r.graph_breaks is not None:
-            decision += f" [compile: {r.graph_breaks} graph break(s), {r.compiled_graphs} graph(s), warm-up {r.warmup_ns / 1e9:.1f} s]"
+            decision += f" [compile: {r.graph_breaks} graph break(s), {r.compiled_graphs} graph(s), {r.recompilations} recompilation(s), warm-up {r.warmup_ns / 1e9:.1f} s]"
         if not r.ok and r.message:
             decision += f" ({r.message})"
         rows.append([str(i), e.stage, r.trial.label(), status, _rate(r.samples_per_s), spread, _ms(r.step_ns_p50), dw, _peak(r)])

@@ -83,7 +83,23 @@ def _setup_torch(trial: Trial) -> Any:
         torch.set_float32_matmul_precision("high")
     if trial.compile != "off":
         torch._dynamo.reset()
+        _watch_recompiles(torch)
     return torch
+
+
+_RECOMPILES: list[str] = []
+
+
+def _watch_recompiles(torch: Any) -> None:
+    """Collect dynamo's recompilation messages (its "recompiles" log artifact) for the result."""
+    import logging
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            _RECOMPILES.append(record.getMessage())
+
+    torch._logging.set_logs(recompiles=True)
+    logging.getLogger("torch._dynamo.guards.__recompiles").addHandler(_Collect())
 
 
 def _uses_cuda(torch: Any, trial: Trial) -> bool:
@@ -117,7 +133,10 @@ def _dynamo(torch: Any) -> dict[str, Any]:
     c: Any = counters
     breaks: dict[str, int] = dict(c.get("graph_break", {}))
     reasons = sorted({str(k).strip().splitlines()[0] for k in breaks})
+    reasons_rc = sorted({ln.strip().lstrip("- ") for m in _RECOMPILES for ln in m.splitlines()[2:] if ln.strip()})
     return {
+        "recompilations": len(_RECOMPILES),
+        "recompile_reasons": reasons_rc[:10],
         "graph_breaks": int(sum(breaks.values())),
         "graph_break_reasons": reasons[:10],
         "compiled_graphs": int(c.get("stats", {}).get("unique_graphs", 0)),

@@ -224,6 +224,8 @@ class TrialResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     graph_breaks: int | None = None  # torch.compile only
     graph_break_reasons: list[str] = []
     compiled_graphs: int | None = None
+    recompilations: int | None = None  # torch.compile only: dynamo's "Recompiling" events
+    recompile_reasons: list[str] = []  # the guard failures that triggered them
     wall_ns: int = 0  # the whole trial, process start to exit
     cached: bool = False
 
