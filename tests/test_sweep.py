@@ -371,7 +371,11 @@ def test_json_output_names_the_plateau_and_the_winning_configuration_as_code() -
     assert doc["schema"] == SWEEP_SCHEMA
     assert [t["trial"]["batch_size"] for t in doc["trials"]] == [16, 32, 64, 128, 256, 64]
     assert doc["batch"]["plateau"] and doc["batch"]["chosen"] == 64
-    assert doc["best"]["trial"] == {"batch_size": 64, "precision": "bf16"}
+    assert doc["best"]["trial"] == {
+        "batch_size": 64, "num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None,
+        "precision": "bf16", "compile": "off", "accumulation": 1, "checkpointing": False, "seed": 0, "device": "auto",
+    }  # fmt: skip
+    assert doc["best"]["label"] == "batch 64, precision=bf16" and doc["best"]["message"] == ""
     assert "torch.autocast(device_type, dtype=torch.bfloat16)" in doc["best"]["code"]
     assert doc["speedup_vs_baseline"] == pytest.approx(8.0)  # 128 samples/s vs 16 at the first trial
     assert doc["rules"]["plateau_gain"] == 0.05 and doc["trials"][-1]["guard"]["passed"]

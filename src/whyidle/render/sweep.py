@@ -28,9 +28,14 @@ def _e(s: object) -> str:
     return html.escape(str(s))
 
 
+def _fields(obj: msgspec.Struct) -> dict[str, Any]:
+    """Every field, defaults included: the JSON keys do not depend on the values."""
+    return {f: msgspec.to_builtins(getattr(obj, f)) for f in obj.__struct_fields__}
+
+
 def _result(r: TrialResult) -> dict[str, Any]:
-    d: dict[str, Any] = msgspec.to_builtins(r)
-    d["trial"] = msgspec.to_builtins(r.trial)
+    d = _fields(r)
+    d["trial"] = _fields(r.trial)
     d["label"] = r.trial.label()
     return d
 
