@@ -443,3 +443,10 @@ def test_the_tracker_streams_its_steps_when_a_sweep_asks(tmp_path: Path, monkeyp
     assert rows == [[s.start_ns, s.end_ns, s.data_wait_ns, s.copy_ns, s.samples] for s in tr.stats().steps]
     monkeypatch.delenv(STEPS_ENV)
     assert track([1], device="cpu")._sink is None
+
+
+def test_the_sweep_says_when_each_trial_starts_and_how_it_ended() -> None:
+    events: list[str] = []
+    r = FakeRunner(lambda t: 100.0 if t.batch_size == 8 else None)
+    run_sweep(Space(batch_lo=8, batch_hi=16), r, on_start=lambda stage, t: events.append(f"start {t.batch_size}"), on_entry=lambda e: events.append(f"{e.result.status} {e.result.trial.batch_size}"))
+    assert events == ["start 8", "ok 8", "start 16", "oom 16", "start 12", "oom 12", "start 10", "oom 10"]  # then two bisections

@@ -147,7 +147,14 @@ def _progress(entry: Any) -> None:
     if entry.guard is not None:
         tail += f" [quality guard: {entry.guard.message}]"
     cached = " (cached)" if r.cached else f" ({r.wall_ns / 1e9:.1f} s)"
-    print(f"whyidle sweep: [{entry.stage}] {r.trial.label()}: {what}{cached}{tail}", file=sys.stderr, flush=True)
+    clear = "\r\x1b[K" if sys.stderr.isatty() else ""  # over the "running..." line
+    print(f"{clear}whyidle sweep: [{entry.stage}] {r.trial.label()}: {what}{cached}{tail}", file=sys.stderr, flush=True)
+
+
+def _started(stage: str, trial: Any) -> None:
+    """On a terminal, a "running..." line that the trial's result line replaces."""
+    if sys.stderr.isatty():
+        print(f"whyidle sweep: [{stage}] {trial.label()}: running...", end="", file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -187,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
 
         context = f"{' '.join(target)}|steps={args.steps}|warmup={args.warmup}"
         runner = CachedRunner(runner, args.cache, context)
-    sw = run_sweep(space, runner, cfg, on_entry=_progress)
+    sw = run_sweep(space, runner, cfg, on_entry=_progress, on_start=_started)
     if fmt == "json":
         out = render_sweep_json(sw, cfg)
     elif fmt == "html":

@@ -129,8 +129,15 @@ def _down(n: int, multiple: int) -> int:
 
 
 class _Search:
-    def __init__(self, space: Space, runner: TrialRunner, cfg: SweepConfig, on_entry: Callable[[Entry], None] | None) -> None:
-        self.space, self.runner, self.cfg, self.on_entry = space, runner, cfg, on_entry
+    def __init__(
+        self,
+        space: Space,
+        runner: TrialRunner,
+        cfg: SweepConfig,
+        on_entry: Callable[[Entry], None] | None,
+        on_start: Callable[[str, Trial], None] | None = None,
+    ) -> None:
+        self.space, self.runner, self.cfg, self.on_entry, self.on_start = space, runner, cfg, on_entry, on_start
         self.sweep = Sweep(space=space)
         self.memo: dict[str, TrialResult] = {}
 
@@ -138,6 +145,8 @@ class _Search:
         key = trial.key()
         if key in self.memo:
             return self.memo[key], None
+        if self.on_start is not None:
+            self.on_start(stage, trial)
         res = self.runner.run(trial)
         self.memo[key] = res
         e = Entry(stage=stage, result=res)
@@ -265,10 +274,17 @@ class _Search:
         return self.decide(e, current)
 
 
-def run_sweep(space: Space, runner: TrialRunner, cfg: SweepConfig | None = None, on_entry: Callable[[Entry], None] | None = None) -> Sweep:
-    """Search ``space`` with ``runner``; ``on_entry`` hears of each trial as it is decided."""
+def run_sweep(
+    space: Space,
+    runner: TrialRunner,
+    cfg: SweepConfig | None = None,
+    on_entry: Callable[[Entry], None] | None = None,
+    on_start: Callable[[str, Trial], None] | None = None,
+) -> Sweep:
+    """Search ``space`` with ``runner``; ``on_start`` hears of each trial as it starts (its stage
+    and configuration), ``on_entry`` as it is decided."""
     cfg = cfg or SweepConfig()
-    s = _Search(space, runner, cfg, on_entry)
+    s = _Search(space, runner, cfg, on_entry, on_start)
     current_trial = space.baseline()
     current: TrialResult | None = None
     for stage in space.order:
