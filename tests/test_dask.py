@@ -27,8 +27,11 @@ def test_local_cluster_equals_single_process(tmp_path: Path) -> None:
     (run / "broken_rank-7.json").write_text("[")
     single = render_json(diagnose_ranks(run, jobs=1))  # type: ignore[arg-type]
     on_dask = render_json(diagnose_ranks(run, workers=2))  # type: ignore[arg-type]
-    assert on_dask == single
-    doc = json.loads(on_dask)
+    doc, single_doc = json.loads(on_dask), json.loads(single)
+    # the same result, and the report says the work ran on Dask (a user should not have to guess)
+    assert doc["notes"][0] == "the 4 ranks were read on a local Dask cluster (2 workers)"
+    assert doc["notes"][1:] == single_doc["notes"]
+    assert {**doc, "notes": []} == {**single_doc, "notes": []}
     assert len(doc["ranks"]) == 4
     assert sum(1 for e in doc["ranks"] if e["error"]) == 1
 

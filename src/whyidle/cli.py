@@ -22,6 +22,14 @@ __all__ = ["main", "run", "COMMANDS"]
 # Subcommand modules, in the order `whyidle --help` lists them.
 COMMANDS = ("diagnose", "compare", "demo", "lab", "sweep", "watch", "convert", "scaling", "serving", "batching")
 
+EXAMPLES = """\
+  whyidle demo                                   # try it: a starved loop, diagnosed and fixed
+  whyidle diagnose trace.pt.trace.json.gz        # why was the GPU idle in this profile?
+  whyidle diagnose trace.pt.trace.json.gz -o report.html
+  whyidle compare before.json after.json --max-regression 5%
+  python -m whyidle ...                          # the same command line
+"""
+
 EXIT_OK, EXIT_GATE, EXIT_INPUT = 0, 1, 2
 EXIT_PIPE = 141  # the reader of stdout went away (| head): 128 + SIGPIPE, as a shell reports it
 
@@ -32,11 +40,20 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="whyidle", description="Why is my GPU idle, and what do I change?")
+    parser = _Parser(
+        prog="whyidle",
+        description="Why is my GPU idle, and what do I change?",
+        epilog="examples:\n" + EXAMPLES + "\nwhyidle COMMAND --help shows each command's options and examples.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"whyidle {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
-        importlib.import_module(f"whyidle.commands.{name}").add_parser(sub)
+        mod = importlib.import_module(f"whyidle.commands.{name}")
+        mod.add_parser(sub)
+        p = sub.choices[name]
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
+        p.epilog = "examples:\n" + mod.EXAMPLES
     return parser
 
 

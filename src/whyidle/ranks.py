@@ -16,6 +16,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import msgspec
+
 from whyidle.analyses.links import link_launches
 from whyidle.analyses.ranks import CrossRank, RankProfile, cross_rank, rank_profile
 from whyidle.config import Config
@@ -176,9 +178,12 @@ def diagnose_ranks(
     if scheduler or workers:
         from whyidle.distributed.dask import map_dask
 
-        results = map_dask(paths, cfg, scheduler=scheduler, workers=workers, progress=progress)
+        said: list[str] = []
+        results = map_dask(paths, cfg, scheduler=scheduler, workers=workers, progress=progress, said=said)
     else:
+        said = []
         results = map_local(paths, cfg, jobs=jobs, progress=progress)
     if all(r.error for r in results):
         raise InputError(d, f"none of its {len(results)} traces could be read; first problem: {results[0].error}")
-    return build_multi_rank(str(d), results, cfg)
+    report = build_multi_rank(str(d), results, cfg)
+    return msgspec.structs.replace(report, notes=(*said, *report.notes)) if said else report

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from whyidle.errors import UsageError
 
-__all__ = ["write_atomic", "format_for", "progress", "RENDERERS"]
+__all__ = ["write_atomic", "say_written", "format_for", "progress", "RENDERERS"]
 
 
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
@@ -34,6 +34,13 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def say_written(path: str | os.PathLike[str], what: str) -> None:
+    """One line on stderr naming what was written where, and its size (stdout stays the report's)."""
+    size = os.path.getsize(path)
+    shown = f"{size / 1024:,.0f} KB" if size >= 1024 else f"{size} bytes"
+    print(f"whyidle: wrote {what} to {os.fspath(path)} ({shown})", file=sys.stderr)
 
 
 # format name -> "module:function" rendering a Report to str or bytes

@@ -11,12 +11,19 @@ import sys
 import zlib
 from typing import Any
 
-from whyidle.commands._output import progress, write_atomic
+from whyidle.commands._output import progress, say_written, write_atomic
 from whyidle.config import Config
 from whyidle.errors import UsageError
 from whyidle.units import format_ns
 
 __all__ = ["add_parser", "run", "load_side", "render_text"]
+
+
+EXAMPLES = """\
+  whyidle compare before.pt.trace.json.gz after.pt.trace.json.gz
+  whyidle compare before.json after.json --max-regression 5%   # CI gate: exit 1 on a 5% slow-down
+  whyidle compare before.json after.json -o diff.json
+"""
 
 
 def add_parser(sub: Any) -> None:
@@ -149,7 +156,9 @@ def run(args: argparse.Namespace) -> int:
     as_json = msgspec.json.format(msgspec.json.encode(c.to_dict()), indent=2).decode() + "\n"
     text = render_text(c)
     if args.output:
-        write_atomic(args.output, as_json if args.output.lower().endswith(".json") else text)
+        is_json = args.output.lower().endswith(".json")
+        write_atomic(args.output, as_json if is_json else text)
+        say_written(args.output, "the comparison as JSON" if is_json else "the comparison")
     if args.json:
         sys.stdout.write(as_json)
     elif not args.output:

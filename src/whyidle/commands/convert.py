@@ -18,6 +18,12 @@ from whyidle.errors import UsageError
 __all__ = ["add_parser", "run"]
 
 
+EXAMPLES = """\
+  whyidle convert trace.pt.trace.json.gz -o trace.parquet
+  whyidle diagnose trace.parquet
+"""
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("convert", help="write a trace's normalised timeline as Parquet (parse once, analyse many)")
     p.add_argument("trace", help="a PyTorch profiler trace (.json, .json.gz) or any input whyidle reads")

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from whyidle.analyses.causes import GROUPS
-from whyidle.commands._output import format_for, progress, renderer, write_atomic
+from whyidle.commands._output import format_for, progress, say_written
 from whyidle.config import Config
 from whyidle.errors import UsageError
 
@@ -32,9 +32,29 @@ def parse_steps(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+EXAMPLES = """\
+  whyidle diagnose trace.pt.trace.json.gz                 # terminal report
+  whyidle diagnose trace.pt.trace.json.gz -o report.html  # HTML (.json, .txt, .json.gz = Perfetto, .png/.svg)
+  whyidle diagnose trace.pt.trace.json.gz --skip-first 1 --fail-on starvation --min-busy 0.8   # CI gate
+  whyidle diagnose run.nsys-rep --step-range '^train_step'  # Nsight Systems
+  whyidle diagnose gpu.log                                 # nvidia-smi dmon / dcgmi dmon / whyidle watch log
+  whyidle diagnose trace.json.gz --counters gpu.log        # a trace joined with a counter log
+  whyidle diagnose runs/job-42/                            # a folder with one trace per rank
+  whyidle diagnose runs/job-42/ --workers 8                # ranks on a local Dask cluster
+"""
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("diagnose", help="diagnose a profile: utilisation, idle gaps, causes and fixes")
-    p.add_argument("trace", help="a PyTorch profiler trace (.json, .json.gz) or a folder holding one")
+    p.add_argument(
+        "trace",
+        help=(
+            "the input: a PyTorch profiler trace (.json, .json.gz, also whyidle's annotated export); an Nsight Systems "
+            "capture (.nsys-rep, or its .sqlite export); a GPU counter log (nvidia-smi dmon or --query-gpu CSV, "
+            "dcgmi dmon, whyidle watch); a timeline from whyidle convert (.parquet); or a folder: one trace, or one "
+            "per rank (a distributed job)"
+        ),
+    )
     p.add_argument("--json", action="store_true", help="print the JSON report to stdout")
     p.add_argument("-o", "--output", help="write the report here (format from the suffix: .json, .txt, .html, .json.gz = annotated Perfetto trace, .png/.svg = step plot)")
     p.add_argument("--format", help="terminal, json, html, perfetto, png or svg (default: from -o, else terminal)")
@@ -48,7 +68,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--step-range", metavar="REGEX", help="Nsight Systems: NVTX range names that mark steps (default: ProfilerStep#N and common trainer names)")
     p.add_argument("--counters-utc-offset", type=int, metavar="MINUTES", help="time zone of nvidia-smi timestamps, minutes east of UTC (default: this machine's)")
     p.add_argument("--counters-interval-ms", type=float, metavar="MS", help="sampling interval of counter logs without timestamps (dcgmi dmon -d)")
-    p.add_argument("--jobs", type=int, metavar="N", help="processes: multi-rank folders parse ranks in N processes (default: all cores); one trace is decoded in 2 when N >= 2 (default 2)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="processes to use. A folder of rank traces: N ranks are read at once (default: one per core). "
+        "One trace: 1 reads it in this process only; 2 or more add a decoding process (large traces: N chunks at once; default 2)",
+    )
     p.add_argument("--workers", type=int, metavar="N", help="multi-rank folders: run the ranks on a local Dask cluster of N processes")
     p.add_argument("--scheduler", metavar="ADDRESS", help="multi-rank folders: run the ranks on this Dask scheduler (tcp://host:8786)")
     p.set_defaults(run=run)
@@ -91,24 +117,30 @@ def gate(report: Any, cfg: Config) -> list[str]:
 
 
 def emit(report: Any, args: argparse.Namespace, timeline: Any = None) -> None:
+    from whyidle.render import render, save
+
     fmt = "json" if args.json and not args.output else format_for(args.format, args.output)
-    render = renderer(fmt)
-    if fmt == "terminal":
-        width = args.width or min(getattr(sys.stdout, "isatty", lambda: False)() and __import__("shutil").get_terminal_size().columns or 80, 100)
-        text = render(report, width=width, color=bool(sys.stdout.isatty()) and not args.output)
-    elif fmt in ("html", "perfetto"):  # they draw every gap: the timeline saves reading the trace again
-        kw = {"gzip": str(args.output or "").lower().endswith(".gz")} if fmt == "perfetto" else {}
-        text = render(report, timeline=timeline, **kw)
-    elif fmt in ("png", "svg") and not args.output:
+    if fmt in ("png", "svg") and not args.output:
         raise UsageError(f"--format {fmt} writes an image; pass -o FILE.{fmt}")
-    else:
-        text = render(report)
     if args.output:
-        write_atomic(args.output, text)
+        path, fmt = save(report, args.output, fmt, timeline=timeline, width=args.width or 80)
+        say_written(path, _WHAT.get(fmt, fmt))
         if args.json:
-            sys.stdout.write(renderer("json")(report))  # type: ignore[arg-type]
-    else:
-        sys.stdout.write(text if isinstance(text, str) else text.decode())
+            sys.stdout.write(str(render(report, "json")))
+        return
+    width = args.width or min(getattr(sys.stdout, "isatty", lambda: False)() and __import__("shutil").get_terminal_size().columns or 80, 100)
+    text = render(report, fmt, timeline=timeline, width=width, color=bool(sys.stdout.isatty()))
+    sys.stdout.write(text if isinstance(text, str) else text.decode())
+
+
+_WHAT = {
+    "terminal": "the terminal report",
+    "json": "the JSON report",
+    "html": "the HTML report (open it in a browser)",
+    "perfetto": "the annotated trace (open it in ui.perfetto.dev)",
+    "png": "the step plot",
+    "svg": "the step plot",
+}
 
 
 def run(args: argparse.Namespace) -> int:

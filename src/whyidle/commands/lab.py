@@ -17,6 +17,13 @@ __all__ = ["add_parser", "run"]
 _FLAWS = ("none", "starvation", "h2d", "sync", "smallbatch", "launch")
 
 
+EXAMPLES = """\
+  whyidle lab --flaw starvation
+  whyidle lab --flaw all --device cpu
+  whyidle lab --flaw sync --trace-dir traces/ --json
+"""
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "lab",

@@ -17,13 +17,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from whyidle.errors import InputError, UsageError
 
-__all__ = ["add_parser", "run", "parse_point", "efficiencies", "step_composition", "loss_breakdown", "Point"]
+__all__ = ["add_parser", "run", "parse_point", "efficiencies", "step_composition", "loss_breakdown", "superlinear_note", "Point"]
+
+# Efficiency per GPU above which the inputs are questioned: 2% over linear, an allowance for the
+# run-to-run noise of a throughput measurement (a judgement, not a measured value).
+SUPERLINEAR_EFFICIENCY = 1.02
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,18 @@ def efficiencies(points: list[Point]) -> list[tuple[Point, float, float]]:
     pts = sorted(points, key=lambda p: p.gpus)
     base = pts[0].samples_per_s / pts[0].gpus
     return [(p, p.samples_per_s / p.gpus, (p.samples_per_s / p.gpus) / base) for p in pts]
+
+
+def superlinear_note(eff: float, what: str) -> str | None:
+    """A question for an efficiency above 100%, which usually means the inputs are not comparable."""
+    if eff <= SUPERLINEAR_EFFICIENCY:
+        return None
+    return (
+        f"Check the inputs: {eff:.0%} efficiency per GPU means {what} ran faster per GPU than the baseline. "
+        "That is rare; it usually means the numbers are not comparable: total samples/s for one and per-GPU "
+        "for the other, a different batch size per GPU, or a baseline measured during warm-up. Real causes "
+        "exist (a per-GPU share that now fits in cache or memory, a baseline that was itself starved)."
+    )
 
 
 # -- what the lost share went to ----------------------------------------------------------
@@ -119,6 +136,12 @@ def loss_breakdown(before: dict[str, float], after: dict[str, float]) -> list[tu
     return out
 
 
+EXAMPLES = """\
+  whyidle scaling 1:1000 4:2400 8:4400          # GPUS:SAMPLES_PER_S points
+  whyidle scaling --before 1gpu.json --after runs/job-42/
+"""
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("scaling", help="scaling efficiency per GPU, and what the lost share went to")
     p.add_argument("points", nargs="*", metavar="GPUS:SAMPLES_PER_S", help="e.g. 1:1000 4:2400")
@@ -145,7 +168,17 @@ def run(args: argparse.Namespace) -> int:
         base = rows[0][0]
         out.write(f"Baseline: {base.gpus} GPU(s), {base.samples_per_s:g} samples/s, {base.samples_per_s / base.gpus:g} per GPU\n")
         for p, per_gpu, eff in rows[1:]:
-            out.write(f"{p.gpus} GPUs: {p.samples_per_s:g} samples/s, {per_gpu:g} per GPU = {eff:.0%} efficiency per GPU; {1 - eff:.0%} lost\n")
+            if p.gpus == base.gpus:
+                out.write(
+                    f"{p.gpus} GPU(s) again: {p.samples_per_s:g} samples/s, {eff - 1:+.0%} on the baseline at the same "
+                    "GPU count: two measurements of one size, not a scaling step; check which one is right\n"
+                )
+                continue
+            lost = f"{1 - eff:.0%} lost" if eff <= 1 else f"{eff - 1:.0%} more than linear"
+            out.write(f"{p.gpus} GPU{'s' if p.gpus > 1 else ''}: {p.samples_per_s:g} samples/s, {per_gpu:g} per GPU = {eff:.0%} efficiency per GPU; {lost}\n")
+            note = superlinear_note(eff, f"the {p.gpus}-GPU point")
+            if note:
+                out.write(textwrap.fill(note, width=100) + "\n")
     if args.before:
         b_doc, a_doc = _load_report(args.before), _load_report(args.after)
         b, b_gpus = step_composition(b_doc)
@@ -155,6 +188,9 @@ def run(args: argparse.Namespace) -> int:
             f"Reports: mean step {_ms(b['step'])} on {b_gpus} GPU(s) -> {_ms(a['step'])} on {a_gpus} GPU(s); "
             f"{eff:.0%} efficiency per GPU assuming the same batch per GPU\n"
         )
+        note = superlinear_note(eff, "the larger run")
+        if note:
+            out.write(textwrap.fill(note, width=100) + "\n")
         parts = loss_breakdown(b, a)
         if not parts:
             out.write("No component of the step grew: nothing was lost per step.\n")

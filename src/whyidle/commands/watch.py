@@ -17,6 +17,13 @@ from whyidle.errors import UsageError
 __all__ = ["add_parser", "run"]
 
 
+EXAMPLES = """\
+  whyidle watch -- python train.py             # writes watch.<time>.counters.csv
+  whyidle watch -o gpu.csv --interval 0.5 -- torchrun --nproc-per-node 8 train.py
+  whyidle diagnose gpu.csv                     # then read the log
+"""
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "watch",

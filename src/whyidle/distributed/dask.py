@@ -34,8 +34,12 @@ def map_dask(
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     connect_timeout_s: float = 30.0,
+    said: list[str] | None = None,
 ) -> list[Any]:
-    """Run ``rank_job`` for every path on Dask and return the results in ``paths`` order."""
+    """Run ``rank_job`` for every path on Dask and return the results in ``paths`` order.
+
+    ``said``, when given, receives one sentence saying which cluster did the work.
+    """
     from whyidle.ranks import rank_job
 
     dd = _distributed()
@@ -52,6 +56,10 @@ def map_dask(
             cluster = dd.LocalCluster(n_workers=workers or 1, threads_per_worker=1, processes=True, dashboard_address=None)
             client = dd.Client(cluster)
         try:
+            if said is not None:
+                n = len(client.scheduler_info().get("workers", {}))
+                where = f"the Dask scheduler at {scheduler}" if scheduler else "a local Dask cluster"
+                said.append(f"the {len(paths)} ranks were read on {where} ({n} worker{'s' if n != 1 else ''})")
             futures = client.map(rank_job, list(paths), cfg=cfg, pure=False)
             index = {f.key: i for i, f in enumerate(futures)}
             out: list[Any] = [None] * len(futures)

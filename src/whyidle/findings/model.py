@@ -6,6 +6,7 @@ only, in nanoseconds and fractions, never pre-formatted text for a particular ou
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -109,7 +110,31 @@ class WindowInfo(msgspec.Struct, frozen=True):
         return self.end_ns - self.start_ns
 
 
-class Report(msgspec.Struct, frozen=True):
+class _Renderable:
+    """What a report does for a user: print as the terminal report, render and save in any format."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        """The terminal report, 80 columns: ``print(report)`` shows what ``whyidle diagnose`` prints."""
+        from whyidle.render import render
+
+        return str(render(self, "terminal"))
+
+    def render(self, format: str = "terminal", *, timeline: Any = None, width: int = 80) -> str | bytes:
+        """The report as terminal text, json, html, perfetto (bytes), png or svg (bytes)."""
+        from whyidle.render import render
+
+        return render(self, format, timeline=timeline, width=width)
+
+    def save(self, path: str | os.PathLike[str], format: str | None = None, *, timeline: Any = None) -> str:
+        """Write the report to ``path`` (format from the suffix: .html, .json, .txt, .json.gz, .png, .svg); returns the format."""
+        from whyidle.render import save
+
+        return save(self, path, format, timeline=timeline)[1]
+
+
+class Report(msgspec.Struct, _Renderable, frozen=True):
     source: SourceInfo
     window: WindowInfo
     utilization: Utilization
@@ -172,7 +197,7 @@ class RankEntry(msgspec.Struct, frozen=True):
     error: str = ""  # why the file could not be read (the run goes on without it)
 
 
-class MultiRankReport(msgspec.Struct, frozen=True):
+class MultiRankReport(msgspec.Struct, _Renderable, frozen=True):
     """A distributed job: one Report per rank plus the cross-rank analysis (analyses/ranks.py)."""
 
     run_dir: str

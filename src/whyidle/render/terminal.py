@@ -28,6 +28,18 @@ _GROUP_STYLE = {
 }
 
 
+def _tracked_on_gpu(r: Report) -> bool:
+    """A step-tracker report whose busy time is a GPU's (CUDA events), not the host's."""
+    return any(d and d != "cpu" for d in r.source.devices) and "CPU-side measurement" not in " ".join(r.quality)
+
+
+def title(r: Report) -> str:
+    """The report's first line; a CPU run of the step tracker has no GPU to ask about."""
+    if r.source.format == "whyidle.track" and not _tracked_on_gpu(r):
+        return "whyidle: why is this loop waiting? (a CPU run: no GPU here)"
+    return "whyidle: why is this GPU idle?"
+
+
 def _headline(r: Report) -> Table:
     u = r.utilization
     t = Table.grid(padding=(0, 2))
@@ -53,8 +65,7 @@ def _headline(r: Report) -> Table:
             t.add_row("GPU busy", f"{u.busy_fraction:.1%} of the log; {busy_basis_words(r.counters)}")
             t.add_row("GPU idle", f"{format_ns(u.idle_ns)} {idle_words(r.counters)}")
     elif r.source.format == "whyidle.track":
-        on_gpu = any(d and d != "cpu" for d in r.source.devices) and "CPU-side measurement" not in " ".join(r.quality)
-        what = "device time between step marks (CUDA events)" if on_gpu else "host compute between batches (no GPU: CPU run)"
+        what = "device time between step marks (CUDA events)" if _tracked_on_gpu(r) else "host compute between batches (no GPU: CPU run)"
         t.add_row("Busy", f"{u.busy_fraction:.1%} of the steps: {what}")
         t.add_row("Waiting", f"{format_ns(u.idle_ns)} (data wait, copies, other host time)")
     else:
@@ -183,7 +194,7 @@ def _counters_section(r: Report) -> Group:
 
 
 def print_report(r: Report, console: Console) -> None:
-    console.print(Text("whyidle: why is this GPU idle?", style="bold"))
+    console.print(Text(title(r), style="bold"))
     console.print(_headline(r))
     if r.counters is not None:
         console.print(_counters_section(r))
