@@ -19,7 +19,10 @@ def test_public_api_is_pinned() -> None:
         "UsageError", "WhyidleError", "diagnose", "load",
     }
     for name in whyidle.__all__:
-        assert hasattr(whyidle, name), name
+        try:
+            assert hasattr(whyidle, name), name
+        except whyidle.MissingExtraError as exc:  # a trainer callback whose library is not installed
+            assert name in ("LightningCallback", "HFCallback") and "pip install 'whyidle[" in str(exc)
 
 
 def _imports(path: Path) -> set[str]:

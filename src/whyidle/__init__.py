@@ -12,6 +12,8 @@ Live capture (needs torch; imported only when one of these is first used)::
     torch.profiler.profile(schedule=whyidle.schedule(), on_trace_ready=whyidle.handler("runs/"))
     report = whyidle.profile_steps(step_fn, n=3)
     with whyidle.sync_finder() as syncs: ...
+    pl.Trainer(callbacks=[whyidle.LightningCallback()])      # PyTorch Lightning (the lightning extra)
+    hf_trainer.add_callback(whyidle.HFCallback(hf_trainer))  # Hugging Face Trainer (the hf extra)
 
 Serving (docs/batching.md)::
 
@@ -38,6 +40,8 @@ from whyidle.errors import (
 )
 
 if TYPE_CHECKING:
+    from whyidle.capture.hf import HFCallback
+    from whyidle.capture.lightning import LightningCallback
     from whyidle.capture.profiler import handler, profile_steps, schedule
     from whyidle.capture.sync import sync_finder
     from whyidle.capture.tracker import track
@@ -65,9 +69,11 @@ __all__ = [
     "Finding",
     "Fix",
     "GapRecord",
+    "HFCallback",
     "InputError",
     "Kind",
     "Lane",
+    "LightningCallback",
     "MissingExtraError",
     "Report",
     "Skipped",
@@ -117,6 +123,8 @@ _LAZY = {
     "Trial": "whyidle.tune.trial",
     "TrialResult": "whyidle.tune.trial",
     "Workload": "whyidle.tune.trial",
+    "LightningCallback": "whyidle.capture.lightning",
+    "HFCallback": "whyidle.capture.hf",
 }
 
 

@@ -300,6 +300,7 @@ class StepTracker(Generic[T]):
         device_timer: DeviceTimer | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
         device: str = "cpu",
+        where: str = "",
     ) -> None:
         self._loader = loader
         self._batch_size = batch_size
@@ -312,7 +313,7 @@ class StepTracker(Generic[T]):
         self._open: _Open | None = None
         self._broken = False
         self._notes: list[str] = []
-        self._loop_line = ""
+        self._loop_line = where  # the loop's file:line, found on first use unless given
         self._info = LoaderInfo.of(loader)
         self._copy_depth = 0
         self._sink: _SweepSink | None = None  # set by track() under `whyidle sweep`
@@ -435,6 +436,27 @@ class StepTracker(Generic[T]):
         if self._timer is not None and self._open.mark_a is None:
             self._open.mark_a = self._timer.mark()
 
+    def now(self) -> int:
+        """The tracker's clock in ns: the times to pass to :meth:`waited`."""
+        return self._now()
+
+    def waited(self, start_ns: int, end_ns: int) -> None:
+        """Explicit form, for trainer callbacks that see the wait only from its two ends: the loop
+        waited for data from ``start_ns`` to ``end_ns`` (the tracker's clock, :meth:`now`).
+
+        A step that is not open yet starts where the last one ended (or at ``start_ns`` for the
+        first), so time between the two (logging, evaluation, checkpoints) stays in the step as
+        time the tracker cannot attribute, rather than dropping out of the window.
+        """
+        self._safe(self._waited, start_ns, end_ns)
+
+    def _waited(self, start_ns: int, end_ns: int) -> None:
+        if self._open is None:
+            self._open = _Open(number=len(self._steps), start_ns=self._steps[-1][2] if self._steps else start_ns)
+            if self._timer is not None:
+                self._open.mark_a = self._timer.mark()
+        self._open.data_wait_ns += max(end_ns - start_ns, 0)
+
     def copy(self) -> _CopyBlock:
         """``with tracker.copy():`` marks a host->device copy; its host time is the step's copy time."""
         # A new block per call: a block kept on the tracker would make a reference cycle, and the
@@ -522,13 +544,15 @@ def track(
     device: Any = "auto",
     clock: Callable[[], int] = time.perf_counter_ns,
     device_timer: DeviceTimer | None = None,
+    where: str = "",
 ) -> StepTracker[T]:
     """Track a training loop: ``for batch in whyidle.track(loader): ...``.
 
     ``device="auto"`` times device work with CUDA events when torch sees a GPU, and measures host
     time only otherwise (CPU). ``skip_first`` steps are left out of the report (the first step
     pays for DataLoader worker start-up and first calls). ``batch_size`` overrides the samples
-    per step read from each batch.
+    per step read from each batch. ``where`` names the loop when it is not the caller's own (a
+    trainer's loop seen from its callbacks); by default it is the line of the ``for`` loop.
     """
     timer = device_timer
     label = "cpu"
@@ -542,7 +566,7 @@ def track(
             pass
         except Exception as exc:  # CUDA present but unusable: measure host time, say why
             warnings.warn(f"whyidle.track: no device timing ({type(exc).__name__}: {exc})", RuntimeWarning, stacklevel=2)
-    tr = StepTracker(loader, batch_size=batch_size, skip_first=skip_first, device_timer=timer, clock=clock, device=label)
+    tr = StepTracker(loader, batch_size=batch_size, skip_first=skip_first, device_timer=timer, clock=clock, device=label, where=where)
     sink = os.environ.get("WHYIDLE_SWEEP_STEPS")  # running under `whyidle sweep -- COMMAND`
     if sink:
         try:

@@ -17,9 +17,13 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from whyidle.capture import _torch
+
+if TYPE_CHECKING:
+    from whyidle.capture.tracker import StepRecord
 
 __all__ = ["add_parser", "run", "live_demo", "synthetic_demo"]
 
@@ -134,11 +138,11 @@ for batch in tracker:
 print(tracker.report())          # this report; tracker.report().save("report.html") for HTML"""
 
 
-def _mean(steps: Any, value: Any) -> float:
+def _mean(steps: Sequence[StepRecord], value: Callable[[StepRecord], int]) -> float:
     return sum(value(s) for s in steps) / max(len(steps), 1)
 
 
-def _work_ns(s: Any) -> int:
+def _work_ns(s: StepRecord) -> int:
     return max(s.duration_ns - s.data_wait_ns - s.copy_ns, 0)
 
 

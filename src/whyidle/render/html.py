@@ -29,6 +29,7 @@ from whyidle.catalogue import BUSY, CATALOGUE, GROUP_COLOURS
 from whyidle.findings.labels import BUSY_LABELS, GROUP_LABELS, cause_label
 from whyidle.findings.model import Finding, GapRecord, Report
 from whyidle.render._html_assets import CSS, JS
+from whyidle.render import TITLE_GPU, busy_idle_rows, title
 from whyidle.render._source import analyses_for
 from whyidle.timeline.model import Timeline
 from whyidle.units import format_ns
@@ -121,7 +122,9 @@ def _lead(r: Report) -> str:
     if r.no_device_activity:
         return "No GPU activity in this trace: nothing to diagnose."
     idle_share = 1 - u.busy_fraction
-    text = f"The GPU was idle {idle_share:.0%} of the window ({_ms(u.idle_ns)} in {r.gap_count:,} gaps)."
+    subject = "The training loop waited" if title(r) != TITLE_GPU else "The GPU was idle"
+    gaps = "" if r.window.basis == "counter log" else f" in {r.gap_count:,} gaps"
+    text = f"{subject} {idle_share:.0%} of the window ({_ms(u.idle_ns)}{gaps})."
     idle_findings = [f for f in r.findings if f.idle_ns > 0]
     avoidable = [f for f in idle_findings if f.group != "unattributed"]
 
@@ -144,10 +147,7 @@ def _lead(r: Report) -> str:
 
 def _cards(r: Report) -> str:
     u = r.utilization
-    cards = [
-        _card("GPU busy", f"{u.busy_fraction:.1%}", f"kernels only {u.kernel_busy_fraction:.1%}; union over all streams"),
-        _card("GPU idle", _ms(u.idle_ns), f"in {r.gap_count:,} gaps over {_ms(r.window.duration_ns)}"),
-    ]
+    cards = [_card(label, value, detail) for label, value, detail in busy_idle_rows(r, _ms)]
     times = u.step_times_ns
     if times.size:
         cards.append(_card("Step time", _ms(float(times.mean())), f"mean of {times.size} steps; max {_ms(float(times.max()))}"))
@@ -390,7 +390,7 @@ def render_html(report: Report, timeline: Timeline | None = None, *, bins: int =
     tl_html = _timeline_section(devices) if devices or tl_note else ""
     body = (
         f'<div class="wi" id="{root}">'
-        f'<h1><span class="wi-brand">whyidle</span> · why is this GPU idle?</h1>'
+        f'<h1><span class="wi-brand">whyidle</span> · {_e(title(report).split(": ", 1)[1])}</h1>'
         f'<p class="wi-sub">{_e(sub)}</p>'
         f'<p class="wi-lead">{_e(_lead(report))}</p>'
         f"{_cards(report)}{_cause_bar(report)}{tl_html}{_steps_section(report)}{_findings(report)}{_gaps(report)}"

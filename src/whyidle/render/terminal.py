@@ -15,6 +15,7 @@ from rich.text import Text
 
 from whyidle.findings.labels import cause_label
 from whyidle.findings.model import Finding, Report
+from whyidle.render import busy_idle_rows, title
 from whyidle.units import format_ns
 
 __all__ = ["render_terminal", "print_report"]
@@ -26,18 +27,6 @@ _GROUP_STYLE = {
     "insufficient_demand": "bold cyan",
     "unattributed": "bold white",
 }
-
-
-def _tracked_on_gpu(r: Report) -> bool:
-    """A step-tracker report whose busy time is a GPU's (CUDA events), not the host's."""
-    return any(d and d != "cpu" for d in r.source.devices) and "CPU-side measurement" not in " ".join(r.quality)
-
-
-def title(r: Report) -> str:
-    """The report's first line; a CPU run of the step tracker has no GPU to ask about."""
-    if r.source.format == "whyidle.track" and not _tracked_on_gpu(r):
-        return "whyidle: why is this loop waiting? (a CPU run: no GPU here)"
-    return "whyidle: why is this GPU idle?"
 
 
 def _headline(r: Report) -> Table:
@@ -56,25 +45,8 @@ def _headline(r: Report) -> Table:
     if r.source.workload:
         why = f" ({r.source.workload_evidence[0]})" if r.source.workload_evidence else ""
         t.add_row("Workload", f"{r.source.workload.replace('_', '-')}{why}")
-    if r.window.basis == "counter log" and r.counters is not None:
-        from whyidle.findings.counter_rules import busy_basis_words, idle_words
-
-        if not r.counters.gpus:
-            t.add_row("GPU busy", "unknown: the log has no GPU readings")
-        else:
-            t.add_row("GPU busy", f"{u.busy_fraction:.1%} of the log; {busy_basis_words(r.counters)}")
-            t.add_row("GPU idle", f"{format_ns(u.idle_ns)} {idle_words(r.counters)}")
-    elif r.source.format == "whyidle.track":
-        what = "device time between step marks (CUDA events)" if _tracked_on_gpu(r) else "host compute between batches (no GPU: CPU run)"
-        t.add_row("Busy", f"{u.busy_fraction:.1%} of the steps: {what}")
-        t.add_row("Waiting", f"{format_ns(u.idle_ns)} (data wait, copies, other host time)")
-    else:
-        t.add_row(
-            "GPU busy",
-            f"{u.busy_fraction:.1%} of the window (kernels only {u.kernel_busy_fraction:.1%}), "
-            f"union over all streams",
-        )
-        t.add_row("GPU idle", f"{format_ns(u.idle_ns)} in {r.gap_count} gaps")
+    for label, value, detail in busy_idle_rows(r, format_ns):
+        t.add_row(label, f"{value}: {detail}" if value == "unknown" else f"{value} {detail}")
     if u.steps:
         times = u.step_times_ns
         t.add_row("Step time", f"mean {format_ns(float(times.mean()))}, max {format_ns(float(times.max()))}")
