@@ -84,8 +84,8 @@ def test_every_help_text_has_examples_of_its_own_command() -> None:
     sub = next(a for a in parser._actions if a.dest == "command")
     for name in COMMANDS:
         text = sub.choices[name].format_help()  # type: ignore[attr-defined]
-        examples = text.split("examples:\n", 1)[1]
-        assert f"whyidle {name}" in examples, name
+        assert "examples:\n" in text, f"add EXAMPLES (a few command lines) to whyidle/commands/{name}.py"
+        assert f"whyidle {name}" in text.split("examples:\n", 1)[1], name
 
 
 def test_diagnose_help_names_every_input_format() -> None:

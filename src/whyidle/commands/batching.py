@@ -30,6 +30,13 @@ def _floats(text: str, what: str) -> list[float]:
         raise UsageError(f"{what}: expected comma-separated numbers, got {text!r}") from None
 
 
+EXAMPLES = """\
+  whyidle batching --latency curve.csv --rate 120 --slo-ms 50
+  whyidle batching --latency curve.csv --requests access.jsonl --slo-ms 50 --percentile 95
+  whyidle batching --measure mypkg.models:make --device cuda --rate 120 --slo-ms 50
+"""
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("batching", help="dynamic-batching settings that maximise throughput within a latency SLO")
     src = p.add_argument_group("the model's latency per batch size (one of)")

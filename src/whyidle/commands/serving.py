@@ -20,6 +20,12 @@ from whyidle.errors import UsageError
 __all__ = ["add_parser", "run"]
 
 
+EXAMPLES = """\
+  whyidle serving requests.jsonl --trace server_trace.json.gz
+  whyidle serving triton_trace.json --device-busy 0.12 --max-batch 32
+"""
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("serving", help="why a serving GPU is idle, from a request log: demand, batching or host pipeline")
     p.add_argument("log", help="request log: JSON lines, JSON list, CSV, or a Triton trace (arrival, start, finish per request)")
