@@ -363,3 +363,46 @@ def test_every_small_shared_trace_renders(path: Path) -> None:
     d = _data(page)
     assert len(d["devices"]) == (0 if r.no_device_activity else r.utilization.n_devices)
     assert len(page) < 400_000
+
+
+def test_gap_table_fits_the_page_at_1400_px(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from conftest import SHARED_TRACES
+    from selenium.webdriver.common.by import By
+
+    real = SHARED_TRACES / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz"
+    trace = real if real.exists() else write_trace(training_trace("starvation"), tmp_path / "starved.pt.trace.json.gz")
+    page = tmp_path / "report.html"
+    page.write_text(render_html(whyidle.diagnose(trace)))
+    browser.set_window_size(1400, 1000)
+    browser.get(page.as_uri())
+    wrap = browser.find_element(By.CSS_SELECTOR, ".wi-table-wrap")
+    scroll, client = browser.execute_script("return [arguments[0].scrollWidth, arguments[0].clientWidth]", wrap)
+    assert scroll <= client, f"the gap table is {scroll} px wide in a {client} px frame"
+    heads = browser.find_elements(By.CSS_SELECTOR, "table.wi-gaps th")
+    last = heads[-1]
+    assert last.text == "launching thread" and last.is_displayed()
+    assert last.location["x"] + last.size["width"] <= wrap.location["x"] + wrap.size["width"] + 1
+    nxt = heads[8]
+    assert nxt.text == "next device work" and nxt.size["width"] > 100
+
+
+def test_busy_time_finding_lists_kernels_not_cpu_ops() -> None:
+    r = whyidle.diagnose(Path(__file__).parent / "data" / "h200" / "sync_after_each_kernel.pt.trace.json.gz")
+    fp32 = next(f for f in r.findings if f.id == "fp32_math")
+    page = render_html(r)
+    block = page.split(fp32.title, 1)[1].split('<div class="wi-finding"', 1)[0]
+    assert "On the CPU meanwhile" not in block and "On the GPU: the kernels concerned" in block
+    share = fp32.affected_busy_ns / r.window.duration_ns
+    from whyidle.render.html import _ms
+
+    assert f"Concerns {_ms(fp32.affected_busy_ns)} of device busy time ({share:.0%} of the window), not idle time" in block
+
+
+def test_counter_log_report_has_its_counter_table(tmp_path: Path) -> None:
+    from conftest import shared_trace
+
+    r = whyidle.diagnose(shared_trace("counters/ai-inference-energy__GA100_lstm_1410MHz_run0.query-gpu.csv"))
+    page = render_html(r)
+    assert " 0 gaps" not in page and "wi-strip" not in page.split("<body", 1)[1].split("<script", 1)[0]
+    table = page.split('<table class="wi-counters">', 1)[1].split("</table>", 1)[0]
+    assert "<th>median</th>" in table and "GPU-Util" in table and "power" in table

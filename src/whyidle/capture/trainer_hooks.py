@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ class TrainerHooks:
     def _warn(self, what: str, exc: BaseException) -> None:
         warnings.warn(f"whyidle: {what} failed ({type(exc).__name__}: {exc}); training continues", RuntimeWarning, stacklevel=3)
 
-    def start(self, loader: object | None, batch_size: int | None = None, out_dir: str | os.PathLike[str] | None = None) -> None:
+    def start(self, loader: Iterable[Any] | None, batch_size: int | None = None, out_dir: str | os.PathLike[str] | None = None) -> None:
         """Training begins: track steps, reading the DataLoader's settings from ``loader``."""
         try:
             from whyidle.capture.tracker import track

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["render", "save", "title", "busy_idle_rows", "MULTI_RANK_FORMATS", "TITLE_GPU"]
+__all__ = ["render", "save", "title", "busy_finding_stat", "counter_value", "busy_idle_rows", "MULTI_RANK_FORMATS", "TITLE_GPU"]
 
 MULTI_RANK_FORMATS = ("terminal", "json")  # what a MultiRankReport renders to
 TITLE_GPU = "whyidle: why is this GPU idle?"
@@ -48,6 +48,24 @@ def busy_idle_rows(r: Any, fmt_ns: Callable[[float], str]) -> list[tuple[str, st
         ("GPU busy", busy, f"of the window (kernels only {u.kernel_busy_fraction:.1%}), union over all streams"),
         ("GPU idle", fmt_ns(u.idle_ns), f"in {r.gap_count} gaps"),
     ]
+
+
+def busy_finding_stat(f: Any, window_ns: int, fmt_ns: Callable[[float], str]) -> str:
+    """What a finding about busy time (FP32 math, underfilled kernels) is worth, in the terms the
+    idle findings use: time and share of the window, an upper bound on what its fix recovers."""
+    ns = f.affected_busy_ns
+    share = f" ({ns / window_ns:.0%} of the window)" if window_ns > 0 else ""
+    return (
+        f"Concerns {fmt_ns(ns)} of device busy time{share}, not idle time: the fix shortens part of it, "
+        "so that is an upper bound on what it recovers."
+    )
+
+
+def counter_value(v: float, unit: str) -> str:
+    """One GPU counter reading with its unit, as the terminal and HTML reports show it."""
+    if unit == "B/s":
+        return f"{v / 1e6:.1f} MB/s"
+    return (f"{v:.0f} {unit}" if abs(v) >= 100 else f"{v:.1f} {unit}").replace(" %", "%")
 
 
 def render(report: Any, fmt: str = "terminal", *, timeline: Any = None, width: int = 80, color: bool = False, gzip: bool = False) -> str | bytes:

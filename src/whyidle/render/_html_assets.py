@@ -69,7 +69,10 @@ background:var(--c,#888);margin-right:6px;vertical-align:1px;white-space:nowrap}
 .wi th.asc::after{content:" \25B2";font-size:9px}
 .wi th.desc::after{content:" \25BC";font-size:9px}
 .wi td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-.wi td .cut{display:block;max-width:210px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+.wi td .cut{display:block;max-width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+.wi table.wi-gaps{table-layout:fixed}
+.wi table.wi-gaps th{overflow:hidden;text-overflow:ellipsis}
+.wi table.wi-gaps .wi-chip{display:inline-block;max-width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;vertical-align:bottom}
 .wi .wi-table-wrap{overflow-x:auto}
 .wi .wi-foot{color:var(--muted);font-size:12px;margin-top:6px}
 .wi .wi-empty{color:var(--muted);font-style:italic}

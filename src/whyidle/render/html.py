@@ -29,7 +29,7 @@ from whyidle.catalogue import BUSY, CATALOGUE, GROUP_COLOURS
 from whyidle.findings.labels import BUSY_LABELS, GROUP_LABELS, cause_label
 from whyidle.findings.model import Finding, GapRecord, Report
 from whyidle.render._html_assets import CSS, JS
-from whyidle.render import TITLE_GPU, busy_idle_rows, title
+from whyidle.render import TITLE_GPU, busy_finding_stat, busy_idle_rows, counter_value, title
 from whyidle.render._source import analyses_for
 from whyidle.timeline.model import Timeline
 from whyidle.units import format_ns
@@ -66,6 +66,8 @@ def _permille(parts: Any, bin_ns: float) -> list[int]:
 def _timeline_data(report: Report, timeline: Timeline | None, bins: int) -> tuple[list[dict[str, Any]], str]:
     if report.no_device_activity or report.window.duration_ns <= 0:
         return [], "No device activity in the window."
+    if report.window.basis == "counter log" or report.source.format == "whyidle.track":
+        return [], ""  # no events to draw: the counter table and the per-step bars show these inputs
     a, note = analyses_for(report, timeline)
     if a is None:
         return [], note
@@ -208,7 +210,7 @@ def _fact_value(key: str, v: Any) -> str:
     return f"{v:,}" if isinstance(v, int) else f"{v:,.3g}"
 
 
-def _finding(i: int, f: Finding, w0: int) -> str:
+def _finding(i: int, f: Finding, w0: int, window_ns: int) -> str:
     e = f.evidence
     color = GROUP_COLORS.get(f.group, "#888")
     head = f'<h3><span class="wi-chip">{_e(GROUP_LABELS.get(f.group, f.group))}</span>{i}. {_e(f.title)}</h3>'
@@ -216,15 +218,16 @@ def _finding(i: int, f: Finding, w0: int) -> str:
         stat = f"Explains {_ms(f.idle_ns)} of device idle ({f.share_of_idle:.0%} of idle, {f.share_of_window:.0%} of the window)"
         if e.per_step_idle_ns is not None:
             stat += f"; {_ms(e.per_step_idle_ns)} per step"
-        stat += f"; {e.gap_count:,} gaps. An upper bound on what the fix recovers."
+        stat += (f"; {e.gap_count:,} gaps" if e.gap_count else "") + ". An upper bound on what the fix recovers."
     else:
-        stat = f.fix.expected
+        stat = busy_finding_stat(f, window_ns, _ms) + " " + f.fix.expected
     body = [head, f'<p class="wi-stat">{_e(stat)}</p>']
     if e.top_ops:
         items = "".join(
             f'<li><code>{_e(n)}</code>: {_e(_ms(ns))}' + (f" in {k:,} gaps" if k else "") + "</li>" for n, ns, k in e.top_ops
         )
-        body.append(f"<h4>On the CPU meanwhile</h4><ul>{items}</ul>")
+        # an idle finding lists what the CPU did in the gaps; a busy-time finding, the device's own kernels
+        body.append(f"<h4>{'On the CPU meanwhile' if f.idle_ns else 'On the GPU: the kernels concerned'}</h4><ul>{items}</ul>")
     if e.python_lines:
         items = "".join(f"<li><code>{_e(ln)}</code> ({k:,} gaps)</li>" for ln, k in e.python_lines)
         body.append(f"<h4>Python lines</h4><ul>{items}</ul>")
@@ -254,7 +257,7 @@ def _finding(i: int, f: Finding, w0: int) -> str:
 def _findings(r: Report) -> str:
     w0 = r.window.start_ns
     if r.findings:
-        inner = "".join(_finding(i, f, w0) for i, f in enumerate(r.findings, 1))
+        inner = "".join(_finding(i, f, w0, r.window.duration_ns) for i, f in enumerate(r.findings, 1))
     elif r.no_device_activity:
         inner = '<p class="wi-empty">No GPU activity in this trace: nothing to diagnose.</p>'
     elif r.cold_start:
@@ -291,25 +294,59 @@ def _gaps(r: Report) -> str:
     if not r.gaps:
         return ""
     w0 = r.window.start_ns
+    # (heading, sort kind, share of the table's width): fixed widths keep all ten columns inside
+    # the page at any width from the report's minimum (760 px) up; long text is cut with a tooltip
     heads = [
-        ("#", "num"),
-        ("start", "num"),
-        ("idle", "num"),
-        ("GPU", "num"),
-        ("cause", "str"),
-        ("CPU op before", "str"),
-        ("CPU op during", "str"),
-        ("Python line", "str"),
-        ("next device work", "str"),
-        ("launching thread", "str"),
+        ("#", "num", 3),
+        ("start", "num", 7),
+        ("idle", "num", 6),
+        ("GPU", "num", 4),
+        ("cause", "str", 14),
+        ("CPU op before", "str", 14),
+        ("CPU op during", "str", 14),
+        ("Python line", "str", 14),
+        ("next device work", "str", 14),
+        ("launching thread", "str", 10),
     ]
-    th = "".join(f'<th data-sort="{kind}">{_e(h)}</th>' for h, kind in heads)
+    th = "".join(f'<th data-sort="{kind}" style="width:{w}%" title="{_e(h)}">{_e(h)}</th>' for h, kind, w in heads)
     rows = "".join(_gap_row(i, g, w0) for i, g in enumerate(r.gaps, 1))
     return (
         f"<section><h2>The {len(r.gaps)} largest gaps</h2>"
         f'<div class="wi-table-wrap"><table class="wi-gaps"><thead><tr>{th}</tr></thead><tbody>{rows}</tbody></table></div>'
         '<p class="wi-note">Start is relative to the window start. Click a column to sort.</p></section>'
     )
+
+
+def _counters(r: Report) -> str:
+    """The GPU counter figures per GPU (a counter log, alone or joined with a trace)."""
+    a = r.counters
+    if a is None or not a.gpus:
+        return ""
+    from whyidle.findings.counter_rules import explanations_for
+    from whyidle.timeline.counters import METRICS
+
+    joined = " over the trace's window" if a.joined else ""
+    out = [f"<section><h2>GPU counters</h2><p class=\"wi-note\">{_e(a.source_format)}, a sample every {a.interval_ns / 1e6:g} ms{_e(joined)}.</p>"]
+    metrics: list[str] = []
+    for g in a.gpus:
+        rows = []
+        for d in g.distributions:
+            label = METRICS[d.metric].label if d.metric in METRICS else d.metric
+            cells = "".join(f'<td class="num">{_e(counter_value(v, d.unit))}</td>' for v in (d.mean, d.p5, d.p50, d.p95, d.max))
+            rows.append(f"<tr><td>{_e(label)}</td>{cells}</tr>")
+            metrics.append(d.metric)
+        head = "".join(f"<th>{h}</th>" for h in ("metric", "mean", "p5", "median", "p95", "max"))
+        name = f"GPU {g.gpu}" + (f" ({g.name})" if g.name else "")
+        out.append(f'<h3>{_e(name)}</h3><div class="wi-table-wrap"><table class="wi-counters"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
+        p = g.pattern
+        if p is not None and p.period_ns is not None and p.regular:
+            out.append(f'<p class="wi-note">Rhythm: bursts every {_e(_ms(p.period_ns))}, busy {p.duty_cycle:.0%} of the time (regularity {p.regularity:.2f}, {p.pauses} pauses).</p>')
+        elif p is not None:
+            out.append(f'<p class="wi-note">Rhythm: none regular; busy {p.duty_cycle:.0%} of the time.</p>')
+    explained = "".join(f"<li>{_e(text)}</li>" for _, text in explanations_for(metrics))
+    if explained:
+        out.append(f'<ul class="wi-note">{explained}</ul>')
+    return "".join(out) + "</section>"
 
 
 def _notes(r: Report, timeline_note: str) -> str:
@@ -393,7 +430,7 @@ def render_html(report: Report, timeline: Timeline | None = None, *, bins: int =
         f'<h1><span class="wi-brand">whyidle</span> · {_e(title(report).split(": ", 1)[1])}</h1>'
         f'<p class="wi-sub">{_e(sub)}</p>'
         f'<p class="wi-lead">{_e(_lead(report))}</p>'
-        f"{_cards(report)}{_cause_bar(report)}{tl_html}{_steps_section(report)}{_findings(report)}{_gaps(report)}"
+        f"{_cards(report)}{_cause_bar(report)}{tl_html}{_steps_section(report)}{_counters(report)}{_findings(report)}{_gaps(report)}"
         f"{_notes(report, tl_note)}"
         f'<p class="wi-foot">Generated by whyidle {_e(__version__)}; a self-contained file, no network access needed. '
         "Device figures are the union of busy time over all streams of each device.</p>"

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from whyidle.findings.labels import cause_label
 from whyidle.findings.model import Finding, Report
-from whyidle.render import busy_idle_rows, title
+from whyidle.render import busy_finding_stat, busy_idle_rows, counter_value, title
 from whyidle.units import format_ns
 
 __all__ = ["render_terminal", "print_report"]
@@ -79,7 +79,7 @@ def _headline(r: Report) -> Table:
     return t
 
 
-def _finding_panel(i: int, f: Finding) -> Panel:
+def _finding_panel(i: int, f: Finding, window_ns: int) -> Panel:
     e = f.evidence
     style = _GROUP_STYLE.get(f.group, "bold")
     body: list[Text | Table] = [Text(f.title, style=style)]
@@ -87,9 +87,10 @@ def _finding_panel(i: int, f: Finding) -> Panel:
         line = f"explains {format_ns(f.idle_ns)} of device idle ({f.share_of_idle:.0%} of idle, {f.share_of_window:.0%} of the window)"
         if e.per_step_idle_ns is not None:
             line += f"; {format_ns(e.per_step_idle_ns)} per step"
-        line += f", {e.gap_count} gaps"
+        line += f", {e.gap_count} gaps" if e.gap_count else ""
         body.append(Text(line))
     else:
+        body.append(Text(busy_finding_stat(f, window_ns, format_ns)))
         body.append(Text(f.fix.expected))
     label = "CPU" if f.idle_ns else "kernel"
     for name, ns, gaps in e.top_ops[:3]:
@@ -118,12 +119,6 @@ def render_terminal(r: Report, width: int = 80, color: bool = False) -> str:
     return "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
 
 
-def _fmt_value(v: float, unit: str) -> str:
-    if unit == "B/s":
-        return f"{v / 1e6:.1f} MB/s"
-    return (f"{v:.0f} {unit}" if abs(v) >= 100 else f"{v:.1f} {unit}").replace(" %", "%")
-
-
 def _counters_section(r: Report) -> Group:
     """GPU counter figures per GPU, with what each metric means (only when the report has counters)."""
     from whyidle.findings.counter_rules import explanations_for
@@ -143,7 +138,7 @@ def _counters_section(r: Report) -> Group:
             from whyidle.timeline.counters import METRICS
 
             label = METRICS[d.metric].label if d.metric in METRICS else d.metric
-            t.add_row(label, *(_fmt_value(v, d.unit) for v in (d.mean, d.p5, d.p50, d.p95, d.max)))
+            t.add_row(label, *(counter_value(v, d.unit) for v in (d.mean, d.p5, d.p50, d.p95, d.max)))
             metrics.append(d.metric)
         parts.append(t)
         p = g.pattern
@@ -176,7 +171,7 @@ def print_report(r: Report, console: Console) -> None:
         console.print()
         console.print(Text("Findings, by device-idle time explained (an upper bound on what each fix recovers):", style="bold"))
         for i, f in enumerate(r.findings, 1):
-            console.print(_finding_panel(i, f))
+            console.print(_finding_panel(i, f, r.window.duration_ns))
     elif r.cold_start:
         console.print(Text("No finding: cold start dominates this capture; diagnose a capture taken after warm-up.", style="bold yellow"))
     elif not r.no_device_activity:
