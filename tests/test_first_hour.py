@@ -181,3 +181,27 @@ def test_extras_pin_nothing_for_users() -> None:
     reqs = [*meta["dependencies"], *(r for extra in meta["optional-dependencies"].values() for r in extra)]
     assert not [r for r in reqs if "==" in r]
     assert 'pip install -q "torch==2.13.0"' in (ROOT / ".ci" / "run").read_text()
+
+
+# -- fix steps from the trace, said once --------------------------------------------------------
+
+
+def test_host_overhead_fix_uses_the_traces_optimizer_and_says_each_step_once() -> None:
+    from conftest import shared_trace
+
+    r = whyidle.diagnose(shared_trace("kineto/resnet50_num_workers_4.pt.trace.json.gz"))  # an SGD job
+    f = next(f for f in r.findings if f.cause == "host_overhead")
+    assert dict(f.evidence.facts)["optimizer"] == "SGD"
+    assert "opt = torch.optim.SGD(model.parameters(), lr=lr, fused=True)  # SGD, as in this trace" in f.fix.code
+    assert "AdamW" not in f.fix.code + " ".join(f.fix.steps)
+    assert sum("set_to_none" in s for s in f.fix.steps) == 1  # the trace's zero_grad step, not the generic one too
+    assert sum("fused" in s for s in f.fix.steps) == 1
+    assert f.fix.steps[1] == "Seen here: SGD.step() launches 483 kernels per call (a per-parameter loop); use SGD(..., fused=True)."
+
+
+def test_host_overhead_fix_names_adamw_from_the_h200_lab_trace() -> None:
+    r = whyidle.diagnose(LAB / "lab_launch.pt.trace.json.gz")
+    f = next(f for f in r.findings if f.cause == "host_overhead")
+    assert dict(f.evidence.facts)["optimizer"] == "AdamW"
+    assert "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)  # AdamW, as in this trace" in f.fix.code
+    assert sum("fused" in s for s in f.fix.steps) == 1

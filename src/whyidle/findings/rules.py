@@ -111,7 +111,36 @@ def _host_overhead_facts(a: Analyses) -> tuple[tuple[str, Any], ...]:
     n_step, launches = _count_in_ranges(a.tl, lambda s: s.startswith("Optimizer.step"), lambda s: s.startswith(("cudaLaunchKernel", "cuLaunchKernel", "hipLaunchKernel")))
     if n_step and launches:
         facts.append(("optimizer_step_kernel_launches_per_call", launches // n_step))
+    opt = _optimizer_name(a.tl)
+    if opt:
+        facts.append(("optimizer", opt))
     return tuple(facts)
+
+
+# Optimizers with a fused implementation in torch.optim (fused=True; SGD's since PyTorch 2.4);
+# any other optimizer class the trace names gets foreach=True.
+_FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD")
+
+
+def _optimizer_name(tl: Timeline) -> str:
+    """The optimizer class the trace shows (``Optimizer.step#SGD.step``), the most frequent; '' if none."""
+    counts: dict[str, int] = {}
+    for i, name in enumerate(tl.strings):
+        if name.startswith("Optimizer.step#") and name.endswith(".step"):
+            cls = name[len("Optimizer.step#") : -len(".step")]
+            if cls.isidentifier():
+                counts[cls] = counts.get(cls, 0) + int((tl.name == i).sum())
+    return max(counts, key=lambda k: counts[k]) if counts else ""
+
+
+def _host_overhead_code(facts: dict[str, Any], code: str) -> str:
+    """The lever's code with the trace's own optimizer class, when the trace names one."""
+    opt = facts.get("optimizer")
+    generic = "opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)"
+    if not opt or generic not in code:
+        return code
+    flag = "fused" if opt in _FUSED_OPTIMIZERS else "foreach"
+    return code.replace(generic, f"opt = torch.optim.{opt}(model.parameters(), lr=lr, {flag}=True)  # {opt}, as in this trace")
 
 
 def _host_overhead_steps(facts: dict[str, Any], base: tuple[str, ...]) -> tuple[str, ...]:
@@ -123,11 +152,10 @@ def _host_overhead_steps(facts: dict[str, Any], base: tuple[str, ...]) -> tuple[
             "use zero_grad(set_to_none=True)."
         )
     launches = facts.get("optimizer_step_kernel_launches_per_call")
+    opt = facts.get("optimizer")
     if launches and launches >= 50:
-        named.append(
-            f"Seen here: optimizer.step() launches {launches} kernels per call (a per-parameter loop); "
-            "use a fused or foreach optimizer (fused=True / foreach=True)."
-        )
+        use = f"use {opt}(..., {'fused' if opt in _FUSED_OPTIMIZERS else 'foreach'}=True)" if opt else "use a fused or foreach optimizer (fused=True / foreach=True)"
+        named.append(f"Seen here: {opt or 'optimizer'}.step() launches {launches} kernels per call (a per-parameter loop); {use}.")
     short = facts.get("short_kernel_share")
     med, launch = facts.get("median_kernel_ns"), facts.get("mean_launch_call_ns")
     if med is not None and launch is not None and med < launch:
@@ -135,6 +163,14 @@ def _host_overhead_steps(facts: dict[str, Any], base: tuple[str, ...]) -> tuple[
             f"Seen here: the median kernel ({med / 1e3:.1f} us) is shorter than the host time of one launch "
             f"({launch / 1e3:.1f} us); {short:.0%} of kernels are short. Bigger batches or fusion help most."
         )
+    # a step named from the trace replaces the generic step it specialises, so no advice is given twice
+    if fills:
+        base = tuple(b for b in base if "set_to_none" not in b)
+    if launches and launches >= 50:
+        base = tuple(b for b in base if "optimizers" not in b)
+    if opt:
+        flag = "fused=True" if opt in _FUSED_OPTIMIZERS else "foreach=True"
+        base = tuple(b.replace("torch.optim.AdamW(..., fused=True)", f"torch.optim.{opt}(..., {flag}), as this trace uses {opt}") for b in base)
     return tuple(named) + base
 
 
@@ -353,7 +389,7 @@ def build_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple
         )
         fix = _fix(lever, expected)
         if steps is not lever.steps:
-            fix = Fix(fix.summary, steps, fix.code, fix.verify, fix.expected, fix.docs)
+            fix = Fix(fix.summary, steps, _host_overhead_code(dict(facts), fix.code), fix.verify, fix.expected, fix.docs)
         findings.append(cause_finding(cause, lever, variant, ns, idle, capacity, evidence, fix))
     fp32 = _fp32_finding(a, cfg) if not a.quality.cold_start else None
     if isinstance(fp32, Finding):
