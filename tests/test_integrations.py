@@ -112,10 +112,20 @@ def test_lightning_callback_names_a_starved_loader(tmp_path: Path, capsys: pytes
     assert float(logged[0]["whyidle/idle_share/starvation"]) == cb.figures["whyidle/idle_share/starvation"] > 0.5
 
 
-def test_lightning_callback_without_starvation_names_no_loader(tmp_path: Path) -> None:
+def _wait_per_step_ns(report: Any) -> float:
+    """The data wait per step the report measured (0 when no input-pipeline finding)."""
+    f = next((f for f in report.findings if f.cause == "input_pipeline"), None)
+    return 0.0 if f is None or f.evidence.per_step_idle_ns is None else f.evidence.per_step_idle_ns
+
+
+def test_lightning_callback_without_starvation_measures_a_short_wait(tmp_path: Path) -> None:
+    # In-memory batches: what remains between the hooks is the trainer's own bookkeeping and the
+    # fetch of a ready tensor, a fraction of the 32 ms each starved batch slept. (On a loaded
+    # machine that bookkeeping can still reach the 5% finding threshold of a 1 ms step, so the
+    # test compares times rather than asking for no finding.)
     cb, _ = _lightning_fit(tmp_path, 0.0)
     assert cb.report is not None
-    assert not [f for f in cb.report.findings if f.cause == "input_pipeline"]
+    assert _wait_per_step_ns(cb.report) < 0.25 * BATCH * SLEEP_S * 1e9
 
 
 # -- Hugging Face Transformers ----------------------------------------------------------------
@@ -170,6 +180,6 @@ def test_hf_callback_names_a_starved_loader_and_logs_through_the_trainer(tmp_pat
 
 def test_hf_callback_without_the_trainer_keeps_the_figures_in_the_log_history(tmp_path: Path) -> None:
     cb, seen, trainer = _hf_train(tmp_path, 0.0, with_trainer=False, steps=6)
-    assert cb.report is not None and not [f for f in cb.report.findings if f.cause == "input_pipeline"]
+    assert cb.report is not None and _wait_per_step_ns(cb.report) < 0.25 * BATCH * SLEEP_S * 1e9
     assert not [d for d in seen if "whyidle/busy_fraction" in d]
     assert trainer.state.log_history[-1]["whyidle/busy_fraction"] == cb.figures["whyidle/busy_fraction"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from whyidle.capture.trainer_hooks import TrainerHooks
+from whyidle.capture.trainer_hooks import HookedCallback
 from whyidle.config import Config
 from whyidle.errors import MissingExtraError
 
@@ -37,7 +37,7 @@ def _callback_base() -> Any:
     return TrainerCallback
 
 
-class HFCallback(_callback_base()):  # type: ignore[misc]
+class HFCallback(_callback_base(), HookedCallback):  # type: ignore[misc]
     """A Trainer callback: track every optimizer step, report why the device waited at the end.
 
     ``trainer``: the Trainer, to log the figures through it (see the module docstring).
@@ -46,19 +46,8 @@ class HFCallback(_callback_base()):  # type: ignore[misc]
 
     def __init__(self, trainer: Any = None, *, skip_first: int = 1, profile: bool = False, config: Config | None = None, write: bool = True, width: int = 100) -> None:
         self.trainer = trainer
-        self.hooks = TrainerHooks("the Hugging Face Trainer loop (whyidle.HFCallback)", skip_first=skip_first, config=config, profile=profile, width=width)
-        self.write = write
-        self.figures: dict[str, float] = {}
+        self._setup("the Hugging Face Trainer loop (whyidle.HFCallback)", skip_first=skip_first, profile=profile, config=config, write=write, width=width)
         self._samples: int | None = None
-
-    @property
-    def report(self) -> Any:
-        """The Report, once training has ended (None before)."""
-        return self.hooks.report
-
-    @property
-    def paths(self) -> list[str]:
-        return self.hooks.paths
 
     def on_train_begin(self, args: Any, state: Any, control: Any, train_dataloader: Any = None, **kwargs: Any) -> None:
         self.hooks.device = "cpu" if str(getattr(args, "device", "cpu")).startswith(("cpu", "mps")) else "auto"

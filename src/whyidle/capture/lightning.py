@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from whyidle.capture.trainer_hooks import TrainerHooks
+from whyidle.capture.trainer_hooks import HookedCallback
 from whyidle.config import Config
 from whyidle.errors import MissingExtraError
 
@@ -38,7 +38,7 @@ def _callback_base() -> Any:
     return Callback
 
 
-class LightningCallback(_callback_base()):  # type: ignore[misc]
+class LightningCallback(_callback_base(), HookedCallback):  # type: ignore[misc]
     """A Lightning callback: track every training step, report why the device waited at the end of fit.
 
     ``skip_first``: steps left out as start-up (DataLoader workers, first calls). ``profile``:
@@ -48,19 +48,7 @@ class LightningCallback(_callback_base()):  # type: ignore[misc]
 
     def __init__(self, *, skip_first: int = 1, profile: bool = False, config: Config | None = None, write: bool = True, width: int = 100) -> None:
         super().__init__()
-        self.hooks = TrainerHooks("the Lightning fit loop (whyidle.LightningCallback)", skip_first=skip_first, config=config, profile=profile, width=width)
-        self.write = write
-        self.figures: dict[str, float] = {}
-
-    @property
-    def report(self) -> Any:
-        """The Report, once fit has ended (None before)."""
-        return self.hooks.report
-
-    @property
-    def paths(self) -> list[str]:
-        """The files written at the end of fit."""
-        return self.hooks.paths
+        self._setup("the Lightning fit loop (whyidle.LightningCallback)", skip_first=skip_first, profile=profile, config=config, write=write, width=width)
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         loader = trainer.train_dataloader

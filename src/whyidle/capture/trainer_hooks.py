@@ -32,7 +32,7 @@ from typing import Any
 from whyidle.config import Config
 from whyidle.findings.model import Report
 
-__all__ = ["TrainerHooks", "headline", "REPORT_FILES"]
+__all__ = ["TrainerHooks", "HookedCallback", "headline", "REPORT_FILES"]
 
 REPORT_FILES = ("whyidle.html", "whyidle.json")  # written into the run's folder at the end of fit
 
@@ -154,3 +154,22 @@ class TrainerHooks:
         except Exception as exc:
             self._warn("building the report", exc)
             return {}
+
+
+class HookedCallback:
+    """What the Lightning and Hugging Face callbacks share: their hooks, settings and results."""
+
+    def _setup(self, where: str, *, skip_first: int, profile: bool, config: Config | None, write: bool, width: int) -> None:
+        self.hooks = TrainerHooks(where, skip_first=skip_first, config=config, profile=profile, width=width)
+        self.write = write
+        self.figures: dict[str, float] = {}  # the headline figures logged at the end (empty before)
+
+    @property
+    def report(self) -> Report | None:
+        """The Report, once training has ended (None before)."""
+        return self.hooks.report
+
+    @property
+    def paths(self) -> list[str]:
+        """The files written at the end of training."""
+        return self.hooks.paths
