@@ -406,3 +406,48 @@ def test_counter_log_report_has_its_counter_table(tmp_path: Path) -> None:
     assert " 0 gaps" not in page and "wi-strip" not in page.split("<body", 1)[1].split("<script", 1)[0]
     table = page.split('<table class="wi-counters">', 1)[1].split("</table>", 1)[0]
     assert "<th>median</th>" in table and "GPU-Util" in table and "power" in table
+
+
+# -- a multi-rank run: the job on one page, each rank on its own --------------------------------
+
+
+def test_multi_rank_report_in_a_real_browser(browser, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    from conftest import shared_trace
+    from selenium.webdriver.common.by import By
+
+    from whyidle.cli import main
+    from whyidle.ranks import diagnose_ranks
+
+    run = shared_trace("multirank/param__v100x8_dlrm_step12")  # 8 x V100, DLRM with DDP (SOURCES.md)
+    m = diagnose_ranks(run, jobs=2)
+    page = tmp_path / "job.html"
+    assert main(["diagnose", str(run), "--jobs", "2", "-o", str(page)]) == 0
+    err = capsys.readouterr().err
+    assert f"wrote the HTML report (open it in a browser) to {page}" in err and "wrote 8 rank pages beside it" in err
+    browser.get(page.as_uri())
+    assert _console_errors(browser) == []
+    rows = browser.find_elements(By.CSS_SELECTOR, "table.wi-ranks tbody tr")
+    assert len(rows) == 8
+    for e, row in zip(m.ranks, rows):
+        assert e.report is not None
+        cells = row.find_elements(By.TAG_NAME, "td")
+        assert cells[0].text == f"rank {e.rank}" and cells[2].text == f"{e.report.utilization.busy_fraction:.0%}"
+        bar = cells[1].find_elements(By.CSS_SELECTOR, ".wi-rankbar span")
+        assert len(bar) == 1 + sum(1 for ns in e.report.idle_by_cause_ns.values() if ns > 0)  # busy, then each cause
+        assert bar[0].is_displayed() and cells[1].size["width"] >= 360
+    # the stragglers, as the analysis names them
+    text = browser.find_element(By.TAG_NAME, "body").text
+    for s in m.cross_rank.stragglers:
+        assert f"rank {s.rank} arrived last at {s.collectives_last} of {s.collectives_total} collectives" in text
+    # the straggler timeline: one row per rank, one cell per collective, the last arrival outlined
+    coll = browser.find_elements(By.CSS_SELECTOR, "table.wi-coll tr")
+    assert len(coll) == 8 and all(len(r.find_elements(By.TAG_NAME, "td")) == len(m.cross_rank.collectives) for r in coll)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "table.wi-coll td.wi-last")) == len(m.cross_rank.collectives)
+    _full_screenshot(browser, ARTIFACTS / "multi_rank.png")
+    # each rank's link opens that rank's own report
+    link = rows[3].find_element(By.TAG_NAME, "a")
+    assert link.get_attribute("href").endswith("job.rank3.html")
+    link.click()
+    assert Path(m.ranks[3].path).name in browser.find_element(By.CSS_SELECTOR, ".wi-sub").text
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".wi-finding")) == len(m.ranks[3].report.findings)  # type: ignore[union-attr]
+    assert _console_errors(browser) == []

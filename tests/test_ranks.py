@@ -169,8 +169,9 @@ def test_cli_run_dir_json_and_terminal(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["diagnose", str(run), "--jobs", "1", "--json", "--min-busy", "0.9"]) == 1
     err = capsys.readouterr().err
     assert "rank 0: device busy" in err and "rank 1: device busy" in err
-    assert main(["diagnose", str(run), "-o", str(tmp_path / "r.html")]) == 2
-    assert "terminal text or JSON" in capsys.readouterr().err
+    assert main(["diagnose", str(run), "-o", str(tmp_path / "r.svg")]) == 2
+    assert "is reported as terminal, json, html, not svg" in capsys.readouterr().err
+    assert not (tmp_path / "r.svg").exists()
 
 
 # -- built rank sets with known stragglers ---------------------------------------------------

@@ -31,7 +31,9 @@ def run_ranks(args: argparse.Namespace, cfg: Config) -> MultiRankReport:
     if args.scheduler and args.workers:
         raise UsageError("pass either --scheduler (an existing Dask cluster) or --workers (a local one), not both")
     fmt = "json" if args.json and not args.output else format_for(args.format, args.output)
-    if fmt not in ("terminal", "json"):
-        raise UsageError(f"a run folder (one trace per rank) is reported as terminal text or JSON, not {fmt}; diagnose one rank's trace for {fmt}")
+    from whyidle.render import MULTI_RANK_FORMATS
+
+    if fmt not in MULTI_RANK_FORMATS:
+        raise UsageError(f"a run folder (one trace per rank) is reported as {', '.join(MULTI_RANK_FORMATS)}, not {fmt}; diagnose one rank's trace for {fmt}")
     with progress_bar(f"whyidle: ranks in {args.trace}") as update:
         return diagnose_ranks(args.trace, cfg, jobs=args.jobs, workers=args.workers, scheduler=args.scheduler, progress=update)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from whyidle.analyses.causes import GROUPS
@@ -125,6 +126,9 @@ def emit(report: Any, args: argparse.Namespace, timeline: Any = None) -> None:
     if args.output:
         path, fmt = save(report, args.output, fmt, timeline=timeline, width=args.width or 80)
         say_written(path, _WHAT.get(fmt, fmt))
+        if fmt == "html" and getattr(report, "ranks", None):
+            pages = sum(1 for e in report.ranks if e.report is not None)
+            print(f"whyidle: wrote {pages} rank pages beside it, linked from it ({Path(path).stem}.rankN.html)", file=sys.stderr)
         if args.json:
             sys.stdout.write(str(render(report, "json")))
         return

@@ -12,9 +12,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["render", "save", "title", "busy_finding_stat", "counter_value", "busy_idle_rows", "MULTI_RANK_FORMATS", "TITLE_GPU"]
+__all__ = ["render", "save", "save_multi_rank_html", "title", "busy_finding_stat", "counter_value", "busy_idle_rows", "MULTI_RANK_FORMATS", "TITLE_GPU"]
 
-MULTI_RANK_FORMATS = ("terminal", "json")  # what a MultiRankReport renders to
+MULTI_RANK_FORMATS = ("terminal", "json", "html")  # what a MultiRankReport renders to
 TITLE_GPU = "whyidle: why is this GPU idle?"
 
 
@@ -83,6 +83,10 @@ def render(report: Any, fmt: str = "terminal", *, timeline: Any = None, width: i
         from whyidle.errors import UsageError
 
         raise UsageError(f"a run folder (one trace per rank) is reported as {' or '.join(MULTI_RANK_FORMATS)}, not {fmt}; diagnose one rank's trace for {fmt}")
+    if isinstance(report, MultiRankReport) and fmt == "html":
+        from whyidle.render.html_ranks import render_multi_rank_html
+
+        return render_multi_rank_html(report)
     fn = renderer(fmt)
     if fmt == "terminal":
         return fn(report, width=width, color=color)
@@ -97,8 +101,31 @@ def save(report: Any, path: str | os.PathLike[str], fmt: str | None = None, *, t
     """Write the report to ``path`` atomically, the format from ``fmt`` or the suffix; -> (path, format)."""
     from whyidle.commands._output import format_for, write_atomic
 
+    from whyidle.findings.model import MultiRankReport
+
     out = os.fspath(path)
     fmt = format_for(fmt, out)
+    if isinstance(report, MultiRankReport) and fmt == "html":
+        save_multi_rank_html(report, out)
+        return out, fmt
     data = render(report, fmt, timeline=timeline, width=width, gzip=out.lower().endswith(".gz"))
     write_atomic(out, data)
     return out, fmt
+
+
+def save_multi_rank_html(report: Any, path: str) -> list[str]:
+    """The job's page at ``path`` and each rank's own report beside it (``<stem>.rank<N>.html``),
+    linked from the job's page; -> the rank pages written."""
+    from whyidle.commands._output import write_atomic
+    from whyidle.render.html import render_html
+    from whyidle.render.html_ranks import rank_page_name, render_multi_rank_html
+
+    folder, name = os.path.split(path)
+    stem = name[: -len(".html")] if name.lower().endswith(".html") else name
+    links: dict[int, str] = {}
+    for e in report.ranks:
+        if e.report is not None:
+            links[e.rank] = rank_page_name(stem, e.rank)
+            write_atomic(os.path.join(folder, links[e.rank]), render_html(e.report))
+    write_atomic(path, render_multi_rank_html(report, links))
+    return [os.path.join(folder, p) for p in links.values()]
