@@ -20,6 +20,10 @@ from whyidle.errors import UsageError
 
 __all__ = ["add_parser", "run", "parse_batch_range", "parse_values"]
 
+EXAMPLES = """\
+  whyidle sweep sweep.py:make --batch-size 8..1024 --workers 0,2,4 --precision fp32,bf16 -o sweep.html
+  whyidle sweep --batch-size 8..256 -- python train.py --bs {batch_size} --workers {num_workers}
+"""
 _BOOL = {"on": True, "off": False, "true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 _FORMATS = {".json": "json", ".html": "html", ".htm": "html", ".txt": "terminal"}
 
