@@ -49,6 +49,12 @@ def test_exact_figures_on_a_small_log() -> None:
     assert st.peak_window_ns == MS and st.peak_rate_per_s == 1000.0
 
 
+def test_a_single_request_has_no_rate() -> None:
+    st = analyse_requests(from_records(_log([(0, 1, 3)])))
+    assert np.isnan(st.rate_per_s) and np.isnan(st.peak_rate_per_s) and np.isnan(st.burstiness)
+    assert st.latency_p99_ns == 3 * MS and st.server_busy_ns == 2 * MS
+
+
 def _demand_log() -> list[dict[str, float]]:
     # a request every 100 ms, served alone at once in 3 ms
     return _log([(100 * i, 100 * i, 100 * i + 3) for i in range(50)])

@@ -98,7 +98,7 @@ def analyse_requests(log: RequestLog, cfg: Config | None = None, max_batch: int 
     # a log shorter than ten windows gets windows of a tenth of its span, so the peak can exceed the mean
     win = max(min(cfg.traffic_peak_window_ns, span // 10), 1)
     ends = np.searchsorted(a, a + win, side="left")
-    peak = float((ends - np.arange(n)).max()) / (win / 1e9)
+    peak = float((ends - np.arange(n)).max()) / (win / 1e9) if span > 0 else math.nan
     lat = f - a
     conc_avg, conc_max = _level(a, f, lo, hi)
     in_system = Intervals.union_of(a, f)
