@@ -52,6 +52,25 @@ class Config:
     # Largest gaps carried with their full CPU context into the report.
     report_top_gaps: int = 50
 
+    # --- what-if predictions (analyses/whatif.py, findings/predict.py) ------------------------
+    # Workers assumed for the input-pipeline fix: the lower end of the lever's "start with 4-8".
+    whatif_loader_workers: int = 4
+    # Host time of a DataLoader __next__ that takes a batch a worker has ready: measured, the
+    # median __next__ of the well-fed 8-worker loop of the H200 lab (tests/data/h200/lab_none_cuda,
+    # 46-121 us, median 110 us); that trace is not one of the before/after pairs checked.
+    whatif_loader_handoff_ns: int = 110_000
+    # Host-overhead fix (torch.compile with CUDA graphs, fused ops): host time of the step scaled by
+    # this. A stated assumption, not a measurement: CUDA graphs replay the captured launches in one
+    # call, but the Python outside the graph, the optimizer and the data handoff stay. The range
+    # runs from 0 (all host time gone: the device-bound step) to 0.5 (fusion alone halving launches).
+    whatif_host_overhead_factor: float = 0.25
+    whatif_host_overhead_factor_range: tuple[float, float] = (0.0, 0.5)
+    # FP32 GEMM/convolution -> tensor cores: kernel time divided by this (point, low, high). The high
+    # end is the datasheet ratio of dense tensor-core to FP32 peak (V100 FP16 125/15.7 = 8.0, A100
+    # TF32 156/19.5 = 8.0, H100 SXM TF32 495/67 = 7.4); the point and low ends are assumptions:
+    # real GEMMs rarely reach peak, and memory-bound convolutions gain less.
+    whatif_tensor_core_factor: tuple[float, float, float] = (3.0, 1.5, 8.0)
+
     # --- kernels -----------------------------------------------------------------------------
     # A kernel shorter than this is "short": it cannot amortise its own launch cost (a
     # cudaLaunchKernel takes 5-10 us of host time; the TensorBoard plugin and HTA both use

@@ -21,6 +21,7 @@ from whyidle.analyses.window import select_window
 from whyidle.config import Config
 from whyidle.findings.kernel_fill_rules import small_grid_finding
 from whyidle.findings.model import Finding, GapRecord, Report, SourceInfo, WindowInfo
+from whyidle.findings.predict import attach_predictions
 from whyidle.findings.rules import Analyses, build_findings, capture_advice
 from whyidle.timeline.model import Timeline
 
@@ -87,6 +88,7 @@ def report_from(a: Analyses, cfg: Config) -> Report:
         elif small is not None:
             skipped += (small,)
     findings = tuple(sorted(findings, key=lambda f: (-f.idle_ns, -f.affected_busy_ns)))
+    findings, path = attach_predictions(a.tl, a.window, findings, a.utilization.batch_size, cfg)
     tl = a.tl
     totals = a.gaps.total_by_cause()
     idle_by_cause = {c.key: int(totals[i]) for i, c in enumerate(C.CAUSES)}
@@ -120,6 +122,7 @@ def report_from(a: Analyses, cfg: Config) -> Report:
         quality=a.quality.notes + capture_advice(a, cfg),
         cold_start=a.quality.cold_start,
         no_device_activity=a.quality.no_device_activity,
+        extra={"critical_path": path} if path is not None else {},
     )
 
 

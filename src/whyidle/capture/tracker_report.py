@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec.structs
 import numpy as np
 
 from whyidle import __version__
@@ -37,6 +38,7 @@ from whyidle.findings.model import (
     SourceInfo,
     WindowInfo,
 )
+from whyidle.findings.predict import predict_from_steps
 from whyidle.findings.rules import cause_finding
 from whyidle.units import format_ms
 
@@ -180,7 +182,14 @@ def report_from_tracker(st: TrackerStats, config: Config | None = None) -> Repor
             + "; an upper bound, since removing this wait may expose the next one"
         )
         fix = Fix(lever.summary, _seen_here(cause, st, per_step, mean_step) + lever.steps, lever.code, lever.verify, expected, lever.docs)
-        findings.append(cause_finding(cause, lever, variant, ns, idle, window_ns, ev, fix))
+        finding = cause_finding(cause, lever, variant, ns, idle, window_ns, ev, fix)
+        # Workers are predicted only where the loader ran in the training process (its wait is
+        # then the whole per-batch production cost).
+        if cause is not C.INPUT_PIPELINE or not li.num_workers:
+            waits = [s.data_wait_ns if cause is C.INPUT_PIPELINE else s.copy_ns for s in steps]
+            pred = predict_from_steps([s.duration_ns for s in steps], waits, cause.cause, cfg, batch)
+            finding = msgspec.structs.replace(finding, prediction=pred)
+        findings.append(finding)
     findings.sort(key=lambda f: -f.idle_ns)
     skipped = (
         Skipped(

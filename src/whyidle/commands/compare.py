@@ -126,6 +126,15 @@ def render_text(c: Any) -> str:
         lines += ["", f"  Note: {c.names_note}"]
     for n in c.notes:
         lines.append(f"  Note: {n}")
+    pc = c.prediction
+    if pc is not None:
+        rng = f" (range {format_ns(pc.low)}-{format_ns(pc.high)})" if pc.high - pc.low > 0.01 * pc.predicted else ""
+        lines += [
+            "",
+            f"Prediction check: the fix applied looks like {cause_label(pc.cause)} (its idle fell most).",
+            f"  predicted from the before run ({pc.lever}): step time {format_ns(pc.predicted)}{rng}",
+            f"  measured: step time {format_ns(pc.measured)}; error {pc.error:+.1%}",
+        ]
     if c.regression is not None:
         word = "slower" if c.regression > 0 else "faster"
         lines += ["", f"Throughput ({c.throughput_basis}): {abs(c.regression):.1%} {word}."]

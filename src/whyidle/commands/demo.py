@@ -102,6 +102,11 @@ def live_demo(args: argparse.Namespace) -> int:
     b_wait = sum(s.data_wait_ns for s in b_sel) / max(len(b_sel), 1)
     a_wait = sum(s.data_wait_ns for s in a_sel) / max(len(a_sel), 1)
     same = before.run.losses == after_run.losses
+    from whyidle.lab.predict import median_step_ns, predict_fix
+
+    pred, _ = predict_fix(spec, before.run)
+    med_b, med_a = median_step_ns(before.run), median_step_ns(after_run)
+    measured_x = med_b / med_a if med_a > 0 else None
     if args.json:
         _emit_json(
             {
@@ -111,6 +116,12 @@ def live_demo(args: argparse.Namespace) -> int:
                 "samples_per_s": {"before": b_sps, "after": a_sps},
                 "data_wait_ns_per_step": {"before": b_wait, "after": a_wait},
                 "losses_identical": same,
+                "speedup": {
+                    "predicted": pred.speedup if pred else None,
+                    "predicted_step_ns": pred.step_ns_after if pred else None,
+                    "measured": measured_x,
+                    "basis": "median tracked step, before / after",
+                },
                 "before": report_to_dict(b_report),
                 "after": report_to_dict(a_report),
             }
@@ -121,6 +132,12 @@ def live_demo(args: argparse.Namespace) -> int:
     b_work, a_work = _mean(b_sel, _work_ns), _mean(a_sel, _work_ns)
     print("Before -> after the fix (same model, same data):")
     print(f"  samples/s          {_fmt_rate(b_sps)} -> {_fmt_rate(a_sps)}" + (f"  ({a_sps / b_sps:.2f}x)" if a_sps and b_sps else ""))
+    if pred is not None and measured_x is not None:
+        print(
+            f"  median step        {med_b / 1e6:.1f} ms -> {med_a / 1e6:.1f} ms  (x{measured_x:.2f}); "
+            f"predicted from the starved run alone: {pred.step_ns_after / 1e6:.1f} ms (x{pred.speedup:.2f}, "
+            f"error {(pred.speedup - measured_x) / measured_x:+.0%})"
+        )
     print(f"  data wait per step {b_wait / 1e6:.1f} ms -> {a_wait / 1e6:.1f} ms")
     print(f"  compute per step   {b_work / 1e6:.1f} ms -> {a_work / 1e6:.1f} ms  (step time less data wait and copies)")
     print(f"  findings           {', '.join(f.id for f in b_report.findings)} -> {left}")

@@ -37,6 +37,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--trace-dir", metavar="DIR", help="also capture a profiler trace into DIR (always on CUDA)")
     p.add_argument("--json", action="store_true", help="print the JSON report (with the check under extra.lab); with --flaw all, a list of them")
     p.add_argument("--width", type=int, default=100, help="terminal width of the report")
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help="predict the flaw's fix from the flawed run, apply it, run again, and print predicted vs measured speed-up",
+    )
     p.add_argument("--record-all", metavar="DIR", help="CUDA only: record every flaw's trace into DIR, check each, write DIR/RECORDED.md")
     p.set_defaults(run=run)
 
@@ -53,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from whyidle.lab.run import pick_device, run_lab
 
     dev = pick_device(args.device)
+    if args.fix:
+        return _fix(args, dev)
     flaws = [args.flaw] if args.flaw != "all" else list(_FLAWS if dev == "cuda" else CPU_FLAWS)
     failed = 0
     reports: list[dict[str, Any]] = []
@@ -90,3 +97,41 @@ def _record(out_dir: str) -> int:
         print(f"{'PASS' if r.passed else 'FAIL'} {r.name}: {r.message}")
     print(f"notes written to {out_dir}/RECORDED.md")
     return 0 if all(r.passed for r in results) else 1
+
+
+def _fix(args: argparse.Namespace, dev: str) -> int:
+    """Predicted vs measured speed-up of each flaw's fix (samples/s of the step tracker)."""
+    from whyidle.lab.check import CPU_FLAWS, GPU_ONLY
+    from whyidle.lab.predict import FIXABLE, run_fix
+
+    flaws = [args.flaw] if args.flaw != "all" else [f for f in FIXABLE if dev == "cuda" or f in CPU_FLAWS]
+    for flaw in flaws:
+        if flaw not in FIXABLE:
+            raise UsageError(f"--fix: flaw {flaw!r} has no fix to apply; flaws with one: {', '.join(FIXABLE)}")
+        if dev == "cpu" and flaw not in CPU_FLAWS:
+            raise UsageError(f"--fix: flaw {flaw!r} needs CUDA: {GPU_ONLY[flaw]}")
+    results = [run_fix(flaw, dev, steps=args.steps) for flaw in flaws]
+    if args.json:
+        import msgspec
+
+        doc = [
+            {
+                "flaw": r.flaw,
+                "device": r.device,
+                "change": r.change,
+                "basis": r.basis,
+                "predicted_speedup": r.prediction.speedup if r.prediction else None,
+                "predicted_step_ns": [r.prediction.step_ns_before, r.prediction.step_ns_after] if r.prediction else None,
+                "predicted_range": [r.prediction.step_ns_low, r.prediction.step_ns_high] if r.prediction else None,
+                "measured_samples_per_s": [r.measured_before, r.measured_after],
+                "measured_speedup": r.measured_speedup,
+                "error": r.error,
+            }
+            for r in results
+        ]
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n")
+        return 0
+    print("Predicted (from the flawed run alone) vs measured speed-up of samples/s:")
+    for r in results:
+        print("  " + r.line())
+    return 0

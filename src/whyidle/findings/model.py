@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # annotations only: a Kineto diagnosis need not import the co
     from whyidle.analyses.kernels import KernelStats
     from whyidle.analyses.utilization import Utilization
 
-__all__ = ["Fix", "Evidence", "Finding", "Skipped", "GapRecord", "SourceInfo", "WindowInfo", "Report", "RankEntry", "MultiRankReport"]
+__all__ = ["Prediction", "Fix", "Evidence", "Finding", "Skipped", "GapRecord", "SourceInfo", "WindowInfo", "Report", "RankEntry", "MultiRankReport"]
 
 
 class Fix(msgspec.Struct, frozen=True):
@@ -39,6 +39,42 @@ class Evidence(msgspec.Struct, frozen=True):
     facts: tuple[tuple[str, Any], ...] = ()  # other measured values, (name, value)
 
 
+class Prediction(msgspec.Struct, frozen=True):
+    """What the fix is predicted to buy, from a what-if replay of the trace (analyses/whatif.py)."""
+
+    lever: str  # the change replayed, one phrase
+    assumption: str  # what the replay assumed, one sentence
+    step_ns_before: float  # the replay with no change (the recorded mean step, within 1%)
+    step_ns_after: float  # predicted mean step time after the fix
+    step_ns_low: float  # the range the assumption allows (low = the most optimistic)
+    step_ns_high: float
+    batch_factor: float = 1.0  # samples per step after / before
+    samples_per_s_before: float | None = None
+    samples_per_s_after: float | None = None
+
+    @property
+    def speedup(self) -> float:
+        """Predicted samples/s after / before (steps/s when the batch is unknown)."""
+        return self.batch_factor * self.step_ns_before / self.step_ns_after if self.step_ns_after > 0 else float("nan")
+
+    @property
+    def recovered_share(self) -> float:
+        """Share of the step time the fix recovers (per sample when the batch changes)."""
+        return 1.0 - 1.0 / self.speedup if self.speedup > 0 else 0.0
+
+    def summary(self) -> str:
+        """'Predicted with ...: step 18.7 ms -> 5.1 ms (5.0-5.1 ms), samples/s x3.65, 73% of the step recovered'."""
+        from whyidle.units import format_ns
+
+        rng = f" ({format_ns(self.step_ns_low)}-{format_ns(self.step_ns_high)})" if self.step_ns_high - self.step_ns_low > 0.01 * self.step_ns_after else ""
+        rate = "samples/s" if self.samples_per_s_before is not None else "steps/s"
+        per = " per sample" if self.batch_factor != 1 else ""
+        return (
+            f"Predicted with {self.lever}: step {format_ns(self.step_ns_before)} -> {format_ns(self.step_ns_after)}{rng}, "
+            f"{rate} x{self.speedup:.2f}, {self.recovered_share:.0%} of the step{per} recovered"
+        )
+
+
 class Finding(msgspec.Struct, frozen=True):
     id: str
     group: str
@@ -51,6 +87,7 @@ class Finding(msgspec.Struct, frozen=True):
     fix: Fix
     variant: str = ""  # e.g. "single_process" for the input pipeline
     affected_busy_ns: int = 0  # for findings about busy time (FP32 math)
+    prediction: Prediction | None = None  # what the fix buys, when the trace lets whyidle replay it
 
     @property
     def key(self) -> str:

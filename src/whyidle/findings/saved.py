@@ -20,6 +20,7 @@ from whyidle.analyses.kernels import KernelStats
 from whyidle.analyses.utilization import StepFigures, Utilization
 from whyidle.errors import TraceFormatError
 from whyidle.findings.model import (
+    Prediction,
     Evidence,
     Finding,
     Fix,
@@ -64,6 +65,24 @@ def _finding(d: dict[str, Any]) -> Finding:
         fix=Fix(f["summary"], tuple(f.get("steps", ())), f.get("code", ""), f.get("verify", ""), f.get("expected", ""), f.get("docs", "")),
         variant=d.get("variant", ""),
         affected_busy_ns=int(d.get("affected_busy_ns", 0)),
+        prediction=_prediction(d.get("prediction")),
+    )
+
+
+def _prediction(d: dict[str, Any] | None) -> Prediction | None:
+    if not d:
+        return None
+    lo, hi = d["step_ns_range"]
+    return Prediction(
+        lever=d["lever"],
+        assumption=d.get("assumption", ""),
+        step_ns_before=float(d["step_ns_before"]),
+        step_ns_after=float(d["step_ns_after"]),
+        step_ns_low=float(lo),
+        step_ns_high=float(hi),
+        batch_factor=float(d.get("batch_factor", 1.0)),
+        samples_per_s_before=d.get("samples_per_s_before"),
+        samples_per_s_after=d.get("samples_per_s_after"),
     )
 
 

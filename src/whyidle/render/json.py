@@ -13,7 +13,7 @@ import numpy as np
 
 from whyidle import __version__
 from whyidle.analyses import causes as C
-from whyidle.findings.model import Finding, GapRecord, Report
+from whyidle.findings.model import Finding, GapRecord, Prediction, Report
 
 __all__ = ["SCHEMA_VERSION", "report_to_dict", "render_json", "multi_rank_to_dict", "cross_rank_to_dict"]
 
@@ -22,6 +22,23 @@ SCHEMA_VERSION = "1.0"
 
 def _pct(values: np.ndarray, q: float) -> int | None:
     return int(np.percentile(values, q, method="nearest")) if values.size else None
+
+
+def _prediction(p: Prediction | None) -> dict[str, Any] | None:
+    if p is None:
+        return None
+    return {
+        "lever": p.lever,
+        "assumption": p.assumption,
+        "step_ns_before": p.step_ns_before,
+        "step_ns_after": p.step_ns_after,
+        "step_ns_range": [p.step_ns_low, p.step_ns_high],
+        "batch_factor": p.batch_factor,
+        "samples_per_s_before": p.samples_per_s_before,
+        "samples_per_s_after": p.samples_per_s_after,
+        "speedup": p.speedup,
+        "recovered_share": p.recovered_share,
+    }
 
 
 def _finding(f: Finding) -> dict[str, Any]:
@@ -47,6 +64,7 @@ def _finding(f: Finding) -> dict[str, Any]:
             "examples": [{"start_ns": s, "end_ns": t, "idle_ns": ns} for s, t, ns in e.examples],
             "facts": {k: v for k, v in e.facts},
         },
+        "prediction": _prediction(f.prediction),
         "fix": {
             "summary": f.fix.summary,
             "steps": list(f.fix.steps),

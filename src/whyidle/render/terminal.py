@@ -100,6 +100,8 @@ def _finding_panel(i: int, f: Finding, window_ns: int) -> Panel:
     for line_, n in e.python_lines[:2]:
         body.append(Text(f"  at {line_} ({n} gaps)", style="dim"))
     body.append(Text(f"Fix: {f.fix.summary}", style="green"))
+    if f.prediction is not None:
+        body.append(Text(f.prediction.summary(), style="green"))
     for s in f.fix.steps[:4]:
         body.append(Text(f"  - {s}"))
     body.append(Text(f.fix.code, style="cyan"))

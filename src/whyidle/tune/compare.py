@@ -21,7 +21,7 @@ from whyidle.analyses.names import NameTimes
 from whyidle.findings.labels import cause_label
 from whyidle.findings.model import Report
 
-__all__ = ["Change", "NameChange", "Comparison", "compare_reports", "parse_regression", "REMOVED_BELOW"]
+__all__ = ["Change", "NameChange", "PredictionCheck", "Comparison", "compare_reports", "parse_regression", "REMOVED_BELOW"]
 
 # A cause counts as removed when what remains is under this share of what it was.
 REMOVED_BELOW = 0.1
@@ -64,6 +64,50 @@ class NameChange:
 
 
 @dataclass(frozen=True)
+class PredictionCheck:
+    """The before report's prediction for the fix that was applied, against the after run."""
+
+    cause: str  # the cause whose idle fell most: the fix taken to be applied
+    lever: str
+    predicted: float  # mean step time, ns
+    measured: float
+    low: float
+    high: float
+
+    @property
+    def error(self) -> float:
+        return (self.predicted - self.measured) / self.measured if self.measured else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "applied": self.cause,
+            "lever": self.lever,
+            "predicted_step_ns": self.predicted,
+            "range": [self.low, self.high],
+            "measured_step_ns": self.measured,
+            "error": self.error,
+        }
+
+
+def _prediction_check(before: Report, after: Report, causes: dict[str, Change]) -> PredictionCheck | None:
+    """Which fix was applied (the cause whose idle fell most) and how its prediction did."""
+    fell = [(k, c.delta or 0.0) for k, c in causes.items() if (c.delta or 0.0) < 0]
+    if not fell:
+        return None
+    key = min(fell, key=lambda kv: kv[1])[0]
+    found = [f for f in before.findings if f.key == key and f.prediction is not None]
+    after_step = _mean_step(after)
+    if not found or after_step is None:
+        return None
+    p = found[0].prediction
+    assert p is not None
+    bb, ab = before.utilization.batch_size, after.utilization.batch_size
+    if bb and ab and bb != ab:  # the batch changed too: not the change the prediction replayed
+        return None
+    return PredictionCheck(key, p.lever, p.step_ns_after, after_step, p.step_ns_low, p.step_ns_high)
+
+
+@dataclass(frozen=True)
 class Comparison:
     before_path: str
     after_path: str
@@ -82,6 +126,7 @@ class Comparison:
     regression: float | None  # relative throughput drop; negative = faster
     verdict: str
     notes: tuple[str, ...]
+    prediction: PredictionCheck | None = None
 
     def to_dict(self) -> dict[str, Any]:
         def names(xs: tuple[NameChange, ...]) -> list[dict[str, Any]]:
@@ -105,6 +150,7 @@ class Comparison:
             "throughput_basis": self.throughput_basis,
             "regression": self.regression,
             "notes": list(self.notes),
+            "prediction": self.prediction.to_dict() if self.prediction is not None else None,
         }
 
 
@@ -263,4 +309,5 @@ def compare_reports(
         regression=regression,
         verdict=_verdict(by_cause, unit, scale),
         notes=tuple(notes),
+        prediction=_prediction_check(before, after, by_cause),
     )

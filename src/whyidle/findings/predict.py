@@ -1,0 +1,244 @@
+"""Predictions: what each finding's fix buys, from the what-if replay (analyses/whatif.py).
+
+A lever is a named change with a stated assumption; :func:`lever_edits` turns it into replay
+edits (a point and the two ends of the range the assumption allows). :func:`attach_predictions`
+gives every finding whose cause has a lever its :class:`Prediction`, and the report the critical
+path of the median step. The rules that build findings are untouched: predictions are added after.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import msgspec.structs
+import numpy as np
+
+from whyidle.analyses import whatif as W
+from whyidle.analyses.links import link_launches
+from whyidle.analyses.window import Window
+from whyidle.config import Config
+from whyidle.findings.model import Finding, Prediction
+from whyidle.timeline.model import Timeline
+
+__all__ = [
+    "LEVERS",
+    "Lever",
+    "lever_edits",
+    "predict_lever",
+    "predict_from_graph",
+    "predict_from_steps",
+    "attach_predictions",
+    "critical_path_summary",
+]
+
+
+class Lever(NamedTuple):
+    lever: str  # the change, one phrase
+    assumption: str
+    point: W.Edit
+    low: W.Edit  # the most optimistic end of the range
+    high: W.Edit
+    batch_factor: float = 1.0
+
+
+# Which lever predicts a finding's fix, by cause.
+_CAUSE_LEVER = {"input_pipeline": "input_pipeline", "h2d_copy": "h2d_copy", "host_sync": "host_sync", "host_overhead": "host_overhead", "fp32_math": "fp32_math"}
+LEVERS = ("input_pipeline", "h2d_copy", "host_sync", "host_overhead", "fused_optimizer", "batch_size", "fp32_math")
+
+
+def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_factor: float = 2.0) -> Lever:
+    """The replay edits for a named lever (see docs/metrics.md, 'What-if predictions')."""
+    if lever == "input_pipeline":
+        w = workers or cfg.whatif_loader_workers
+        h = cfg.whatif_loader_handoff_ns
+        return Lever(
+            f"DataLoader with {w} worker processes",
+            f"the loader's time overlaps compute: each batch costs the host {h / 1e3:.0f} us to take from a worker, "
+            f"and a step cannot be shorter than the recorded loader time per batch / {w}",
+            W.Edit("input_pipeline", loader_workers=w, loader_handoff_ns=h),
+            W.Edit("input_pipeline", loader_workers=w, loader_handoff_ns=0),
+            W.Edit("input_pipeline", loader_workers=w, loader_handoff_ns=h),
+        )
+    if lever == "h2d_copy":
+        e = W.Edit("h2d_copy", h2d_async=True)
+        return Lever(
+            "pinned memory and non_blocking host-to-device copies",
+            "copies no longer block the host (the call costs one launch); the device copy keeps its recorded time",
+            e,
+            e,
+            e,
+        )
+    if lever == "host_sync":
+        return Lever(
+            "values kept on the device (no per-step .item()/.cpu()/synchronize)",
+            "the syncs no longer wait and the host ops that used what they fetched (launching no device work) are gone; "
+            "the range's high end keeps those ops on the host",
+            W.Edit("host_sync", sync_removed=True, sync_consumers_removed=True),
+            W.Edit("host_sync", sync_removed=True, sync_consumers_removed=True),
+            W.Edit("host_sync", sync_removed=True),
+        )
+    if lever == "host_overhead":
+        f = cfg.whatif_host_overhead_factor
+        lo, hi = cfg.whatif_host_overhead_factor_range
+        return Lever(
+            "torch.compile / CUDA graphs (host cost per launch cut)",
+            f"host time of the step scaled by {f:g} (range {lo:g}-{hi:g}), kernel time unchanged: a stated assumption, not a measurement",
+            W.Edit("host_overhead", host_factor=f),
+            W.Edit("host_overhead", host_factor=lo),
+            W.Edit("host_overhead", host_factor=hi),
+        )
+    if lever == "fused_optimizer":
+        return Lever(
+            "fused optimizer (one multi-tensor kernel instead of a per-parameter loop)",
+            "the host time inside Optimizer.step disappears (range: to half of it); its kernels keep their time",
+            W.Edit("fused_optimizer", host_factor=0.0, host_region="optimizer"),
+            W.Edit("fused_optimizer", host_factor=0.0, host_region="optimizer"),
+            W.Edit("fused_optimizer", host_factor=0.5, host_region="optimizer"),
+        )
+    if lever == "batch_size":
+        k = batch_factor
+        return Lever(
+            f"batch size x{k:g}",
+            "host cost per step unchanged; a kernel's time grows with the batch once its blocks fill the SMs "
+            "(range: kernels unchanged / all kernels x the batch factor)",
+            W.Edit("batch_size", batch_factor=k),
+            W.Edit("batch_size", batch_factor=k, batch_growth="none"),
+            W.Edit("batch_size", batch_factor=k, batch_growth="all"),
+            batch_factor=k,
+        )
+    if lever == "fp32_math":
+        point, low, high = cfg.whatif_tensor_core_factor
+        return Lever(
+            "tensor cores for FP32 GEMM/convolution (TF32 or bf16 autocast)",
+            f"FP32 GEMM/convolution kernels {point:g}x faster (range {low:g}-{high:g}x; {high:g}x is the datasheet peak ratio)",
+            W.Edit("fp32_math", gemm_factor=point),
+            W.Edit("fp32_math", gemm_factor=high),
+            W.Edit("fp32_math", gemm_factor=low),
+        )
+    raise ValueError(f"unknown lever {lever!r}; expected one of {', '.join(LEVERS)}")
+
+
+def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None) -> Prediction:
+    """Replay the lever's edits on ``g`` and state the result."""
+    before = W.replay(g).mean_step_ns
+    cache: dict[W.Edit, float] = {}
+
+    def run(e: W.Edit) -> float:
+        if e not in cache:
+            cache[e] = W.replay(g, e).mean_step_ns
+        return cache[e]
+
+    after = run(lv.point)
+    ends = (run(lv.low), run(lv.high))
+    sps_b = batch_size * 1e9 / before if batch_size and before > 0 else None
+    sps_a = batch_size * lv.batch_factor * 1e9 / after if batch_size and after > 0 else None
+    return Prediction(
+        lever=lv.lever,
+        assumption=lv.assumption,
+        step_ns_before=before,
+        step_ns_after=after,
+        step_ns_low=min(after, *ends),
+        step_ns_high=max(after, *ends),
+        batch_factor=lv.batch_factor,
+        samples_per_s_before=sps_b,
+        samples_per_s_after=sps_a,
+    )
+
+
+def _graph(tl: Timeline, cfg: Config, window: Window | None = None) -> tuple[W.Graph | None, Window]:
+    links = link_launches(tl)
+    if window is None:
+        from whyidle.analyses.window import select_window
+
+        window = select_window(tl, links, cfg)
+    return W.build_graph(tl, links, window, cfg.kernel_boundary_max_ns), window
+
+
+def predict_lever(tl: Timeline, lever: str, cfg: Config | None = None, batch_size: int | None = None, **kw: Any) -> Prediction | None:
+    """The prediction for ``lever`` on a trace's timeline, or None when it cannot be replayed
+    (no step markers or no linked device work)."""
+    cfg = cfg or Config()
+    g, _ = _graph(tl, cfg)
+    if g is None:
+        return None
+    return predict_from_graph(g, lever_edits(lever, cfg, **kw), batch_size)
+
+
+def attach_predictions(tl: Timeline, window: Window, findings: tuple[Finding, ...], batch_size: int | None, cfg: Config) -> tuple[tuple[Finding, ...], dict[str, Any] | None]:
+    """Findings with their predictions, and the critical path of the median step (None without steps)."""
+    g, _ = _graph(tl, cfg, window)
+    if g is None:
+        return findings, None
+    out = []
+    for f in findings:
+        name = _CAUSE_LEVER.get(f.cause)
+        if name is None:
+            out.append(f)
+            continue
+        out.append(msgspec.structs.replace(f, prediction=predict_from_graph(g, lever_edits(name, cfg), batch_size)))
+    return tuple(out), critical_path_summary(g, W.replay(g), window)
+
+
+def critical_path_summary(g: W.Graph, r: W.Replay, window: Window, max_segments: int = 200) -> dict[str, Any]:
+    """The median step's critical path for the JSON report: time by kind and the segments, with
+    consecutive segments of one kind merged (their names joined when few)."""
+    i = W.median_step(r)
+    segs = W.critical_path(g, r, i)
+    merged: list[list[Any]] = []
+    for s in segs:
+        if merged and merged[-1][0] == s.kind and merged[-1][2] >= s.start_ns - 1:
+            merged[-1][2] = s.end_ns
+            merged[-1][4] += 1
+            if s.name and s.name not in merged[-1][3] and len(merged[-1][3]) < 3:
+                merged[-1][3].append(s.name)
+        else:
+            merged.append([s.kind, s.start_ns, s.end_ns, [s.name] if s.name else [], 1])
+    step = window.steps[i]
+    by_kind = W.path_by_kind(segs)
+    return {
+        "step": step.number,
+        "start_ns": int(r.step_starts[i]),
+        "duration_ns": int(r.step_ns[i]),
+        "by_kind_ns": by_kind,
+        "segments": [
+            {"kind": k, "start_ns": a, "end_ns": b, "names": names, "count": c} for k, a, b, names, c in merged[:max_segments]
+        ],
+        "segments_left_out": max(len(merged) - max_segments, 0),
+    }
+
+
+def predict_from_steps(
+    durations_ns: list[int], waits_ns: list[int], lever: str, cfg: Config, batch_size: int | None = None, workers: int | None = None
+) -> Prediction | None:
+    """The replay for a step tracker's two-part steps (the wait it measured, then the rest), on
+    the median step.
+
+    ``input_pipeline`` (the loader ran in the training process, so its wait is its production
+    cost): a step becomes ``max(rest + handoff, wait / workers)``. ``h2d_copy`` (``waits_ns`` =
+    the time in ``tracker.copy()`` blocks): a step becomes ``rest`` plus one launch call, taken
+    as nothing. Other levers need a trace: None.
+    """
+    if not durations_ns or lever not in ("input_pipeline", "h2d_copy"):
+        return None
+    # Medians over the steps: a tracked run on a busy machine has outlier steps.
+    d = np.asarray(durations_ns, dtype=np.float64)
+    w = np.asarray(waits_ns, dtype=np.float64)
+    before = float(np.median(d))
+    if lever == "input_pipeline":
+        lv = lever_edits(lever, cfg, workers=workers)
+        n, h = lv.point.loader_workers, lv.point.loader_handoff_ns
+        after = float(np.median(np.maximum(d - w + h, w / n)))
+        low = float(np.median(np.maximum(d - w, w / n)))
+    else:
+        lv = lever_edits(lever, cfg)
+        after = low = float(np.median(d - w))
+    return Prediction(
+        lever=lv.lever,
+        assumption=lv.assumption + " (from the step tracker's per-step wait: no dependency graph)",
+        step_ns_before=before,
+        step_ns_after=after,
+        step_ns_low=min(low, after),
+        step_ns_high=after,
+        samples_per_s_before=batch_size * 1e9 / before if batch_size and before > 0 else None,
+        samples_per_s_after=batch_size * 1e9 / after if batch_size and after > 0 else None,
+    )

@@ -1,0 +1,176 @@
+"""Predictions checked against measured results: the ResNet-50 pair, the H200 lab pairs, the CPU lab.
+
+The tolerances are the errors measured when these tests were written (docs/metrics.md, "What-if
+predictions"), each with the reason it is as wide as it is; they are not tuned constants.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import whyidle
+from whyidle.config import Config
+from whyidle.findings.predict import predict_from_steps, predict_lever
+from whyidle.findings.saved import report_from_dict
+from whyidle.sources import load
+
+H200 = Path(__file__).parent / "data" / "h200"
+
+
+def test_resnet_workers_prediction_from_the_num_workers_0_trace_alone(resnet0: Path, resnet4: Path) -> None:
+    before = whyidle.diagnose(resnet0)
+    top = before.findings[0]
+    assert top.cause == "input_pipeline" and top.prediction is not None
+    after = whyidle.diagnose(resnet4)  # the measured answer: whyidle's own mean step of the nw=4 run
+    steps = after.utilization.steps
+    measured = sum(s.duration_ns for s in steps) / len(steps)
+    err = (top.prediction.step_ns_after - measured) / measured
+    # Measured: 118.6 ms predicted vs 141.1 ms, -15.9%. The replay cannot see that the 4 workers
+    # slowed the training thread's own ops (CPU contention: +4.8 ms in cudnn backward, +3.8 ms in
+    # SGD.step, pageable copies 3x slower per step) nor the 2 of 6 steps (164, 182 ms) where the
+    # workers fell behind; both make the run slower than the replay, never faster.
+    assert -0.20 <= err <= 0.0
+    # The trace's default is 4 workers: the same as the measured run.
+    assert "4 worker" in top.prediction.lever
+
+
+def _pairs() -> dict[str, dict[str, object]]:
+    pairs: dict[str, dict[str, object]] = json.loads((H200 / "measured.json").read_text())["pairs"]
+    return pairs
+
+
+def test_h200_starvation_pair_predicted_from_the_before_trace() -> None:
+    """On the profiled basis the prediction meets the after trace; the tracker's steady state is
+    faster than any profiled step because the profiler's own host cost is gone."""
+    pair = _pairs()["starvation"]
+    before, after = pair["before"], pair["after"]
+    assert isinstance(before, dict) and isinstance(after, dict)
+    p = predict_lever(load(H200 / str(before["trace"])), "input_pipeline", workers=int(after["job"]["num_workers"]))
+    assert p is not None
+    traced_after = whyidle.diagnose(H200 / str(after["trace"]))
+    steps = sorted(s.duration_ns for s in traced_after.utilization.steps)
+    # Measured: 5.13 ms predicted vs 5.11 ms median profiled step after (+0.4%). The after trace's
+    # third step (31 ms) waited on a worker's start-up, so the median is the steady state.
+    assert abs(p.step_ns_after - steps[1]) / steps[1] < 0.10
+    # Against the tracker (no profiler): samples/s x3.64 measured (all 30 steps, worker start-up
+    # included), median step x4.66. Predicted x3.65. The profiled run's host work is slower than
+    # the untraced run's, so the prediction stays at or below the steady-state speed-up.
+    measured_median_x = float(before["step_ns_median"]) / float(after["step_ns_median"])
+    assert 1.0 < p.speedup <= measured_median_x
+    assert abs(p.speedup - float(pair["speedup_samples_per_s"])) / float(pair["speedup_samples_per_s"]) < 0.15
+
+
+@pytest.mark.parametrize(("flaw", "lever", "kw"), [("sync", "host_sync", {}), ("launch", "fused_optimizer", {}), ("smallbatch", "batch_size", {"batch_factor": 32.0})])
+def test_h200_host_bound_pairs_are_predicted_conservatively(flaw: str, lever: str, kw: dict[str, float]) -> None:
+    """These flaws' steps are host-bound, and the profiler adds host time per recorded op (the
+    profiled steps were 1.37x, 1.37x and 1.89x the untraced tracker steps). The replay keeps that
+    cost, so it predicts a real gain but less than was measured: sync x2.03 vs x3.92 (-48%),
+    launch x1.85 vs x2.44 (-24%), smallbatch x32.0 vs x44.7 (-28%), samples/s basis."""
+    pair = _pairs()[flaw]
+    before = pair["before"]
+    assert isinstance(before, dict)
+    p = predict_lever(load(H200 / str(before["trace"])), lever, batch_size=int(before["job"]["batch_size"]), **kw)
+    assert p is not None
+    measured = float(pair["speedup_samples_per_s"])  # type: ignore[arg-type]
+    assert p.speedup > 1.0
+    assert p.speedup < measured
+    assert p.speedup > 0.45 * measured
+
+
+def test_recorded_pairs_table_covers_every_pair_with_a_lever() -> None:
+    from whyidle.lab.predict import recorded_pairs
+
+    rows = recorded_pairs(H200 / "measured.json")
+    assert sorted(r.flaw for r in rows) == ["h2d", "launch", "smallbatch", "starvation", "sync"]
+    for r in rows:
+        assert r.prediction is not None and r.error is not None
+        assert r.flaw in r.line() and "predicted x" in r.line() and "measured x" in r.line()
+
+
+def test_tracker_prediction_of_workers_on_two_part_steps() -> None:
+    # 80 ms steps, 50 of them waiting on the loader: with 4 workers a step is max(30 + 0.11, 12.5).
+    p = predict_from_steps([80_000_000] * 5, [50_000_000] * 5, "input_pipeline", Config(), batch_size=128)
+    assert p is not None
+    assert p.step_ns_after == 30_110_000
+    assert p.samples_per_s_after == pytest.approx(128 / 0.03011)
+    # With one worker the loader's production rate (50 ms per batch) bounds the step.
+    p1 = predict_from_steps([80_000_000] * 5, [50_000_000] * 5, "input_pipeline", Config(), workers=1)
+    assert p1 is not None and p1.step_ns_after == 50_000_000
+    assert predict_from_steps([1], [0], "host_sync", Config()) is None
+
+
+def test_prediction_survives_the_saved_json_report() -> None:
+    r = whyidle.diagnose(H200 / "lab_starvation_cuda.pt.trace.json.gz")
+    d = r.to_dict()
+    back = report_from_dict(json.loads(json.dumps(d)))
+    assert back.findings[0].prediction == r.findings[0].prediction
+    assert d["extra"]["critical_path"]["by_kind_ns"]["loader"] > 0
+
+
+def test_cpu_lab_fix_prediction_within_25_percent() -> None:
+    """The starved CPU lab run predicts its workers fix within 25%, on the median of five
+    before/after pairs. One pair is not enough on a shared 2-core machine: the training thread's
+    compute per step moved between 35 and 130 ms from one run to the next under other jobs' load
+    (errors of single pairs measured while writing this: -20%, -5%, +7%, +9%, +18%, +50%), and
+    the predicted step after the fix is that compute."""
+    pytest.importorskip("torch")
+    import os
+
+    load_per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
+    if load_per_core > 1.5:
+        # Measured at a load of 3.5 per core (other jobs' test suites): errors of -36%, -34%,
+        # -33%, -9%, +61%: the machine, not the model, decided the timing.
+        pytest.skip(f"the machine is oversubscribed (load {load_per_core:.1f} per core): CPU timings cannot be compared")
+    from whyidle.lab.predict import run_fix
+
+    errors = []
+    for _ in range(5):
+        r = run_fix("starvation", "cpu", steps=8)
+        assert r.prediction is not None and r.basis == "tracker" and r.error is not None
+        errors.append(r.error)
+    errors.sort()
+    assert abs(errors[2]) <= 0.25, errors
+
+
+def test_live_demo_prints_predicted_beside_measured(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    from whyidle.cli import main
+
+    assert main(["demo", "--device", "cpu", "--steps", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "predicted from the starved run alone" in out and "error " in out
+    assert main(["demo", "--device", "cpu", "--steps", "6", "--json"]) == 0
+    sp = json.loads(capsys.readouterr().out)["speedup"]
+    # The 25% agreement is checked on the lab's fix above (the demo runs the same prediction).
+    assert sp["predicted"] > 1.0 and sp["measured"] > 0 and sp["basis"].startswith("median")
+
+
+def test_compare_checks_the_prediction_of_the_fix_applied(resnet0: Path, resnet4: Path) -> None:
+    from whyidle.tune.compare import compare_reports
+
+    before, after = whyidle.diagnose(resnet0), whyidle.diagnose(resnet4)
+    c = compare_reports(before, after)
+    pc = c.prediction
+    assert pc is not None and pc.cause == "starvation/input_pipeline"
+    assert pc.predicted == before.findings[0].prediction.step_ns_after  # type: ignore[union-attr]
+    assert pc.measured == c.step_time_ns.after
+    assert pc.error == (pc.predicted - pc.measured) / pc.measured
+    assert c.to_dict()["prediction"]["applied"] == "starvation/input_pipeline"
+    # Nothing fell: no fix to check.
+    assert compare_reports(after, after).prediction is None
+
+
+def test_html_report_draws_the_critical_path_and_the_predictions() -> None:
+    from whyidle.render.html import render_html
+
+    r = whyidle.diagnose(H200 / "lab_starvation_cuda.pt.trace.json.gz")
+    page = render_html(r)
+    cp = r.extra["critical_path"]
+    assert f"Critical path of the median step (step {cp['step']}" in page
+    bar = page.split('aria-label="critical path">', 1)[1].split("</div>", 1)[0]
+    assert bar.count("<span ") == len(cp["segments"])
+    assert 'title="loader: ' in bar
+    assert "Predicted with DataLoader with 4 worker processes" in page

@@ -1,0 +1,282 @@
+"""The what-if replay (analyses/whatif.py) on timelines with known answers (times in microseconds).
+
+Each scenario is drawn in its docstring; the expected step times follow from the replay's rules
+(the module docstring), worked out by hand beside each assertion.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import whyidle
+from whyidle.analyses import whatif as W
+from whyidle.analyses.links import link_launches
+from whyidle.analyses.window import select_window
+from whyidle.config import Config
+from whyidle.findings.predict import lever_edits, predict_from_graph
+from whyidle.timeline import Kind
+from whyidle.timeline.model import Timeline
+
+from tlbuild import TL, US
+
+LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def graph(tl: Timeline) -> W.Graph:
+    links = link_launches(tl)
+    g = W.build_graph(tl, links, select_window(tl, links, Config()))
+    assert g is not None
+    return g
+
+
+def steps_us(g: W.Graph, edit: W.Edit = W.NO_EDIT) -> list[float]:
+    return [int(x) / US for x in W.replay(g, edit).step_ns]
+
+
+def starved(loader_us: float = 60) -> Timeline:
+    """Three steps of 100 us::
+
+        host   [loader 0-60][launch 60-65] ...... |[loader 100-160][launch] ...
+        device                   [k 70-100]       |                  [k 170-200]
+    """
+    t = TL()
+    for i in range(3):
+        o = 100 * i
+        t.step(i + 1, o, o + 100)
+        t.host(LOADER, o, o + loader_us)
+        t.work("k", o + 70, o + 100, launch_at=o + loader_us, launch_dur=5)
+    return t.build()
+
+
+def test_no_edit_gives_back_the_recorded_steps() -> None:
+    assert steps_us(graph(starved())) == [100, 100, 100]
+
+
+def test_workers_remove_the_loader_from_the_step() -> None:
+    # Loader time at zero weight: step 1 is launch (0) .. next step start (host 65-100 kept: 40 us
+    # of host after the loader); every step 40 us; the last ends with its kernel: 80 + 10 + 30.
+    g = graph(starved())
+    assert steps_us(g, W.Edit(loader_workers=2)) == [40, 40, 40]
+    # The handoff cost is added per batch.
+    assert steps_us(g, W.Edit(loader_workers=2, loader_handoff_ns=5 * US)) == [45, 45, 45]
+
+
+def test_workers_cannot_beat_the_loaders_production_rate() -> None:
+    # 60 us of loading per batch over 2 workers: a step of at least 30 us; over 1 worker, 60 us,
+    # above the replayed 40 us.
+    g = graph(starved())
+    assert W.replay(g, W.Edit(loader_workers=2)).mean_step_ns == 40 * US
+    assert W.replay(g, W.Edit(loader_workers=1)).mean_step_ns == 60 * US
+
+
+def synced() -> Timeline:
+    """Two steps of 100 us; each waits for its kernel, then computes on the host::
+
+        host   [launch 0-5][cudaDeviceSynchronize 5-62][aten::softmax 62-95]
+        device      [k 10-60]
+    """
+    t = TL()
+    for i in range(2):
+        o = 100 * i
+        t.step(i + 1, o, o + 100)
+        t.work("k", o + 10, o + 60, launch_at=o, launch_dur=5)
+        t.host("cudaDeviceSynchronize", o + 5, o + 62, kind=Kind.RUNTIME)
+        t.host("aten::softmax", o + 62, o + 95)
+    return t.build()
+
+
+def test_sync_removed_lets_the_host_run_ahead() -> None:
+    g = graph(synced())
+    # The last step ends with its device work (the window ends there): 110-160 -> 60 us.
+    assert steps_us(g) == [100, 60]
+    # The sync keeps its tail (2 us after the device finished): step 1 = 5 + 2 + 33 (softmax)
+    # + 5 (host to the step end) = 45 us. Step 2 launches at 45, its kernel is ready at 55 but
+    # the stream is busy until 60: 60-110; the host ends at 45 + 40 = 85 -> the window ends at
+    # 110: 65 us.
+    assert steps_us(g, W.Edit(sync_removed=True)) == [45, 65]
+    # With the host work that used the value gone too (softmax: after the sync, before the next
+    # launch, launching nothing): step 1 = 5 + 2 + 5 = 12; step 2's kernel waits for the stream
+    # (60-110): 98 us. The device is now the bottleneck: the window is its 100 us of work + 10.
+    assert steps_us(g, W.Edit(sync_removed=True, sync_consumers_removed=True)) == [12, 98]
+
+
+def pageable() -> Timeline:
+    """Two steps of 100 us with a blocking pageable copy::
+
+        host   [cudaMemcpyAsync 0-52][launch 55-60] ...
+        device     [HtoD 10-50]          [k 65-90]
+    """
+    t = TL()
+    for i in range(2):
+        o = 100 * i
+        t.step(i + 1, o, o + 100)
+        t.work("Memcpy HtoD (Pageable -> Device)", o + 10, o + 50, launch_at=o, launch_dur=52, kind=Kind.MEMCPY, launch_name="cudaMemcpyAsync")
+        t.work("k", o + 65, o + 90, launch_at=o + 55, launch_dur=5)
+    return t.build()
+
+
+def test_async_copy_no_longer_blocks_the_host() -> None:
+    g = graph(pageable())
+    assert steps_us(g) == [100, 90]  # the last step ends with its kernel at 190
+    # The call now costs the median non-blocking launch call (5 us): the copy is ready at 0 + 10
+    # (its recorded launch latency) and runs 10-50; the kernel launched at 5 + 3 = 8 is ready at
+    # 18 but waits for the copy on the stream: 50-75. Host: 5 + 48 (52 -> 100) = 53 per step.
+    # Step 2: the copy is ready at 63 but the stream is busy until 75: 75-115, its kernel
+    # 115-140 -> the window ends at 140: 87 us. The device (65 us of work per step) now decides.
+    assert steps_us(g, W.Edit(h2d_async=True)) == [53, 87]
+
+
+def launch_bound() -> Timeline:
+    """Two steps of 100 us: ten 2 us kernels, each launched 10 us after the previous one."""
+    t = TL()
+    for i in range(2):
+        o = 100 * i
+        t.step(i + 1, o, o + 100)
+        for j in range(10):
+            t.work("k", o + 10 * j + 6, o + 10 * j + 8, launch_at=o + 10 * j, launch_dur=5)
+    return t.build()
+
+
+def test_host_cost_scaled_down() -> None:
+    g = graph(launch_bound())
+    assert steps_us(g) == [100, 98]  # the last step ends with its last kernel at 198
+    # Host time x0.5: launches every 5 us, step 1 = 50; step 2 = 50 host .. its last kernel
+    # launched at 95, ready at 101, ends 103 -> 53. The kernels keep their 6 us latency and 2 us.
+    assert steps_us(g, W.Edit(host_factor=0.5)) == [50, 53]
+
+
+def gemm_bound() -> Timeline:
+    """Two steps of 100 us, each waiting for its FP32 GEMM::
+
+        host   [launch 0-5][cudaDeviceSynchronize 5-100]
+        device      [volta_sgemm 5-95]
+    """
+    t = TL()
+    for i in range(2):
+        o = 100 * i
+        t.step(i + 1, o, o + 100)
+        t.work("volta_sgemm_128x64_nn", o + 5, o + 95, launch_at=o, launch_dur=5)
+        t.host("cudaDeviceSynchronize", o + 5, o + 100, kind=Kind.RUNTIME)
+    return t.build()
+
+
+def test_tensor_cores_shorten_fp32_gemm() -> None:
+    g = graph(gemm_bound())
+    assert steps_us(g) == [100, 95]  # the last step ends with its GEMM at 195
+    # 5 (latency) + 90 / 5 + 5 (the sync's tail) = 28 us; the last step ends with its GEMM: 23.
+    assert steps_us(g, W.Edit(gemm_factor=5.0)) == [28, 23]
+
+
+def test_batch_factor_grows_kernels_that_fill_the_sms() -> None:
+    g = graph(gemm_bound())
+    # Unknown blocks per SM count as filling: the kernel takes 180 us: 5 + 180 + 5 = 190 (the
+    # last step ends with its kernel: 185).
+    assert steps_us(g, W.Edit(batch_factor=2.0)) == [190, 185]
+    assert steps_us(g, W.Edit(batch_factor=2.0, batch_growth="none")) == [100, 95]
+
+
+def test_critical_path_of_a_starved_step_is_the_loader_then_the_kernel() -> None:
+    g = graph(starved())
+    r = W.replay(g)
+    path = W.critical_path(g, r, 1)
+    kinds = [(s.kind, s.dur_ns // US) for s in path]
+    # Step 2 (100-200) ends with its kernel: back to its launch at 160, which came right after the
+    # loader (100-160).
+    assert kinds == [("loader", 60), ("launch latency", 10), ("device", 30)]
+    assert path[0].start_ns == 100 * US and path[-1].end_ns == 200 * US
+    # With workers the loader is gone: step 2 runs 40-80, its launch at 40 opens it.
+    r2 = W.replay(g, W.Edit(loader_workers=4))
+    kinds2 = [(s.kind, s.start_ns // US, s.dur_ns // US) for s in W.critical_path(g, r2, 1)]
+    assert kinds2 == [("launch latency", 40, 10), ("device", 50, 30)]
+
+
+def test_findings_carry_predictions_and_the_report_the_critical_path() -> None:
+    r = whyidle.diagnose(starved(loader_us=80))
+    top = r.findings[0]
+    assert top.cause == "input_pipeline"
+    p = top.prediction
+    assert p is not None
+    assert p.step_ns_before == 100 * US
+    # 4 workers (the config), 110 us handoff: 20 us of host + 110 per step (but the last step ends
+    # with its kernel 10 + 30 after the launch: 20 -> 40) ... checked against the replay directly:
+    g = graph(starved(loader_us=80))
+    assert p.step_ns_after == W.replay(g, lever_edits("input_pipeline", Config()).point).mean_step_ns
+    assert p.speedup == 100 * US / p.step_ns_after
+    assert r.extra["critical_path"]["by_kind_ns"]["loader"] == 80 * US
+    js = r.to_dict()
+    assert js["findings"][0]["prediction"]["step_ns_after"] == p.step_ns_after
+
+
+def test_prediction_range_orders_its_ends() -> None:
+    g = graph(synced())
+    p = predict_from_graph(g, lever_edits("host_sync", Config()), batch_size=8)
+    assert p.step_ns_low <= p.step_ns_after <= p.step_ns_high
+    assert p.samples_per_s_after is not None and p.samples_per_s_before is not None
+    assert abs(p.samples_per_s_after / p.samples_per_s_before - p.speedup) < 1e-9
+
+
+# --- property: the replay with no edit gives back the recorded steps ----------------------------
+
+
+@st.composite
+def simulated(draw: st.DrawFn) -> Timeline:
+    """A host/device loop built by the replay's own rules with random costs: loaders, launches
+    (FIFO on one stream, device start = max(launch + latency, previous end)), and syncs."""
+    t = TL()
+    n_steps = draw(st.integers(2, 4))
+    h = 0
+    prev_end = 0
+    for s in range(n_steps):
+        start = h
+        if draw(st.booleans()):
+            dur = draw(st.integers(10, 200))
+            t.host(LOADER, h, h + dur)
+            h += dur
+        for _ in range(draw(st.integers(1, 6))):
+            h += draw(st.integers(1, 30))  # host work between launches
+            kdur = draw(st.integers(1, 80))
+            lat = draw(st.integers(3, 8))
+            ks = max(h + lat, prev_end)
+            t.work("k", ks, ks + kdur, launch_at=h, launch_dur=4)
+            prev_end = ks + kdur
+            h += 4
+            if draw(st.integers(0, 4)) == 0:
+                tail = draw(st.integers(1, 5))
+                end = max(h, prev_end) + tail
+                t.host("cudaStreamSynchronize", h, end, kind=Kind.RUNTIME)
+                h = end
+        h += draw(st.integers(1, 40))
+        t.step(s + 1, start, h)
+    return t.build()
+
+
+@settings(max_examples=60, deadline=None)
+@given(simulated())
+def test_replay_without_edit_reproduces_step_times(tl: Timeline) -> None:
+    links = link_launches(tl)
+    win = select_window(tl, links, Config())
+    g = W.build_graph(tl, links, win)
+    assert g is not None
+    got = W.replay(g).step_ns
+    want = np.array([s.end_ns - s.start_ns for s in win.steps])
+    assert np.all(np.abs(got - want) <= 0.01 * want)
+
+
+def test_replay_of_real_traces_reproduces_their_steps(resnet0: object) -> None:
+    from pathlib import Path
+
+    from whyidle.sources import load
+
+    h200 = Path(__file__).parent / "data" / "h200"
+    paths = [resnet0, *sorted(h200.glob("lab_*_cuda*.pt.trace.json.gz"))]
+    for p in paths:
+        tl = load(p)
+        links = link_launches(tl)
+        win = select_window(tl, links, Config())
+        g = W.build_graph(tl, links, win)
+        assert g is not None, p
+        got = W.replay(g).step_ns
+        want = np.array([s.end_ns - s.start_ns for s in win.steps])
+        assert np.all(np.abs(got - want) <= 0.01 * want), (p, got, want)
