@@ -23,49 +23,47 @@ needs_fork = pytest.mark.skipif(not _twoway.can_fork(), reason="a forked helper 
 # --- read-ahead ---------------------------------------------------------------------------
 
 
-@pytest.fixture(autouse=True)
-def _no_read_ahead_left() -> Iterator[None]:
-    yield
-    assert not _io._PENDING, "a read-ahead was left behind, holding a file's bytes"
-
-
 def test_prefetched_read_is_the_plain_read(tmp_path: Path) -> None:
     p = tmp_path / "t.json.gz"
     p.write_bytes(gzip.compress(b'{"traceEvents": []}'))
-    _io.prefetch(p, max_bytes=1 << 30)
-    assert p in _io._PENDING
-    assert _io.read_bytes(p) == b'{"traceEvents": []}'
-    assert p not in _io._PENDING  # handed over once, then forgotten
+    ra = _io.ReadAhead()
+    ra.start(p, max_bytes=1 << 30)
+    assert ra.pending() == [p]
+    assert _io.read_bytes(p, ra) == b'{"traceEvents": []}'
+    assert not ra.pending()  # handed over once, then forgotten
 
 
 def test_prefetch_error_is_raised_by_the_reader_in_its_words(tmp_path: Path) -> None:
     p = tmp_path / "cut.json.gz"
     p.write_bytes(gzip.compress(b'{"traceEvents": [' + b"1," * 5000 + b"1]}")[:-40])
-    _io.prefetch(p, max_bytes=1 << 30)
-    with pytest.raises(TraceFormatError, match="truncated"):
-        _io.read_bytes(p)
+    with _io.ReadAhead() as ra:
+        ra.start(p, max_bytes=1 << 30)
+        with pytest.raises(TraceFormatError, match="truncated"):
+            _io.read_bytes(p, ra)
 
 
 def test_a_file_changed_after_prefetch_is_read_again(tmp_path: Path) -> None:
     p = tmp_path / "t.json"
     p.write_bytes(b"[1]")
-    _io.prefetch(p, max_bytes=1 << 30)
-    _io._PENDING[p].thread.join()
-    p.write_bytes(b"[1, 2]")
-    os.utime(p, ns=(1, 1))
-    assert _io.read_bytes(p) == b"[1, 2]"
+    with _io.ReadAhead() as ra:
+        ra.start(p, max_bytes=1 << 30)
+        ra._pending[p].thread.join()
+        p.write_bytes(b"[1, 2]")
+        os.utime(p, ns=(1, 1))
+        assert _io.read_bytes(p, ra) == b"[1, 2]"
 
 
 def test_prefetch_leaves_large_missing_and_non_json_files_to_their_readers(tmp_path: Path) -> None:
     big = tmp_path / "big.json"
     big.write_bytes(b"[" + b"1," * 1000 + b"1]")
-    _io.prefetch(big, max_bytes=100)  # the streaming reader's range: never read whole
-    _io.prefetch(tmp_path / "missing.json", max_bytes=1 << 30)
-    _io.prefetch(tmp_path, max_bytes=1 << 30)
+    ra = _io.ReadAhead()
+    ra.start(big, max_bytes=100)  # the streaming reader's range: never read whole
+    ra.start(tmp_path / "missing.json", max_bytes=1 << 30)
+    ra.start(tmp_path, max_bytes=1 << 30)
     db = tmp_path / "run.sqlite"
     db.write_bytes(_io.SQLITE_MAGIC + bytes(100))  # Nsight export: sqlite3 reads it, not read_bytes
-    _io.prefetch(db, max_bytes=1 << 30)
-    assert not _io._PENDING
+    ra.start(db, max_bytes=1 << 30)
+    assert not ra.pending()
     with pytest.raises(InputError, match="no such file"):
         _io.read_bytes(tmp_path / "missing.json")
 
@@ -76,13 +74,15 @@ def test_load_forgets_a_read_ahead_its_reader_did_not_take(tmp_path: Path, monke
 
     p = tmp_path / "t.json"
     p.write_text(json.dumps(training_trace("none", steps=2)))
-    _io.prefetch(p, max_bytes=1 << 30)
-    assert p in _io._PENDING
+    ra = _io.ReadAhead()
+    ra.start(p, max_bytes=1 << 30)
+    assert ra.pending() == [p]
     # The streaming reader takes it (a lower threshold than the read-ahead's): it reads the file
     # in blocks, not through read_bytes, and the read-ahead must not stay behind.
     monkeypatch.setattr(sources, "_large", lambda path: True)
     monkeypatch.setattr(kineto_stream, "should_stream", lambda path, min_bytes=None: True)
-    assert len(load(p)) > 0
+    assert len(load(p, read_ahead=ra)) > 0
+    assert not ra.pending()
 
 
 # --- two-ended map --------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def test_load_streams_above_the_threshold(tmp_path: Path, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(sources, "_large", lambda path: True)
     monkeypatch.setattr(ks, "should_stream", lambda path, min_bytes=None: True)
-    monkeypatch.setattr(ks, "load_kineto_stream", lambda path: called.append(path) or real(path))
+    monkeypatch.setattr(ks, "load_kineto_stream", lambda path, jobs=None: called.append(path) or real(path, jobs))
     tl = load(p)
     assert called == [p] and len(tl) > 0
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from whyidle.errors import (
     InputError,
     MissingExtraError,
+    OutputError,
     TraceFormatError,
     UnsupportedInputError,
     UsageError,
@@ -75,6 +76,7 @@ __all__ = [
     "Lane",
     "LightningCallback",
     "MissingExtraError",
+    "OutputError",
     "Report",
     "Skipped",
     "Timeline",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from whyidle import __version__
-from whyidle.errors import MissingExtraError, UsageError, WhyidleError
+from whyidle.errors import MissingExtraError, OutputError, UsageError, WhyidleError
 
 __all__ = ["main", "run", "COMMANDS"]
 
@@ -58,36 +58,72 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _say(message: str) -> None:
+    """One line on stderr, terminal-safe; nothing (never stdout) when stderr is closed."""
+    from whyidle.output import one_line
+
+    err = sys.stderr
+    if err is None:
+        return
+    try:
+        err.write(f"whyidle: {one_line(message)}\n")
+        err.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _reopen_closed_fds() -> None:
+    """Point closed standard descriptors at /dev/null, so that no file whyidle opens (an output's
+    temporary file) becomes fd 1 or 2 and receives text meant for the terminal. ``sys.stdout``
+    stays None when stdout was closed, which :func:`whyidle.output.write_stdout` reports."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+                if null != fd:
+                    os.dup2(null, fd)
+                    os.close(null)
+            except OSError:  # pragma: no cover - no /dev/null
+                pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _reopen_closed_fds()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
-        parser.print_help(sys.stderr)
+        if sys.stderr is not None:
+            parser.print_help(sys.stderr)
         return EXIT_INPUT
     try:
         rc: int = args.run(args)
         return rc
+    except OutputError as exc:
+        _say(f"error: cannot write the output {exc}")
+        return EXIT_INPUT
     except (UsageError, MissingExtraError, WhyidleError) as exc:
-        print(f"whyidle: error: {exc}", file=sys.stderr)
+        _say(f"error: {exc}")
         return EXIT_INPUT
     except BrokenPipeError:
         _drop_stdout()
         return EXIT_PIPE
     except KeyboardInterrupt:
-        print("whyidle: interrupted", file=sys.stderr)
+        _say("interrupted")
         return 130
     except MemoryError:
-        print("whyidle: error: out of memory while reading the input", file=sys.stderr)
+        where = f" on {args.trace}" if getattr(args, "trace", None) else ""
+        _say(
+            f"error: out of memory{where}; the input needs more memory than is available (see the memory "
+            "bounds in docs/inputs.md), or run it on a machine with more"
+        )
         return EXIT_INPUT
     except Exception as exc:  # never a traceback for the user; WHYIDLE_DEBUG=1 shows it
         if os.environ.get("WHYIDLE_DEBUG"):
             raise
         where = f"{getattr(args, 'trace', '')}: " if getattr(args, "trace", None) else ""
-        print(
-            f"whyidle: error: {where}could not be analysed ({type(exc).__name__}: {exc}); "
-            "rerun with WHYIDLE_DEBUG=1 and report the traceback",
-            file=sys.stderr,
-        )
+        _say(f"error: {where}could not be analysed ({type(exc).__name__}: {exc}); rerun with WHYIDLE_DEBUG=1 and report the traceback")
         return EXIT_INPUT
 
 
@@ -96,7 +132,7 @@ def _drop_stdout() -> None:
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # pragma: no cover - stdout without a file descriptor
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - stdout without a file descriptor
         pass
 
 
@@ -109,15 +145,17 @@ def run() -> NoReturn:
     """
     rc = main()
     try:
-        sys.stdout.flush()
+        if sys.stdout is not None:
+            sys.stdout.flush()
     except BrokenPipeError:  # the reader went away (| head) before the last of the output
         rc = EXIT_PIPE
-    except OSError as exc:  # e.g. a full disk behind a redirect: the output is incomplete
-        print(f"whyidle: error: cannot write the output ({exc.strerror or exc})", file=sys.stderr)
+    except (OSError, ValueError) as exc:  # e.g. a full disk behind a redirect: the output is incomplete
+        _say(f"error: cannot write the output <stdout> ({getattr(exc, 'strerror', None) or exc}); the output is incomplete")
         rc = rc or EXIT_INPUT
     try:
-        sys.stderr.flush()
-    except OSError:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+    except (OSError, ValueError):
         pass
     os._exit(rc)
 

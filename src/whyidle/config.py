@@ -127,6 +127,20 @@ class Config:
     # keeps it under 1 GB; the chunked reader held 0.65 GB for the 2.0 GB trace.
     stream_min_bytes: int = 256 * 1024 * 1024
 
+    # --- hostile inputs (sources/_io.py, sources/kineto_stream.py; docs/inputs.md) -------------
+    # A gzip input may decompress to at most this many times its own size (past the floor
+    # below). Real traces inflate 17-30x (30x: kineto/resnet50_num_workers_0, the highest of the
+    # shared and H200 traces); 100x leaves a 3x margin, and stops a gzip bomb (deflate can
+    # reach 1032x: a 10 MB file holding 10 GB) after 1 GB for 10 MB instead of 10 GB.
+    max_gzip_ratio: float = 100.0
+    # Below this many decompressed bytes the ratio is not checked: small, very repetitive test
+    # and synthetic files compress further than real traces, and 64 MiB is cheap to hold.
+    gzip_ratio_floor_bytes: int = 64 * 1024 * 1024
+    # The out-of-core reader holds one event (and the JSON before and after the event list)
+    # whole; a single event or head larger than this is not a profiler trace (real events are
+    # under 100 KB even with long call stacks), so it is refused instead of buffered.
+    max_event_bytes: int = 64 * 1024 * 1024
+
     # --- Nsight Systems ------------------------------------------------------------------------
     # Regular expression naming step ranges among NVTX ranges (--step-range). None: the nsys
     # source's default, which recognises ProfilerStep#N and common trainer names (train_step,

@@ -50,15 +50,12 @@ def rank_job(path: str, cfg: Config, chunk_jobs: int | None = 1) -> RankResult:
     already run one per core.
     """
     from whyidle.pipeline import analyse, report_from
-    from whyidle.sources import kineto_stream, load
+    from whyidle.sources import load
 
-    saved, kineto_stream.DEFAULT_JOBS = kineto_stream.DEFAULT_JOBS, chunk_jobs
     try:
-        tl = load(path)
+        tl = load(path, stream_jobs=chunk_jobs)
     except WhyidleError as exc:
         return RankResult(path, None, None, None, None, str(exc))
-    finally:
-        kineto_stream.DEFAULT_JOBS = saved
     a = analyse(tl, cfg)
     report = report_from(a, cfg)
     rank = tl.meta.rank if tl.meta.rank_basis == "distributedInfo" else None

@@ -97,7 +97,7 @@ class TraceHandler:
             warnings.warn(f"whyidle.handler could not save or diagnose the trace ({type(exc).__name__}: {exc}); training continues", RuntimeWarning, stacklevel=2)
 
     def _handle(self, prof: Any) -> None:
-        from whyidle.commands._output import write_atomic
+        from whyidle.output import write_atomic
         from whyidle.pipeline import diagnose
 
         self.dir.mkdir(parents=True, exist_ok=True)

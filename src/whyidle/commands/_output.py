@@ -1,39 +1,16 @@
-"""Writing outputs atomically, choosing formats, and the progress indicator."""
+"""Choosing output formats, and the progress indicator (writing outputs: :mod:`whyidle.output`)."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from whyidle.errors import UsageError
 
-__all__ = ["write_atomic", "say_written", "format_for", "progress", "RENDERERS"]
-
-
-def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
-    """Write via a temporary file and rename, so a failure never leaves a half-written output."""
-    p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"cannot write {p}: the folder {parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        # mkstemp creates 0600; a report is meant to be shared, so honour the umask like open().
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, p)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+__all__ = ["say_written", "format_for", "progress", "RENDERERS"]
 
 
 def say_written(path: str | os.PathLike[str], what: str) -> None:

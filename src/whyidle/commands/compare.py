@@ -11,9 +11,10 @@ import sys
 import zlib
 from typing import Any
 
-from whyidle.commands._output import progress, say_written, write_atomic
+from whyidle.commands._output import progress, say_written
 from whyidle.config import Config
 from whyidle.errors import UsageError
+from whyidle.output import check_not_input, clean, write_atomic, write_stdout
 from whyidle.units import format_ns
 
 __all__ = ["add_parser", "run", "load_side", "render_text"]
@@ -39,7 +40,7 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def load_side(path: str, cfg: Config) -> tuple[Any, Any]:
+def load_side(path: str, cfg: Config, read_ahead: Any = None) -> tuple[Any, Any]:
     """(Report, NameTimes or None) for a trace or a saved JSON report."""
     from pathlib import Path
 
@@ -61,7 +62,7 @@ def load_side(path: str, cfg: Config) -> tuple[Any, Any]:
     from whyidle.pipeline import analyse, report_from
     from whyidle.sources import load
 
-    tl = load(path, jobs=2)  # the command line's own process: a forked child may decode beside it
+    tl = load(path, jobs=2, read_ahead=read_ahead)  # the command line's own process: a forked child may decode beside it
     a = analyse(tl, cfg)
     return report_from(a, cfg), name_times(tl, link_launches(tl), a.window)
 
@@ -154,24 +155,27 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise UsageError("--top must be 0 or more")
     cfg = Config(skip_first_steps=args.skip_first, batch_size=args.batch_size)
-    from whyidle.sources._io import prefetch
+    if args.output:
+        check_not_input(args.output, (args.before, args.after))  # before reading: say it at once
+    from whyidle.sources._io import ReadAhead
 
-    for side in (args.before, args.after):  # both read (and gunzipped) at once, in threads
-        prefetch(side, cfg.stream_min_bytes)
-    with progress(f"whyidle: reading {args.before} and {args.after}"):
-        before, nb = load_side(args.before, cfg)
-        after, na = load_side(args.after, cfg)
+    with ReadAhead() as read_ahead:
+        for side in (args.before, args.after):  # both read (and gunzipped) at once, in threads
+            read_ahead.start(side, cfg.stream_min_bytes)
+        with progress(f"whyidle: reading {args.before} and {args.after}"):
+            before, nb = load_side(args.before, cfg, read_ahead)
+            after, na = load_side(args.after, cfg, read_ahead)
     c = compare_reports(before, after, nb, na, limit=args.top)
     as_json = msgspec.json.format(msgspec.json.encode(c.to_dict()), indent=2).decode() + "\n"
     text = render_text(c)
     if args.output:
         is_json = args.output.lower().endswith(".json")
-        write_atomic(args.output, as_json if is_json else text)
+        write_atomic(args.output, as_json if is_json else text, inputs=(args.before, args.after))
         say_written(args.output, "the comparison as JSON" if is_json else "the comparison")
     if args.json:
-        sys.stdout.write(as_json)
+        write_stdout(as_json)
     elif not args.output:
-        sys.stdout.write(text)
+        write_stdout(clean(text))
     if limit is not None:
         if c.regression is None:
             raise UsageError("--max-regression: neither run has steps or device activity to compare throughput on")

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from whyidle.commands._output import progress, progress_bar
-from whyidle.errors import UsageError
+from whyidle.errors import OutputError, UsageError
+from whyidle.output import check_not_input
 
 __all__ = ["add_parser", "run"]
 
@@ -40,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     if out.suffix != ".parquet":
         raise UsageError(f"-o {args.output}: expected a file name ending in .parquet")
     if not (out.parent if str(out.parent) else Path(".")).is_dir():
-        raise UsageError(f"cannot write {out}: the folder {out.parent} does not exist")
+        raise OutputError(out, f"cannot be written: the folder {out.parent} does not exist")
+    check_not_input(out, (args.trace,))
     from whyidle.sources import kineto_stream
 
     _pa()  # the extra is needed: say so before parsing a large trace
@@ -52,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         with progress(f"whyidle: reading {args.trace}"):
             tl = _load_in_memory(args.trace) if big else load(args.trace)
     with progress(f"whyidle: writing {out}"):
-        write_parquet(tl, out)
+        write_parquet(tl, out, inputs=(args.trace,))
     print(f"whyidle: wrote {len(tl)} events, {len(tl.lanes)} lanes to {out}", file=sys.stderr)
     return 0
 

@@ -11,6 +11,7 @@ from whyidle.analyses.causes import GROUPS
 from whyidle.commands._output import format_for, progress, say_written
 from whyidle.config import Config
 from whyidle.errors import UsageError
+from whyidle.output import check_not_input, clean, write_stdout
 
 __all__ = ["add_parser", "run", "parse_steps", "gate"]
 
@@ -123,50 +124,32 @@ def emit(report: Any, args: argparse.Namespace, timeline: Any = None) -> None:
     fmt = "json" if args.json and not args.output else format_for(args.format, args.output)
     if fmt in ("png", "svg") and not args.output:
         raise UsageError(f"--format {fmt} writes an image; pass -o FILE.{fmt}")
-    if args.output:
-        path, fmt = save(report, args.output, fmt, timeline=timeline, width=args.width or 80)
-        say_written(path, _WHAT.get(fmt, fmt))
-        if fmt == "html" and getattr(report, "ranks", None):
-            pages = sum(1 for e in report.ranks if e.report is not None)
-            print(f"whyidle: wrote {pages} rank pages beside it, linked from it ({Path(path).stem}.rankN.html)", file=sys.stderr)
-        if args.json:
-            sys.stdout.write(str(render(report, "json")))
-        return
-    width = args.width or min(getattr(sys.stdout, "isatty", lambda: False)() and __import__("shutil").get_terminal_size().columns or 80, 100)
-    text = render(report, fmt, timeline=timeline, width=width, color=bool(sys.stdout.isatty()))
-    sys.stdout.write(text if isinstance(text, str) else text.decode())
-
-
-_WHAT = {
-    "terminal": "the terminal report",
-    "json": "the JSON report",
-    "html": "the HTML report (open it in a browser)",
-    "perfetto": "the annotated trace (open it in ui.perfetto.dev)",
-    "png": "the step plot",
-    "svg": "the step plot",
-}
+from whyidle.commands._output import format_for, progress, say_written
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = _config(args)
-    from whyidle.sources._io import prefetch
+    if args.output:
+        check_not_input(args.output, (args.trace, getattr(args, "counters", None)))  # before reading
+    from whyidle.sources._io import ReadAhead
 
-    prefetch(args.trace, cfg.stream_min_bytes)  # read while numpy and the analyses import
-    from whyidle.commands._ranks import is_run_dir, run_ranks
-    from whyidle.pipeline import diagnose
+    with ReadAhead() as read_ahead:
+        read_ahead.start(args.trace, cfg.stream_min_bytes)  # read while numpy and the analyses import
+        from whyidle.commands._ranks import is_run_dir, run_ranks
+        from whyidle.pipeline import diagnose
 
-    if is_run_dir(args.trace) or args.workers or args.scheduler:
-        run_report = run_ranks(args, cfg)
-        emit(run_report, args)
-        failures = [f"rank {e.rank}: {m}" for e in run_report.ranks if e.report is not None for m in gate(e.report, cfg)]
-    else:
-        from whyidle.sources import load
+        if is_run_dir(args.trace) or args.workers or args.scheduler:
+            run_report = run_ranks(args, cfg)
+            emit(run_report, args)
+            failures = [f"rank {e.rank}: {m}" for e in run_report.ranks if e.report is not None for m in gate(e.report, cfg)]
+        else:
+            from whyidle.sources import load
 
-        with progress(f"whyidle: reading {args.trace}"):
-            timeline = load(args.trace, step_pattern=cfg.step_range, jobs=2 if args.jobs is None else args.jobs)
-            report = diagnose(timeline, cfg, counters=getattr(args, "counters", None))
-        emit(report, args, timeline)
-        failures = gate(report, cfg)
+            with progress(f"whyidle: reading {args.trace}"):
+                timeline = load(args.trace, step_pattern=cfg.step_range, jobs=2 if args.jobs is None else args.jobs, read_ahead=read_ahead)
+                report = diagnose(timeline, cfg, counters=getattr(args, "counters", None))
+            emit(report, args, timeline)
+            failures = gate(report, cfg)
     for msg in failures:
         print(f"whyidle: gate failed: {msg}", file=sys.stderr)
     return 1 if failures else 0

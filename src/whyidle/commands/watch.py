@@ -11,8 +11,8 @@ import sys
 import time
 from typing import Any
 
-from whyidle.commands._output import write_atomic
-from whyidle.errors import UsageError
+from whyidle.errors import OutputError, UsageError
+from whyidle.output import write_atomic
 
 __all__ = ["add_parser", "run"]
 
@@ -64,6 +64,6 @@ def run(args: argparse.Namespace) -> int:
         try:
             write_atomic(out, to_counter_file(result, cmd))
             print(f"  counters written to {out}", file=sys.stderr)
-        except UsageError as exc:
+        except OutputError as exc:
             print(f"whyidle watch: {exc}", file=sys.stderr)
     return result.returncode

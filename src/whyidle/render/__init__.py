@@ -9,7 +9,7 @@ One entry point for the command line and the public ``Report.render`` / ``Report
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["render", "save", "save_multi_rank_html", "title", "busy_finding_stat", "counter_value", "busy_idle_rows", "MULTI_RANK_FORMATS", "TITLE_GPU"]
@@ -97,26 +97,32 @@ def render(report: Any, fmt: str = "terminal", *, timeline: Any = None, width: i
     return fn(report)
 
 
-def save(report: Any, path: str | os.PathLike[str], fmt: str | None = None, *, timeline: Any = None, width: int = 80) -> tuple[str, str]:
-    """Write the report to ``path`` atomically, the format from ``fmt`` or the suffix; -> (path, format)."""
-    from whyidle.commands._output import format_for, write_atomic
+def save(
+    report: Any, path: str | os.PathLike[str], fmt: str | None = None, *, timeline: Any = None, width: int = 80, inputs: Sequence[Any] = ()
+) -> tuple[str, str]:
+    """Write the report to ``path`` atomically, the format from ``fmt`` or the suffix; -> (path, format).
+
+    ``inputs``: the files the report was made from; an output that is one of them is refused
+    (:func:`whyidle.output.write_atomic`)."""
+    from whyidle.commands._output import format_for
+    from whyidle.output import write_atomic
 
     from whyidle.findings.model import MultiRankReport
 
     out = os.fspath(path)
     fmt = format_for(fmt, out)
     if isinstance(report, MultiRankReport) and fmt == "html":
-        save_multi_rank_html(report, out)
+        save_multi_rank_html(report, out, inputs)
         return out, fmt
     data = render(report, fmt, timeline=timeline, width=width, gzip=out.lower().endswith(".gz"))
-    write_atomic(out, data)
+    write_atomic(out, data, inputs=inputs)
     return out, fmt
 
 
-def save_multi_rank_html(report: Any, path: str) -> list[str]:
+def save_multi_rank_html(report: Any, path: str, inputs: Sequence[Any] = ()) -> list[str]:
     """The job's page at ``path`` and each rank's own report beside it (``<stem>.rank<N>.html``),
     linked from the job's page; -> the rank pages written."""
-    from whyidle.commands._output import write_atomic
+    from whyidle.output import write_atomic
     from whyidle.render.html import render_html
     from whyidle.render.html_ranks import rank_page_name, render_multi_rank_html
 
@@ -126,6 +132,6 @@ def save_multi_rank_html(report: Any, path: str) -> list[str]:
     for e in report.ranks:
         if e.report is not None:
             links[e.rank] = rank_page_name(stem, e.rank)
-            write_atomic(os.path.join(folder, links[e.rank]), render_html(e.report))
-    write_atomic(path, render_multi_rank_html(report, links))
+            write_atomic(os.path.join(folder, links[e.rank]), render_html(e.report), inputs=inputs)
+    write_atomic(path, render_multi_rank_html(report, links), inputs=inputs)
     return [os.path.join(folder, p) for p in links.values()]

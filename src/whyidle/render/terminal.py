@@ -10,11 +10,13 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.panel import Panel
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from whyidle.findings.labels import cause_label
 from whyidle.findings.model import Finding, Report
+from whyidle.output import clean
 from whyidle.render import busy_finding_stat, busy_idle_rows, counter_value, title
 from whyidle.units import format_ns
 
@@ -109,9 +111,18 @@ def _finding_panel(i: int, f: Finding, window_ns: int) -> Panel:
     return Panel(Group(*body), title=Text(f"{i}. {f.group} / {f.cause}", style=style), title_align="left", expand=True)
 
 
+class _SafeConsole(Console):
+    """A Console whose text cannot steer the terminal: trace strings (kernel, op, thread and
+    file names) may hold escape sequences; every control character in text is shown escaped
+    (rich's own styling and control codes are untouched), and markup is never parsed from them."""
+
+    def _render_buffer(self, buffer: Any) -> str:
+        return super()._render_buffer(seg if seg.control else Segment(clean(seg.text), seg.style) for seg in buffer)
+
+
 def render_terminal(r: Report, width: int = 80, color: bool = False) -> str:
     buf = io.StringIO()
-    console = Console(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False)
+    console = _SafeConsole(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False, markup=False, emoji=False)
     from whyidle.findings.model import MultiRankReport
 
     if isinstance(r, MultiRankReport):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from whyidle.errors import InputError, UnsupportedInputError
-from whyidle.sources._io import SQLITE_MAGIC, discard, estimated_size, read_bytes
+from whyidle.sources._io import SQLITE_MAGIC, ReadAhead, TooLargeForMemory, check_regular, estimated_size, read_bytes
 
 if TYPE_CHECKING:
     from whyidle.timeline.model import Timeline
@@ -22,24 +22,35 @@ _TRACE_SUFFIXES = (".json", ".json.gz", ".parquet")
 
 def find_traces(folder: Path) -> list[Path]:
     """Trace files directly inside ``folder``, sorted by name."""
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
+    return sorted(p for p in folder.iterdir() if p.name.endswith(_TRACE_SUFFIXES) and p.is_file())
 
 
-def load(path: str | os.PathLike[str], step_pattern: str | None = None, jobs: int = 1) -> Timeline:
+def load(
+    path: str | os.PathLike[str],
+    step_pattern: str | None = None,
+    jobs: int = 1,
+    *,
+    read_ahead: ReadAhead | None = None,
+    stream_jobs: int | None = None,
+) -> Timeline:
     """Read a profile into a Timeline, whatever its format.
 
     ``step_pattern``: the regular expression naming step ranges in formats whose steps are user
     ranges (Nsight Systems NVTX); None uses the source's default. ``jobs`` >= 2 lets a forked
     process decode part of a Kineto trace (see :func:`whyidle.sources.kineto.parse_kineto`).
+    ``read_ahead``: a :class:`~whyidle.sources._io.ReadAhead` that may already be reading the
+    file. ``stream_jobs``: processes decoding chunks of a trace large enough for the out-of-core
+    reader (None: by size; 1 where traces are already read one per core).
     """
     p = Path(path)
     try:
-        return _load(p, step_pattern, jobs)
+        return _load(p, step_pattern, jobs, read_ahead, stream_jobs)
     finally:
-        discard(p)  # a read-ahead (whyidle.sources._io.prefetch) that this input did not use
+        if read_ahead is not None:
+            read_ahead.discard(p)  # a read-ahead that this input did not use
 
 
-def _load(p: Path, step_pattern: str | None, jobs: int) -> Timeline:
+def _load(p: Path, step_pattern: str | None, jobs: int, read_ahead: ReadAhead | None, stream_jobs: int | None) -> Timeline:
     if p.is_dir():
         traces = find_traces(p)
         if not traces:
@@ -51,6 +62,7 @@ def _load(p: Path, step_pattern: str | None, jobs: int) -> Timeline:
                 "together with whyidle.ranks.diagnose_ranks (the CLI does this for folders)",
             )
         p = traces[0]
+    check_regular(p)  # before any open: a FIFO would block, /dev/zero never end
     if p.suffix == ".nsys-rep" or p.name.endswith(".qdrep"):
         from whyidle.sources.nsys import load_exported_report
 
@@ -67,8 +79,15 @@ def _load(p: Path, step_pattern: str | None, jobs: int) -> Timeline:
         from whyidle.sources.kineto_stream import load_kineto_stream, should_stream
 
         if should_stream(p):
-            return load_kineto_stream(p)
-    raw = read_bytes(p)
+            return load_kineto_stream(p, jobs=stream_jobs)
+    from whyidle.config import Config
+
+    try:  # gzip size fields are modulo 4 GiB: a larger content is found out while reading
+        raw = read_bytes(p, read_ahead, max_bytes=Config.stream_min_bytes)
+    except TooLargeForMemory:
+        from whyidle.sources.kineto_stream import load_kineto_stream
+
+        return load_kineto_stream(p, jobs=stream_jobs)
     from whyidle.sources.kineto import (  # numpy: after the read began
         load_kineto,
         looks_like_kineto,

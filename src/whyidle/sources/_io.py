@@ -3,45 +3,98 @@
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import zlib
 from pathlib import Path
 
 from whyidle.errors import InputError, TraceFormatError
 
-__all__ = ["read_bytes", "prefetch", "discard", "estimated_size", "looks_like_kineto", "GZIP_MAGIC", "SQLITE_MAGIC"]
+__all__ = ["read_bytes", "ReadAhead", "check_regular", "gzip_cap", "TooLargeForMemory", "estimated_size", "looks_like_kineto", "GZIP_MAGIC", "SQLITE_MAGIC"]
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def _gunzip(path: Path, raw: bytes) -> bytes:
-    # The gzip trailer holds the uncompressed size (mod 4 GiB). Decompressing into a buffer of
-    # that size avoids growing, and briefly doubling, a buffer as large as the trace.
+def gzip_cap(compressed_bytes: int, max_ratio: float | None = None, floor_bytes: int | None = None) -> int:
+    """The most bytes a gzip file of ``compressed_bytes`` may decompress to (config.max_gzip_ratio)."""
+    from whyidle.config import Config
+
+    ratio = Config.max_gzip_ratio if max_ratio is None else max_ratio
+    floor = Config.gzip_ratio_floor_bytes if floor_bytes is None else floor_bytes
+    return max(floor, int(ratio * compressed_bytes))
+
+
+def bomb_error(path: Path, compressed_bytes: int, cap: int) -> TraceFormatError:
+    return TraceFormatError(
+        path,
+        f"decompresses to more than {cap >> 20} MiB from {compressed_bytes / (1 << 20):.1f} MiB (over "
+        f"{cap / max(compressed_bytes, 1):.0f}x; real traces inflate under 30x): a damaged file or a gzip bomb, not read further",
+    )
+
+
+class TooLargeForMemory(InputError):
+    """The decompressed content is larger than the in-memory reader's range (``max_bytes``)."""
+
+
+# A gzip file under this size cannot decompress past 4 GiB (deflate's limit is 1032:1), so its
+# size field (the uncompressed size modulo 4 GiB) is the exact size.
+_EXACT_ISIZE_MAX = (1 << 32) // 1032
+
+
+def _gunzip(path: Path, raw: bytes, max_bytes: int | None = None) -> bytes:
+    cap = gzip_cap(len(raw))
+    limit = cap if max_bytes is None else min(cap, max_bytes)
+    # The gzip trailer holds the uncompressed size (mod 4 GiB). Where that is exact, decompressing
+    # into a buffer of that size avoids growing, and briefly doubling, a buffer as large as the trace.
+    # The size field is the last member's: trusted only when no second member can start inside
+    # (no gzip header after the first; a false match in compressed bytes just takes the careful path).
     size_hint = int.from_bytes(raw[-4:], "little") if len(raw) >= 18 else 0
-    if size_hint > 1032 * len(raw):  # deflate cannot expand more: a truncated file's garbage tail
-        size_hint = 0
-    if size_hint:
+    one_member = raw.find(GZIP_MAGIC + b"\x08", 10) < 0
+    if size_hint and one_member and len(raw) <= _EXACT_ISIZE_MAX and size_hint <= limit:
         try:
             whole = zlib.decompress(raw, 31, size_hint)
-            if len(whole) % (1 << 32) == size_hint:
+            if len(whole) == size_hint:
                 return whole
         except zlib.error:
             pass  # truncated, corrupt or several members: the careful path below says which
     out: list[bytes] = []
+    total = 0
     data = raw
     while data:
         d = zlib.decompressobj(wbits=31)
         try:
-            out.append(d.decompress(data))
+            chunk = d.decompress(data, limit - total + 1)
         except zlib.error as exc:
             raise TraceFormatError(path, f"the gzip stream is corrupt ({exc})") from None
+        total += len(chunk)
+        out.append(chunk)
+        if total > limit:
+            if limit < cap:
+                raise TooLargeForMemory(path, f"decompresses to more than {limit} bytes")
+            raise bomb_error(path, len(raw), cap)
         if not d.eof:
             raise TraceFormatError(path, "the gzip stream is truncated (the file ends before the compressed data does)")
         data = d.unused_data
         if data and not data.startswith(GZIP_MAGIC):
             break  # trailing garbage after the last member, as gzip(1) tolerates
     return out[0] if len(out) == 1 else b"".join(out)
+
+
+def check_regular(path: Path) -> None:
+    """Refuse what is not a regular file (a FIFO, a device such as /dev/zero, a socket): it may
+    never end, block forever, or be consumed by reading; whyidle reads files."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except OSError as exc:
+        raise InputError(path, f"cannot be read ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(path, "is a folder, expected a file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file"
+        raise InputError(path, f"is {kind}, not a regular file; whyidle reads files (save the stream to a file first)")
 
 
 def looks_like_kineto(head: bytes) -> bool:
@@ -64,22 +117,18 @@ def estimated_size(path: Path) -> int:
 class _Pending:
     """One file being read (and gunzipped) by a background thread."""
 
-    def __init__(self, path: Path, stamp: tuple[int, int]) -> None:
+    def __init__(self, path: Path, stamp: tuple[int, int], max_bytes: int) -> None:
         self.stamp = stamp
         self.data: bytes | None = None
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(path,), name="whyidle-prefetch", daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(path, max_bytes), name="whyidle-prefetch", daemon=True)
         self.thread.start()
 
-    def _run(self, path: Path) -> None:
+    def _run(self, path: Path, max_bytes: int) -> None:
         try:
-            self.data = _read(path)
+            self.data = _read(path, max_bytes)
         except BaseException as exc:  # handed to the reader, which raises it as its own
             self.error = exc
-
-
-_PENDING: dict[Path, _Pending] = {}
-_PENDING_LOCK = threading.Lock()
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -90,58 +139,89 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     return (st.st_mtime_ns, st.st_size)
 
 
-def prefetch(path: str | os.PathLike[str], max_bytes: int) -> None:
-    """Start reading ``path`` in a background thread; :func:`read_bytes` then takes the result.
+class ReadAhead:
+    """Files being read in background threads, handed to :func:`read_bytes` when it asks.
 
-    The command line calls this before it imports numpy and the analyses: reading and
-    decompressing (zlib releases the GIL) then overlap the imports on a second core. Only plain
-    files whose decompressed size is estimated under ``max_bytes`` (the in-memory reader's
-    range) are read ahead; anything else, and any error, is left to the reader.
+    The command line starts one before it imports numpy and the analyses: reading and
+    decompressing (zlib releases the GIL) then overlap the imports on a second core. It is passed
+    explicitly (``load(path, read_ahead=...)``); nothing is kept at module level. Use it as a
+    context manager, or call :meth:`close`, so that no thread is left holding a file's bytes.
     """
-    p = Path(path)
-    stamp = _stamp(p)
-    try:
-        if stamp is None or not p.is_file() or estimated_size(p) >= max_bytes:
+
+    def __init__(self) -> None:
+        self._pending: dict[Path, _Pending] = {}
+        self._lock = threading.Lock()
+
+    def start(self, path: str | os.PathLike[str], max_bytes: int) -> None:
+        """Start reading ``path``: only regular files whose decompressed size is estimated under
+        ``max_bytes`` (the in-memory reader's range) and that look like JSON or gzip are read
+        ahead; anything else, and any error, is left to the reader."""
+        p = Path(path)
+        stamp = _stamp(p)
+        try:
+            if stamp is None or not p.is_file() or estimated_size(p) >= max_bytes:
+                return
+            with open(p, "rb") as f:
+                head = f.read(64)
+        except OSError:
             return
-        with open(p, "rb") as f:
-            head = f.read(64)
-    except OSError:
-        return
-    if not (head.startswith(GZIP_MAGIC) or looks_like_kineto(head)):
-        return  # not JSON (an Nsight export, Parquet, a counter log): its reader reads it its way
-    with _PENDING_LOCK:
-        if p not in _PENDING:
-            _PENDING[p] = _Pending(p, stamp)
+        if not (head.startswith(GZIP_MAGIC) or looks_like_kineto(head)):
+            return  # not JSON (an Nsight export, Parquet, a counter log): its reader reads it its way
+        with self._lock:
+            if p not in self._pending:
+                self._pending[p] = _Pending(p, stamp, max_bytes)
+
+    def take(self, path: Path) -> _Pending | None:
+        """The finished read-ahead of ``path``, no longer listed; None if there was none."""
+        with self._lock:
+            pending = self._pending.pop(path, None)
+        if pending is not None:
+            pending.thread.join()
+        return pending
+
+    def discard(self, path: Path) -> None:
+        """Forget a read-ahead of ``path`` that no reader took (the input went another way)."""
+        self.take(path)
+
+    def pending(self) -> list[Path]:
+        with self._lock:
+            return list(self._pending)
+
+    def close(self) -> None:
+        for p in self.pending():
+            self.take(p)
+
+    def __enter__(self) -> ReadAhead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def _take(path: Path) -> _Pending | None:
-    """The finished read-ahead of ``path``, no longer listed; None if there was none."""
-    with _PENDING_LOCK:
-        pending = _PENDING.pop(path, None)
-    if pending is not None:
-        pending.thread.join()
-    return pending
+def read_bytes(path: Path, read_ahead: ReadAhead | None = None, max_bytes: int | None = None) -> bytes:
+    """The file's content, decompressed if it is gzip (taken from ``read_ahead`` if it read it).
 
-
-def discard(path: Path) -> None:
-    """Forget a read-ahead of ``path`` that no reader took (the input went another way)."""
-    _take(path)
-
-
-def read_bytes(path: Path) -> bytes:
-    """The file's content, decompressed if it is gzip (taken from :func:`prefetch` if it ran)."""
-    pending = _take(path)
+    Raises :class:`TooLargeForMemory` when the content exceeds ``max_bytes`` (the caller then
+    reads it another way) and :class:`TraceFormatError` when a gzip file inflates past
+    :func:`gzip_cap`.
+    """
+    pending = read_ahead.take(path) if read_ahead is not None else None
     if pending is not None and pending.stamp == _stamp(path):  # unchanged since the read began
         if pending.error is not None:
             raise pending.error
         assert pending.data is not None
         return pending.data
-    return _read(path)
+    return _read(path, max_bytes)
 
 
-def _read(path: Path) -> bytes:
+def _read(path: Path, max_bytes: int | None = None) -> bytes:
+    check_regular(path)
     try:
-        raw = path.read_bytes()
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if max_bytes is not None and size > max_bytes:
+                raise TooLargeForMemory(path, f"is larger than {max_bytes} bytes")
+            raw = f.read()
     except FileNotFoundError:
         raise InputError(path, "no such file") from None
     except IsADirectoryError:
@@ -151,7 +231,7 @@ def _read(path: Path) -> bytes:
     if not raw:
         raise TraceFormatError(path, "the file is empty; expected a profiler trace")
     if raw.startswith(GZIP_MAGIC):
-        raw = _gunzip(path, raw)
+        raw = _gunzip(path, raw, max_bytes)
         if not raw:
             raise TraceFormatError(path, "the gzip file decompresses to nothing; expected a profiler trace")
     return raw

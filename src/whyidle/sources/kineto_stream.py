@@ -477,14 +477,9 @@ def _close(text: bytes, decode_now: Any) -> int:
         hi = q
 
 
-# Worker processes for decoding chunks: None picks min(cores, 4) for large traces; callers that
-# already run one trace per core (whyidle.ranks) set it to 1.
-DEFAULT_JOBS: int | None = None
-
-
 def _auto_jobs(p: Path) -> int:
-    if DEFAULT_JOBS is not None:
-        return max(DEFAULT_JOBS, 1)
+    """Worker processes for decoding chunks when the caller does not say: min(cores, 4) for
+    large traces, else 1."""
     try:
         big = estimated_size(p) >= _PARALLEL_MIN_BYTES
     except OSError:
@@ -495,7 +490,8 @@ def _auto_jobs(p: Path) -> int:
 def parse_kineto_stream(path: str | os.PathLike[str], jobs: int | None = None, progress: Progress | None = None) -> Timeline:
     """Read a Kineto trace (plain or gzip) in bounded memory; same Timeline as parse_kineto.
 
-    ``jobs``: processes decoding chunks (default: :data:`DEFAULT_JOBS`, or by size).
+    ``jobs``: processes decoding chunks (default: by size; callers that read one trace per
+    core, such as :mod:`whyidle.ranks`, pass 1).
     ``progress(bytes_read, file_size)`` is called as the file is read.
     """
     p = Path(path)
@@ -523,5 +519,5 @@ def parse_kineto_stream(path: str | os.PathLike[str], jobs: int | None = None, p
     return tl
 
 
-def load_kineto_stream(path: Path) -> Timeline:
-    return parse_kineto_stream(path)
+def load_kineto_stream(path: Path, jobs: int | None = None) -> Timeline:
+    return parse_kineto_stream(path, jobs=jobs)

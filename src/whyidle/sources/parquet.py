@@ -29,9 +29,8 @@ The small tables travel in the file's key-value metadata under ``whyidle.timelin
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ import numpy as np
 from msgspec.structs import asdict
 
 from whyidle.errors import InputError, MissingExtraError, TraceFormatError
+from whyidle.output import write_atomic
 from whyidle.timeline.model import Kind, Lane, LaneKind, Timeline, TimelineMeta
 
 __all__ = ["write_parquet", "load_parquet", "PARQUET_MAGIC", "METADATA_KEY", "FORMAT_VERSION"]
@@ -65,8 +65,8 @@ def _dict_column(pa: Any, indices: np.ndarray, values: list[str]) -> Any:
     return pa.DictionaryArray.from_arrays(pa.array(indices.astype(np.int32, copy=False)), pa.array(values, type=pa.string()))
 
 
-def write_parquet(tl: Timeline, path: str | os.PathLike[str]) -> None:
-    """Write ``tl`` to ``path`` atomically (a temporary file renamed into place)."""
+def write_parquet(tl: Timeline, path: str | os.PathLike[str], inputs: Sequence[str | os.PathLike[str]] = ()) -> None:
+    """Write ``tl`` to ``path`` atomically, never over one of ``inputs`` (see :mod:`whyidle.output`)."""
     pa, pq = _pa()
     kind_codes = sorted(_KIND_NAMES)
     kind_pos = np.zeros(256, dtype=np.int32)
@@ -82,17 +82,9 @@ def write_parquet(tl: Timeline, path: str | os.PathLike[str]) -> None:
         "meta": asdict(tl.meta),
     }
     table = pa.table(cols).replace_schema_metadata({METADATA_KEY: msgspec.json.encode(side)})
-    p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, p)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    sink = pa.BufferOutputStream()  # compressed: a fraction of the columns already in memory
+    pq.write_table(table, sink, compression="zstd")
+    write_atomic(path, sink.getvalue().to_pybytes(), inputs=inputs)
 
 
 def load_parquet(path: str | os.PathLike[str]) -> Timeline:
