@@ -157,6 +157,11 @@ class Config:
     # between near 0 and near 100 between samples (the playbook's burst-then-pause picture), so the
     # midpoint separates them without tuning.
     counter_busy_min_pct: float = 50.0
+    # Counter logs are resampled onto a grid of one point per sampling interval over the log's
+    # span. A log whose clock jumps (one sample dated years later) would size that grid by the
+    # jump; the grid is capped at this many points per sample (a regular log has about 1, a log
+    # with pauses a few) plus 65536, and coarsened past it.
+    counter_grid_points_per_sample: int = 64
     # A rhythm is regular when the autocorrelation of the busy/pause signal reaches this at its
     # dominant period (0: noise, 1: perfectly periodic). 0.3 keeps jittered step loops (step time
     # varying by +-20%) and rejects random idle stretches, measured on synthetic logs in the tests.

@@ -9,6 +9,7 @@ be read, a rank without GPU activity or a missing rank is reported, never fatal.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -113,7 +114,9 @@ def map_local(paths: Sequence[str], cfg: Config, jobs: int | None = None, progre
                 progress(i + 1, n)
         return out
     results: list[RankResult | None] = [None] * n
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    from whyidle.sources._twoway import quiet_worker
+
+    with ProcessPoolExecutor(max_workers=jobs, initializer=quiet_worker) as pool:
         futures = {pool.submit(rank_job, p, cfg): i for i, p in enumerate(paths)}
         for done, fut in enumerate(as_completed(futures), 1):
             results[futures[fut]] = fut.result()
@@ -141,9 +144,12 @@ def build_multi_rank(run_dir: str, results: Sequence[RankResult], cfg: Config) -
         notes.append(f"the traces disagree on the world size ({', '.join(map(str, sorted(sizes)))}); the largest was used")
     present = sorted({e.rank for e in entries if e.rank >= 0 and not e.error})
     expected = world if world is not None else (max(present) + 1 if present else 0)
-    missing = [r for r in range(expected) if r not in set(present)]
-    if missing:
-        shown = ", ".join(map(str, missing[:16])) + (f" and {len(missing) - 16} more" if len(missing) > 16 else "")
+    # Counted, never listed in full: a world size of millions costs nothing (the first 16 are named).
+    have = set(present)
+    n_missing = expected - sum(1 for r in have if r < expected)
+    if n_missing > 0:
+        first = list(itertools.islice((r for r in range(expected) if r not in have), 16))
+        shown = ", ".join(map(str, first)) + (f" and {n_missing - 16} more" if n_missing > 16 else "")
         notes.append(f"{len(present)} of {expected} ranks present; missing: {shown}. Cross-rank figures cover the present ranks only")
     cr: CrossRank = cross_rank(profiles, cfg)
     return MultiRankReport(run_dir, basis, world, tuple(entries), cr, tuple(notes))

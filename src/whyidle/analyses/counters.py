@@ -240,6 +240,10 @@ def _gpu(log: CounterLog, gpu: str, cfg: Config) -> GpuCounters | None:
             if d is not None:
                 dists.append(d)
     n = max(int((end - start) // interval), 1)
+    samples = sum(len(s) for s in series.values())
+    if n > cfg.counter_grid_points_per_sample * samples + (1 << 16):  # a clock jump (one sample years away):
+        n = cfg.counter_grid_points_per_sample * samples + (1 << 16)  # a coarser grid, never one sized by the span
+        interval = -(-(end - start) // n)
     pattern = None
     underfilled = 0
     busy_ns = 0.0

@@ -40,6 +40,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from whyidle.errors import UsageError
+
 __all__ = [
     "DeviceTimer",
     "CudaEventTimer",
@@ -302,7 +304,10 @@ class StepTracker(Generic[T]):
         device: str = "cpu",
         where: str = "",
     ) -> None:
+        if batch_size is not None and (type(batch_size) is not int or batch_size <= 0):
+            raise UsageError(f"whyidle.track: batch_size={batch_size!r}; expected a positive number of samples per step (or None to read it from each batch)")
         self._loader = loader
+        self._iterating = False  # a copy() before the loop's first batch is set-up, not a step
         self._batch_size = batch_size
         self._skip_first = max(int(skip_first), 0)
         self._timer = device_timer
@@ -324,7 +329,7 @@ class StepTracker(Generic[T]):
             self._broken = True
             msg = f"whyidle.track stopped measuring ({type(exc).__name__}: {exc}); training continues unchanged"
             self._notes.append(msg)
-            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            _warn(msg, 4)
 
     @property
     def broken(self) -> bool:
@@ -379,6 +384,7 @@ class StepTracker(Generic[T]):
         if self._loader is None:
             raise TypeError("whyidle.track() was given no loader to iterate; use track(loader), or call tracker.step()")
         it = iter(self._loader)
+        self._iterating = True
         clock = self._clock
         self._safe(self._where, 3)
         try:
@@ -464,6 +470,8 @@ class StepTracker(Generic[T]):
         return _CopyBlock(self)
 
     def _copy_done(self, t0: int, t1: int) -> None:
+        if self._open is None and self._loader is not None and not self._iterating:
+            return  # before the first batch (moving the model, a warm-up copy): no step yet
         if self._open is None:
             self._open = _Open(number=len(self._steps), start_ns=t0)
             if self._timer is not None:
@@ -536,6 +544,16 @@ class StepTracker(Generic[T]):
         return report_from_tracker(self.stats(), config)
 
 
+def _warn(msg: str, stacklevel: int) -> None:
+    """A RuntimeWarning that never becomes an exception in the user's loop, even when warnings
+    are errors (``python -W error``, pytest's ``filterwarnings = error``): the message is in the
+    report's notes either way."""
+    try:
+        warnings.warn(msg, RuntimeWarning, stacklevel=stacklevel)
+    except Exception:
+        pass
+
+
 def track(
     loader: Iterable[T] | None = None,
     *,
@@ -565,13 +583,13 @@ def track(
         except ImportError:
             pass
         except Exception as exc:  # CUDA present but unusable: measure host time, say why
-            warnings.warn(f"whyidle.track: no device timing ({type(exc).__name__}: {exc})", RuntimeWarning, stacklevel=2)
+            _warn(f"whyidle.track: no device timing ({type(exc).__name__}: {exc})", 3)
     tr = StepTracker(loader, batch_size=batch_size, skip_first=skip_first, device_timer=timer, clock=clock, device=label, where=where)
     sink = os.environ.get("WHYIDLE_SWEEP_STEPS")  # running under `whyidle sweep -- COMMAND`
     if sink:
         try:
             tr._sink = _SweepSink(sink)
         except OSError as exc:
-            warnings.warn(f"whyidle.track: cannot stream steps to {sink} ({exc}); the sweep cannot measure this run", RuntimeWarning, stacklevel=2)
+            _warn(f"whyidle.track: cannot stream steps to {sink} ({exc}); the sweep cannot measure this run", 3)
     return tr
 

@@ -42,6 +42,29 @@ def looks_like_report(head: bytes) -> bool:
     return h.startswith(b"{") and b'"schema_version"' in h[:200] and b'"traceEvents"' not in h[:200]
 
 
+def _i64(v: Any) -> int:
+    """An integer field within +-2**62 (146 years of nanoseconds), so that sums and differences
+    still fit int64: larger numbers (or inf) are malformed, not a crash later."""
+    i = int(v)
+    if not -(2**62) <= i < 2**62:
+        raise ValueError(f"{str(v)[:40]} is out of range")
+    return i
+
+
+def _strs(v: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+        raise ValueError(f"{what} is not a list of strings")
+    return tuple(v)
+
+
+def _batch(v: Any) -> int | None:
+    if v is None:
+        return None
+    if type(v) is not int or v <= 0:
+        raise ValueError(f"batch_size {str(v)[:40]!r} is not a positive integer")
+    return v
+
+
 def _finding(d: dict[str, Any]) -> Finding:
     e, f = d["evidence"], d["fix"]
     return Finding(
@@ -49,22 +72,22 @@ def _finding(d: dict[str, Any]) -> Finding:
         group=d["group"],
         cause=d["cause"],
         title=d["title"],
-        idle_ns=int(d["idle_ns"]),
+        idle_ns=_i64(d["idle_ns"]),
         share_of_idle=float(d["share_of_idle"]),
         share_of_window=float(d["share_of_window"]),
         evidence=Evidence(
-            gap_count=int(e["gap_count"]),
-            idle_ns=int(e["idle_ns"]),
+            gap_count=_i64(e["gap_count"]),
+            idle_ns=_i64(e["idle_ns"]),
             per_step_idle_ns=e.get("per_step_idle_ns"),
             share_of_step=e.get("share_of_step"),
-            top_ops=tuple((o["name"], int(o["overlap_ns"]), int(o["gaps"])) for o in e.get("top_ops", ())),
-            python_lines=tuple((p["line"], int(p["gaps"])) for p in e.get("python_lines", ())),
-            examples=tuple((int(x["start_ns"]), int(x["end_ns"]), int(x["idle_ns"])) for x in e.get("examples", ())),
+            top_ops=tuple((o["name"], _i64(o["overlap_ns"]), _i64(o["gaps"])) for o in e.get("top_ops", ())),
+            python_lines=tuple((p["line"], _i64(p["gaps"])) for p in e.get("python_lines", ())),
+            examples=tuple((_i64(x["start_ns"]), _i64(x["end_ns"]), _i64(x["idle_ns"])) for x in e.get("examples", ())),
             facts=tuple((k, v) for k, v in e.get("facts", {}).items()),
         ),
         fix=Fix(f["summary"], tuple(f.get("steps", ())), f.get("code", ""), f.get("verify", ""), f.get("expected", ""), f.get("docs", "")),
         variant=d.get("variant", ""),
-        affected_busy_ns=int(d.get("affected_busy_ns", 0)),
+        affected_busy_ns=_i64(d.get("affected_busy_ns", 0)),
         prediction=_prediction(d.get("prediction")),
     )
 
@@ -88,12 +111,12 @@ def _prediction(d: dict[str, Any] | None) -> Prediction | None:
 
 def _gap(d: dict[str, Any]) -> GapRecord:
     return GapRecord(
-        start_ns=int(d["start_ns"]),
-        end_ns=int(d["end_ns"]),
-        device=int(d["device"]),
+        start_ns=_i64(d["start_ns"]),
+        end_ns=_i64(d["end_ns"]),
+        device=_i64(d["device"]),
         group=d["group"],
         cause=d["cause"],
-        causes_ns=tuple((k, int(v)) for k, v in d.get("causes_ns", {}).items()),
+        causes_ns=tuple((k, _i64(v)) for k, v in d.get("causes_ns", {}).items()),
         next_work=d.get("next_work", ""),
         thread=d.get("thread", ""),
         before=d.get("cpu_before", ""),
@@ -109,15 +132,15 @@ def _gap(d: dict[str, Any]) -> GapRecord:
 def _step(d: dict[str, Any]) -> StepFigures:
     by = d.get("idle_by_cause_ns", {})
     return StepFigures(
-        number=int(d["number"]),
-        start_ns=int(d["start_ns"]),
-        end_ns=int(d["end_ns"]),
-        compute_ns=int(d["compute_ns"]),
-        communication_ns=int(d["communication_ns"]),
-        memcpy_ns=int(d["memcpy_ns"]),
-        memset_ns=int(d["memset_ns"]),
-        idle_ns=int(d["idle_ns"]),
-        idle_by_cause_ns=tuple(int(by.get(c.key, 0)) for c in C.CAUSES),
+        number=_i64(d["number"]),
+        start_ns=_i64(d["start_ns"]),
+        end_ns=_i64(d["end_ns"]),
+        compute_ns=_i64(d["compute_ns"]),
+        communication_ns=_i64(d["communication_ns"]),
+        memcpy_ns=_i64(d["memcpy_ns"]),
+        memset_ns=_i64(d["memset_ns"]),
+        idle_ns=_i64(d["idle_ns"]),
+        idle_by_cause_ns=tuple(_i64(by.get(c.key, 0)) for c in C.CAUSES),
     )
 
 
@@ -134,54 +157,54 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> Report:
         raise TraceFormatError(where, f"is a whyidle report of schema {version}; this whyidle reads schema {_SUPPORTED_MAJOR}.x")
     try:
         src, win, u, th, k = d["source"], d["window"], d["utilization"], d["throughput"], d["kernels"]
-        window_ns = int(win["duration_ns"])
+        window_ns = _i64(win["duration_ns"])
         kernels = KernelStats(
-            count=int(k["count"]),
-            total_ns=int(k["total_ns"]),
+            count=_i64(k["count"]),
+            total_ns=_i64(k["total_ns"]),
             median_ns=k.get("median_ns"),
-            short_count=int(k["short_count"]),
-            short_ns=int(k["short_ns"]),
+            short_count=_i64(k["short_count"]),
+            short_ns=_i64(k["short_ns"]),
             mean_launch_ns=k.get("mean_launch_call_ns"),
             sm_efficiency=k.get("est_sm_efficiency"),
             achieved_occupancy_pct=k.get("est_achieved_occupancy_pct"),
-            tensor_core_ns=_share_to_ns(k.get("tensor_core_share"), int(k["total_ns"])),
-            fp32_math_ns=_share_to_ns(k.get("fp32_math_share"), int(k["total_ns"])),
+            tensor_core_ns=_share_to_ns(k.get("tensor_core_share"), _i64(k["total_ns"])),
+            fp32_math_ns=_share_to_ns(k.get("fp32_math_share"), _i64(k["total_ns"])),
             top_fp32_kernels=(),
             fill=msgspec.convert(k["fill"], KernelFill) if k.get("fill") else None,
         )
         util = Utilization(
             window_ns=window_ns,
-            n_devices=int(u["n_devices"]),
-            busy_ns=int(u["busy_ns"]),
-            kernel_busy_ns=int(u["kernel_busy_ns"]),
-            compute_ns=int(u["compute_ns"]),
-            communication_ns=int(u["communication_exposed_ns"]),
-            communication_total_ns=int(u["communication_total_ns"]),
-            memcpy_ns=int(u["memcpy_ns"]),
-            memset_ns=int(u["memset_ns"]),
-            idle_ns=int(u["idle_ns"]),
+            n_devices=_i64(u["n_devices"]),
+            busy_ns=_i64(u["busy_ns"]),
+            kernel_busy_ns=_i64(u["kernel_busy_ns"]),
+            compute_ns=_i64(u["compute_ns"]),
+            communication_ns=_i64(u["communication_exposed_ns"]),
+            communication_total_ns=_i64(u["communication_total_ns"]),
+            memcpy_ns=_i64(u["memcpy_ns"]),
+            memset_ns=_i64(u["memset_ns"]),
+            idle_ns=_i64(u["idle_ns"]),
             steps=tuple(_step(s) for s in d.get("steps", ())),
-            batch_size=th.get("batch_size"),
+            batch_size=_batch(th.get("batch_size")),
             batch_size_basis=th.get("batch_size_basis", ""),
         )
-        by_cause = {c.key: int(d.get("idle_by_cause_ns", {}).get(c.key, 0)) for c in C.CAUSES}
+        by_cause = {c.key: _i64(d.get("idle_by_cause_ns", {}).get(c.key, 0)) for c in C.CAUSES}
         return Report(
             source=SourceInfo(
                 path=src.get("path", ""),
                 format=src.get("format", ""),
                 version=src.get("version", ""),
-                devices=tuple(src.get("devices", ())),
+                devices=_strs(src.get("devices", ()), "devices"),
                 rank=src.get("rank"),
                 world_size=src.get("world_size"),
                 training=src.get("workload", "training") == "training",
                 workload=str(src.get("workload", "")),
                 workload_evidence=tuple(str(e) for e in src.get("workload_evidence", ())),
             ),
-            window=WindowInfo(int(win["start_ns"]), int(win["end_ns"]), win.get("basis", ""), tuple(win.get("steps", ())), tuple(win.get("all_steps", ()))),
+            window=WindowInfo(_i64(win["start_ns"]), _i64(win["end_ns"]), win.get("basis", ""), tuple(win.get("steps", ())), tuple(win.get("all_steps", ()))),
             utilization=util,
             kernels=kernels,
             idle_by_cause_ns=by_cause,
-            gap_count=int(d["gap_count"]),
+            gap_count=_i64(d["gap_count"]),
             findings=tuple(_finding(f) for f in d.get("findings", ())),
             skipped=tuple(Skipped(s["rule"], s["reason"]) for s in d.get("skipped", ())),
             gaps=tuple(_gap(g) for g in d.get("gaps", ())),
@@ -190,7 +213,7 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> Report:
             no_device_activity=bool(d.get("no_device_activity", False)),
             extra=dict(d.get("extra", {})),
         )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise TraceFormatError(where, f"is a whyidle report with a missing or malformed field ({type(exc).__name__}: {exc})") from None
 
 
@@ -202,6 +225,8 @@ def load_report(path: str | os.PathLike[str]) -> Report:
     raw = read_bytes(p)
     try:
         d = msgspec.json.decode(raw)
+    except RecursionError:
+        raise TraceFormatError(p, "has JSON nested too deeply to be a whyidle report") from None
     except msgspec.DecodeError as exc:
         raise TraceFormatError(p, f"is not valid JSON ({exc}); expected a whyidle JSON report") from None
     if not isinstance(d, dict):

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["can_fork", "two_ended_map"]
+__all__ = ["can_fork", "two_ended_map", "quiet_worker"]
 
 T = TypeVar("T")
 _COUNTERS = struct.Struct("=qq")  # front, back
@@ -46,6 +46,13 @@ def can_fork() -> bool:
         return False
 
 
+def quiet_worker() -> None:
+    """Process-pool initializer: Ctrl-C reaches every process of the terminal's group; workers
+    leave it to the parent (which stops the pool and says "interrupted" once) instead of each
+    printing a KeyboardInterrupt traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def two_ended_map(n: int, task: Callable[[int], T]) -> list[T]:
     """``[task(i) for i in range(n)]``, with a forked child taking tasks from the back."""
     if n < 2 or not can_fork():
@@ -53,8 +60,12 @@ def two_ended_map(n: int, task: Callable[[int], T]) -> list[T]:
     shared = mmap.mmap(-1, _COUNTERS.size)
     _COUNTERS.pack_into(shared, 0, 0, n)
     r, w = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):  # None when the stream was closed at start
+        if stream is not None:
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
     pid = os.fork()
     if pid == 0:  # the child: never returns
         os.close(r)

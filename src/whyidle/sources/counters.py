@@ -252,8 +252,16 @@ def _fmt_offset(off: timedelta) -> str:
 
 
 def _epoch_ns(dt: datetime, tz: timezone | None) -> int:
-    aware = dt.replace(tzinfo=tz) if tz is not None else dt.astimezone()
-    return int(aware.timestamp()) * 1_000_000_000 + aware.microsecond * 1000
+    """Nanoseconds since the epoch; ValueError for a date that int64 nanoseconds cannot hold
+    (before 1970 or after 2262: a damaged row, not a sample)."""
+    try:
+        aware = dt.replace(tzinfo=tz) if tz is not None else dt.astimezone()
+        ns = int(aware.timestamp()) * 1_000_000_000 + aware.microsecond * 1000
+    except (OverflowError, OSError):
+        raise ValueError(f"date {dt} out of range") from None
+    if not 0 <= ns < 2**63:
+        raise ValueError(f"date {dt} out of range")
+    return ns
 
 
 def _median_interval(times: list[int]) -> int:
@@ -505,6 +513,7 @@ def _dcgm_column(name: str) -> tuple[str, float] | None:
 
 def _parse_dcgmi(path: str, text: str, interval_ms: float | None) -> CounterLog:
     header: list[str] | None = None
+    changed_header = False
     rows: list[tuple[str, list[str]]] = []
     bad = _Rejects()
     for lineno, line in enumerate(text.splitlines(), start=1):
@@ -512,10 +521,14 @@ def _parse_dcgmi(path: str, text: str, interval_ms: float | None) -> CounterLog:
         if not s:
             continue
         if _DCGM_HEADER.match(s):
-            header = s.lstrip("#").split()[1:]  # drop "Entity"
+            fields = s.lstrip("#").split()[1:]  # drop "Entity"
+            if header is None:
+                header = fields
+            elif fields != header:  # dcgmi restarted with other fields: its rows do not fit the columns
+                changed_header = True
             continue
         toks = s.split()
-        if header is None or toks[0].lower() in ("id", "#id"):
+        if header is None or changed_header or toks[0].lower() in ("id", "#id"):
             continue  # units line
         if len(toks) < 2 or not toks[1].isdigit():
             continue  # not an entity row (e.g. a dcgmi error line)
@@ -568,6 +581,8 @@ def _parse_dcgmi(path: str, text: str, interval_ms: float | None) -> CounterLog:
     if unknown:
         quality.append(f"DCGM fields whyidle does not use were ignored: {', '.join(unknown)}")
     quality.extend(bad.note())
+    if changed_header:
+        quality.append("a second '#Entity' header with other fields appears in the log; the rows after it were ignored")
     b = _Builder()
     counts: dict[str, int] = {}
     for r, gpu in enumerate(gpu_of_row):

@@ -89,7 +89,6 @@ class _ExactDoc(_Doc):
 
 # Numbers decode natively (fast) where float64 holds every nanosecond; the exact decoder hands
 # float texts over as _Num for the rest.
-_DECODER = msgspec.json.Decoder(Union[_Doc, list[_Event]])
 _EXACT_DECODER = msgspec.json.Decoder(Union[_ExactDoc, list[_ExactEvent]], float_hook=_Num)
 # Fractional times as written: "ts": 123.4 / "dur": 5.67
 _FLOAT_TIME_RE = re.compile(rb'"(?:ts|dur)"\s*:\s*-?(\d+)\.(\d+)')
@@ -174,6 +173,8 @@ def _parse(raw: bytes, path: str, style: str, exact: bool, jobs: int = 1) -> Tim
             raise _event_error(path, str(exc), i) from None
         except msgspec.DecodeError as exc:  # pragma: no cover - the split already parsed the JSON
             raise TraceFormatError(path, f"is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise TraceFormatError(path, NESTED_TOO_DEEP) from None
         del text
         return _local_columns(batch, style, path)
 
@@ -200,13 +201,16 @@ class _SplitDoc(msgspec.Struct):
     baseTimeNanoseconds: Any = None
 
 
-_SPLIT_DECODER = msgspec.json.Decoder(Union[_SplitDoc, list[msgspec.Raw]])
+# Top-level floats arrive as their text (_Num), as in the out-of-core reader's head, so that both
+# readers see the same baseTimeNanoseconds (kineto_columns._base_ns reads it exactly).
+_SPLIT_DECODER = msgspec.json.Decoder(Union[_SplitDoc, list[msgspec.Raw]], float_hook=_Num)
 _BATCH_DECODER = msgspec.json.Decoder(list[_Event])
 _EXACT_BATCH_DECODER = msgspec.json.Decoder(list[_ExactEvent], float_hook=_Num)
 # Below this many batches (about 8 MB of events) a forked helper costs more than it saves.
 _FORK_MIN_BATCHES = 8
 _BATCH_EVENTS = 2048  # events per decoded batch: about 1 MB of text; measured peak RSS 83 MB on the 35 MB ResNet trace (8192: 99 MB)
 _AT_EVENT = re.compile(r"\$\[(\d+)\]")
+NESTED_TOO_DEEP = "has JSON nested deeper than the decoder allows (thousands of levels); expected a profiler trace"
 
 
 def _event_error(path: str, msg: str, offset: int) -> TraceFormatError:
@@ -219,6 +223,8 @@ def _event_error(path: str, msg: str, offset: int) -> TraceFormatError:
 def _split(raw: bytes, path: str) -> tuple[list[msgspec.Raw], Any]:
     try:
         doc = _SPLIT_DECODER.decode(raw)
+    except RecursionError:
+        raise TraceFormatError(path, NESTED_TOO_DEEP) from None
     except msgspec.ValidationError as exc:
         raise TraceFormatError(path, f"is JSON but not a Chrome/Kineto trace ({exc})") from None
     except msgspec.DecodeError as exc:

@@ -67,8 +67,25 @@ _DEVICE_KINDS = {Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION, Kin
 _STREAM_RE = re.compile(r"(\d+)\s*$")
 
 
+# Times in microseconds must stay within this magnitude so that nanoseconds, plus a base time and
+# a duration, fit int64 (2**62 ns is 146 years: epoch microseconds today are 1.7e15 of 4.6e15).
+MAX_TIME_NS = 2**62
+_MAX_US = MAX_TIME_NS // 1000
+# The largest world size believed: 2**24 ranks is 100x the largest training jobs reported (about
+# 100k GPUs); a larger distributedInfo.world_size is a damaged or hostile file.
+MAX_WORLD_SIZE = 1 << 24
+
+
+def _time_range_error(path: str, what: str, v: Any) -> TraceFormatError:
+    text = str(v)
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    return TraceFormatError(path, f"has a {what} of {shown} microseconds, too large to be a time (more than {_MAX_US:.2e}); expected microseconds")
+
+
 def _to_ns(values: list[Any], style: str, path: str, what: str) -> np.ndarray:
-    """Microsecond values (int, float, float text) -> int64 nanoseconds."""
+    """Microsecond values (int, float, float text) -> int64 nanoseconds.
+
+    Values beyond :data:`MAX_TIME_NS` are refused (never wrapped into negative times)."""
     n = len(values)
     if n == 0:
         return np.empty(0, dtype=np.int64)
@@ -79,20 +96,31 @@ def _to_ns(values: list[Any], style: str, path: str, what: str) -> np.ndarray:
     except (ValueError, OverflowError):
         guess = np.empty(0)
     if guess.dtype == np.int64 and guess.shape == (n,):
+        lo, hi = int(guess.min()), int(guess.max())
+        if hi > _MAX_US or lo < -_MAX_US:
+            raise _time_range_error(path, what, hi if hi > _MAX_US else lo)
         return guess * 1000
     is_int = np.fromiter((type(v) is int for v in values), dtype=np.bool_, count=n)
     is_float = np.fromiter((type(v) is float for v in values), dtype=np.bool_, count=n)
     if (is_int | is_float).all():
         out = np.empty(n, dtype=np.int64)
-        out[is_int] = np.asarray([v for v in values if type(v) is int], dtype=np.int64) * 1000
+        ints = [v for v in values if type(v) is int]
+        for v in ints:
+            if not -_MAX_US <= v <= _MAX_US:
+                raise _time_range_error(path, what, v)
+        out[is_int] = np.asarray(ints, dtype=np.int64) * 1000
         fl = np.asarray([v for v in values if type(v) is float], dtype=np.float64)
         if not np.isfinite(fl).all():
             raise TraceFormatError(path, f"has a {what} that is not a finite number")
+        if fl.size and float(np.abs(fl).max()) > _MAX_US:
+            raise _time_range_error(path, what, float(np.abs(fl).max()))
         out[is_float] = np.rint(fl * 1000.0).astype(np.int64)
         return out
     out = np.empty(n, dtype=np.int64)
     for i, v in enumerate(values):
         if type(v) is int:
+            if not -_MAX_US <= v <= _MAX_US:
+                raise _time_range_error(path, what, v)
             out[i] = v * 1000
         elif type(v) is _Num:
             dot = v.find(".")
@@ -107,6 +135,8 @@ def _to_ns(values: list[Any], style: str, path: str, what: str) -> np.ndarray:
                     ns = int(digits)
                     if len(frac) > 3 and frac[3] >= "5":
                         ns += 1
+                if len(whole) > 19 or not -_MAX_US <= int(whole) <= _MAX_US:
+                    raise _time_range_error(path, what, v)
                 w = int(whole)
                 out[i] = w * 1000 - ns if neg else w * 1000 + ns
             else:
@@ -115,7 +145,9 @@ def _to_ns(values: list[Any], style: str, path: str, what: str) -> np.ndarray:
                 except InvalidOperation:
                     raise TraceFormatError(path, f"has a non-numeric {what} {v!r}") from None
                 if not d.is_finite():
-                    raise TraceFormatError(path, f"has a {what} that is not a finite number ({v})")
+                    raise TraceFormatError(path, f"has a {what} that is not a finite number ({v[:40]})")
+                if abs(d) > _MAX_US:
+                    raise _time_range_error(path, what, v)
                 out[i] = int((d * 1000).to_integral_value())
         elif v is None:
             raise TraceFormatError(path, f"has a complete event without a {what}; expected a number of microseconds")
@@ -126,15 +158,58 @@ def _to_ns(values: list[Any], style: str, path: str, what: str) -> np.ndarray:
     return out
 
 
+_I64 = 2**63
+
+
 def _as_int(v: Any, default: int = -1) -> int:
+    """``v`` as an int64 value: ints and numeric texts; anything else (or out of range) is ``default``."""
     if type(v) is int:
-        return v
+        return v if -_I64 <= v < _I64 else default
     if isinstance(v, str):
         try:
-            return int(float(v))
+            f = float(v)
         except ValueError:
             return default
+        if not -_I64 <= f < _I64:  # also inf and nan
+            return default
+        return int(f)
     return default
+
+
+def _floats(v: Any) -> Any:
+    """``v`` with float texts (_Num, from a decoder's float hook) turned back into floats."""
+    if type(v) is _Num:
+        try:
+            return float(v)
+        except ValueError:  # pragma: no cover - _Num is always a JSON number
+            return v
+    if isinstance(v, dict):
+        return {k: _floats(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_floats(x) for x in v]
+    return v
+
+
+def _base_ns(path: str, v: Any) -> int:
+    """``baseTimeNanoseconds`` as an int, read the same by both readers whatever its JSON form
+    (integer, float, float text, numeric string); 0 when absent or not a number."""
+    if type(v) is bool:
+        return 0
+    if type(v) is int:
+        n = v
+    elif isinstance(v, (float, str)):  # _Num (exact float text) is a str
+        try:
+            d = Decimal(str(v).strip())
+        except InvalidOperation:
+            return 0
+        if not d.is_finite():
+            raise TraceFormatError(path, f"has a 'baseTimeNanoseconds' that is not a finite number ({str(v)[:40]})")
+        n = int(d.to_integral_value())
+    else:
+        return 0
+    if not -MAX_TIME_NS < n < MAX_TIME_NS:
+        raise TraceFormatError(path, f"has a 'baseTimeNanoseconds' of {str(v)[:40]}, too large to be a time (more than {MAX_TIME_NS:.2e} ns)")
+    return n
 
 
 def _as_float(v: Any) -> float:
@@ -188,7 +263,8 @@ def _dims(v: Any) -> int:
 
 
 def _int_or(values: list[Any], default: int) -> np.ndarray:
-    return np.array([v if type(v) is int else (_as_int(v, default) if v is not None else default) for v in values], dtype=np.int64)
+    """int64 ids and sizes; a value that is not an int64 number counts as unknown (``default``)."""
+    return np.array([v if type(v) is int and -_I64 <= v < _I64 else (_as_int(v, default) if v is not None else default) for v in values], dtype=np.int64)
 
 
 # Per-name flags (step marker, collective kernel), computed once per distinct name per process:
@@ -240,7 +316,7 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
     empty = _Local(len(events), seen_ph, bool(xs), thread_names, unknown, [], [], [], 0, {})
     if not xs:
         return empty
-    cats = [e.cat for e in xs]
+    cats = [e.cat if isinstance(e.cat, str) or e.cat is None else repr(e.cat) for e in xs]  # a list or dict cannot be a key
     cat_kind: dict[Any, int] = {}
     for c in dict.fromkeys(cats):
         ck = _CATEGORIES.get(c.lower() if isinstance(c, str) else "")
@@ -405,16 +481,23 @@ class _Columns:
         if doc is not None:
             meta.source_version = f"schemaVersion {doc.schemaVersion}" if doc.schemaVersion is not None else "2021 (no schemaVersion)"
             if isinstance(doc.deviceProperties, list):
-                meta.devices = [d for d in doc.deviceProperties if isinstance(d, dict)]
+                meta.devices = [_floats(d) for d in doc.deviceProperties if isinstance(d, dict)]
             info = doc.distributedInfo
             if isinstance(info, dict):
-                if type(info.get("rank")) is int:
-                    meta.rank = int(info["rank"])
+                rank, world = info.get("rank"), info.get("world_size")
+                if type(world) is int and not 1 <= world <= MAX_WORLD_SIZE:
+                    meta.quality.append(f"distributedInfo.world_size {str(world)[:24]} is not a plausible number of ranks (1..{MAX_WORLD_SIZE}); it was ignored")
+                    world = None
+                if type(rank) is int and not 0 <= rank < (world if type(world) is int else MAX_WORLD_SIZE):
+                    meta.quality.append(f"distributedInfo.rank {str(rank)[:24]} is outside the world size; it was ignored")
+                    rank = None
+                if type(rank) is int:
+                    meta.rank = rank
                     meta.rank_basis = "distributedInfo"
-                if type(info.get("world_size")) is int:
-                    meta.world_size = int(info["world_size"])
+                if type(world) is int:
+                    meta.world_size = world
             if doc.baseTimeNanoseconds is not None:
-                base_ns = _as_int(doc.baseTimeNanoseconds, 0)
+                base_ns = _base_ns(self.path, doc.baseTimeNanoseconds)
         if self.n_events == 0:
             raise TraceFormatError(self.path, "has an empty 'traceEvents' list; expected profiler events")
         if not self.has_x and not self.seen_ph:
@@ -424,6 +507,8 @@ class _Columns:
         for chunk in b._chunks:
             st = chunk["stack"]
             chunk["stack"] = remap[st]  # -1 indexes the trailing -1
+            if base_ns and chunk["start_ns"].size and int(np.abs(chunk["end_ns"]).max()) >= MAX_TIME_NS - abs(base_ns):
+                raise TraceFormatError(self.path, "has times that overflow 64-bit nanoseconds once 'baseTimeNanoseconds' is added; expected times relative to it")
             if base_ns:
                 chunk["start_ns"] += base_ns
                 chunk["end_ns"] += base_ns

@@ -35,14 +35,14 @@ from typing import Any
 import msgspec
 
 from whyidle.errors import InputError, TraceFormatError
-from whyidle.sources._io import GZIP_MAGIC, estimated_size
+from whyidle.sources._io import GZIP_MAGIC, bomb_error, check_regular, estimated_size, gzip_cap
 from whyidle.sources.kineto import (
     _BATCH_DECODER,
-    _DECODER,
     _EXACT_BATCH_DECODER,
     _EXACT_DECODER,
     _EXACT_FLOAT_US,
     _FLOAT_TIME_RE,
+    NESTED_TOO_DEEP,
     _Doc,
     _fraction_style,
     looks_like_kineto,
@@ -54,6 +54,7 @@ __all__ = ["load_kineto_stream", "parse_kineto_stream", "should_stream"]
 
 _BLOCK = 8 << 20  # bytes of plain text read per step
 _GZ_READ = 1 << 20  # compressed bytes read per step (JSON traces inflate 10-30x)
+_GZ_OUT = 64 << 20  # decompressed bytes produced per step at most (a bomb inflates 1000x)
 _PARALLEL_MIN_BYTES = 64 << 20  # below this, starting worker processes costs more than it saves
 _MAX_FALSE_CUTS = 64  # candidate cuts tried per batch before the text is called malformed
 _BATCH = 16 << 20  # text per decoded batch of events
@@ -85,6 +86,7 @@ Progress = Callable[[int, int], None]  # (file bytes read, file size)
 
 def _blocks(path: Path, progress: Progress | None = None) -> Generator[bytes, None, None]:
     """The decompressed content, block by block (gzip members one after another)."""
+    check_regular(path)
     try:
         f = open(path, "rb")
     except FileNotFoundError:
@@ -109,14 +111,22 @@ def _blocks(path: Path, progress: Progress | None = None) -> Generator[bytes, No
             return
         d = zlib.decompressobj(wbits=31)
         data = first
+        cap = gzip_cap(size)  # a gzip bomb stops here, whatever the reader downstream holds
+        total = 0
         while True:
             try:
-                out = d.decompress(data)
+                out = d.decompress(data, _GZ_OUT)
             except zlib.error as exc:
                 raise TraceFormatError(path, f"the gzip stream is corrupt ({exc})") from None
+            data = d.unconsumed_tail
+            total += len(out)
+            if total > cap:
+                raise bomb_error(path, size, cap)
             if out:
                 tell()
                 yield out
+            if data and not d.eof:
+                continue  # more output from the input already read
             if d.eof:
                 rest = d.unused_data
                 if len(rest) < 2:
@@ -128,6 +138,8 @@ def _blocks(path: Path, progress: Progress | None = None) -> Generator[bytes, No
                 continue
             data = f.read(_GZ_READ)
             if not data:
+                if len(out) == _GZ_OUT:
+                    continue  # the output limit was hit as the input ran out: zlib still holds output
                 raise TraceFormatError(path, "the gzip stream is truncated (the file ends before the compressed data does)")
 
 
@@ -178,6 +190,8 @@ def _decode_local(text: bytes | bytearray, exact: bool, style: str, path: str) -
             return f"is JSON but not a Chrome/Kineto trace ({msg})"
         except msgspec.DecodeError:
             return _BAD_CUT
+        except RecursionError:
+            return NESTED_TOO_DEEP
         try:
             return _local_columns(events, style, path)
         except TraceFormatError as exc:
@@ -188,7 +202,9 @@ def _decode_local(text: bytes | bytearray, exact: bool, style: str, path: str) -
 
 def _decode_head(text: bytes, path: str, exact: bool) -> _Doc:
     try:
-        doc = (_EXACT_DECODER if exact else _DECODER).decode(text)
+        doc = _EXACT_DECODER.decode(text)  # floats as text, as the in-memory reader's top level
+    except RecursionError:
+        raise TraceFormatError(path, NESTED_TOO_DEEP) from None
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise TraceFormatError(path, f"is not valid JSON around its 'traceEvents' list ({exc}); expected a PyTorch profiler trace") from None
     if not isinstance(doc, _Doc):
@@ -261,7 +277,9 @@ class _Batches:
         if jobs > 1:
             from concurrent.futures import ProcessPoolExecutor
 
-            self.pool = ProcessPoolExecutor(max_workers=jobs)
+            from whyidle.sources._twoway import quiet_worker
+
+            self.pool = ProcessPoolExecutor(max_workers=jobs, initializer=quiet_worker)
 
     def _check(self, res: _Local | str) -> _Local | None:
         if isinstance(res, str):
@@ -357,11 +375,20 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1, progress: Progress 
         buf.extend(blk)
         return True
 
+    from whyidle.config import Config
+
+    max_held = Config.max_event_bytes
+
+    def too_big(what: str) -> TraceFormatError:
+        return TraceFormatError(spath, f"has {what} larger than {max_held >> 20} MiB; expected a PyTorch profiler trace (its events are under 1 MiB each)")
+
     # -- head: up to the '[' of traceEvents (or of a bare list) -------------------------------
     more()
     doc: _Doc | None = None
     start = _skip_ws(buf, 0)
     while start >= len(buf) and more():
+        if len(buf) > max_held:
+            raise too_big("blank space before its JSON")
         start = _skip_ws(buf, 0)
     if start >= len(buf) or buf[start] not in b"{[":
         raise TraceFormatError(spath, "is not valid JSON; expected a PyTorch profiler trace")
@@ -384,6 +411,8 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1, progress: Progress 
                 raise TraceFormatError(spath, "has a 'traceEvents' field that is not a list; expected a PyTorch profiler trace")
             if not more():
                 raise TraceFormatError(spath, "is a JSON object without a 'traceEvents' list; expected a PyTorch profiler trace")
+            if len(buf) > max_held:
+                raise too_big("the JSON before its 'traceEvents' list")
         head = bytes(buf[start:k]).rstrip()
         head = head[:-1] if head.endswith(b",") else head
         doc = _decode_head(head + b"}", spath, exact)
@@ -393,6 +422,10 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1, progress: Progress 
         # -- events ---------------------------------------------------------------------------
         while True:
             pos = _skip_ws(buf, pos)
+            if pos > _BATCH:  # blank space between events: drop it, never hold it
+                del buf[:pos]
+                buf_off += pos
+                pos = 0
             if pos < len(buf) and buf[pos] == 0x5D and not batches.carry and not batches.pending:  # ']'
                 pos += 1
                 break
@@ -412,6 +445,8 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1, progress: Progress 
                         raise TraceFormatError(spath, "is not valid JSON inside 'traceEvents'; expected a PyTorch profiler trace")
                     loc = batches.decode_view(buf, pos, c)
             if c <= pos:
+                if len(buf) - pos > max_held + _BATCH:
+                    raise too_big("an event")
                 if more():
                     continue
                 # The last events: up to the array's closing ']'.
@@ -443,8 +478,11 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1, progress: Progress 
         batches.close()
     # -- tail: the rest of the object ----------------------------------------------------------
     while more():
-        pass
+        if len(buf) - pos > max_held:
+            raise too_big("the JSON after its 'traceEvents' list")
     rest_b = bytes(buf[pos:]).strip()
+    if doc is None and rest_b:  # as the in-memory decoder: nothing may follow the JSON
+        raise TraceFormatError(spath, "is not valid JSON (text after the end of its event list); expected a PyTorch profiler trace")
     if doc is not None:
         rest_b = rest_b[1:].lstrip() if rest_b.startswith(b",") else rest_b
         if rest_b and rest_b != b"}":

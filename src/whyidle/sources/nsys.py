@@ -141,11 +141,14 @@ def is_nsys_export(tables: Sequence[str]) -> bool:
 
 @contextmanager
 def _open_ro(path: Path) -> Iterator[sqlite3.Connection]:
-    uri = path.resolve().as_uri() + "?mode=ro"
+    # immutable=1: SQLite neither takes locks nor creates -wal/-shm files beside the input (a
+    # WAL-mode export would otherwise get them, and fail to open in a read-only folder).
+    uri = path.resolve().as_uri() + "?mode=ro&immutable=1"
     try:
         con = sqlite3.connect(uri, uri=True)
     except sqlite3.Error as exc:
         raise InputError(path, f"cannot be opened as an SQLite database ({exc})") from None
+    con.text_factory = lambda b: b.decode("utf-8", "replace")  # a damaged string is not a crash
     try:
         yield con
     finally:
@@ -246,10 +249,14 @@ def _factorize(x: I64) -> tuple[I64, I64]:
 
 
 def _as_int(v: Any) -> int:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
+    """An int64 from an SQLite value; -1 for NULL, text, BLOBs, non-finite or out-of-range numbers."""
+    if isinstance(v, (bytes, bytearray, memoryview, str)):
         return -1
+    try:
+        i = int(v)
+    except (TypeError, ValueError, OverflowError):
+        return -1
+    return i if -(2**63) <= i < 2**63 else -1
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -340,6 +347,8 @@ class _Reader:
 
     def _times(self, start: I64, end: I64) -> tuple[I64, I64]:
         end = np.where(end < start, start, end)
+        if start.size and (int(start.min()) < -(2**62) or int(end.max()) >= 2**62):  # would wrap past int64 with the epoch
+            raise TraceFormatError(self.path, f"has an event time of {int(end.max()) if int(end.max()) >= 2**62 else int(start.min())} ns, beyond any capture (over 146 years); the export is damaged")
         return start + self.epoch_ns, end + self.epoch_ns
 
     # ---- metadata ----
@@ -353,7 +362,9 @@ class _Reader:
         if self.s.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
             row = self.s.con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
             if row and row[0] is not None:
-                self.epoch_ns = int(row[0])
+                self.epoch_ns = max(_as_int(row[0]), 0)
+                if self.epoch_ns >= 2**62:
+                    raise TraceFormatError(self.path, f"has a session start time (TARGET_INFO_SESSION_START_TIME.utcEpochNs) of {self.epoch_ns} ns, after the year 2116; the export is damaged")
         if not self.epoch_ns:
             self.meta.quality.append(
                 "the export has no session start time (TARGET_INFO_SESSION_START_TIME): times are relative to the "
@@ -540,8 +551,8 @@ class _Reader:
         types = dict(_NVTX_RANGE_TYPES)
         if self.s.has("ENUM_NSYS_EVENT_TYPE", "id", "name"):
             for i, n in self.s.con.execute("SELECT id, name FROM ENUM_NSYS_EVENT_TYPE"):
-                if n in types:
-                    types[str(n)] = int(i)
+                if n in types and _as_int(i) >= 0:
+                    types[str(n)] = _as_int(i)
         where = "end IS NOT NULL" + (f" AND eventType IN ({', '.join(str(v) for v in types.values())})" if "eventType" in cols else "")
         text_expr = "text" if "text" in cols else "NULL"
         tid_expr = "COALESCE(textId, -1)" if "textId" in cols else "-1"
@@ -549,8 +560,8 @@ class _Reader:
         if not rows:
             return 0
         n = len(rows)
-        a = np.array([(r[0], r[1], -1 if r[2] is None else r[2], r[3]) for r in rows], dtype=np.int64).reshape(n, 4)
-        texts = [r[4] if r[4] is not None else self.strings.values.get(int(r[3]), "") for r in rows]
+        a = np.array([(_as_int(r[0]), _as_int(r[1]), _as_int(r[2]), _as_int(r[3])) for r in rows], dtype=np.int64).reshape(n, 4)
+        texts = [(r[4] if isinstance(r[4], str) else "") if r[4] is not None else self.strings.values.get(_as_int(r[3]), "") for r in rows]
         keep = np.array([bool(x) for x in texts], dtype=np.bool_) & (a[:, 2] >= 0)
         if not keep.all():
             a = a[keep]
@@ -601,8 +612,8 @@ class _Reader:
         for name_id, gtid in self.s.con.execute("SELECT nameId, globalTid FROM ThreadNames"):
             if gtid is None:
                 continue
-            pid, tid = decode_global_tid(int(gtid))
-            name = self.strings.values.get(int(name_id), "")
+            pid, tid = decode_global_tid(max(_as_int(gtid), 0))
+            name = self.strings.values.get(_as_int(name_id), "")
             if name:
                 self.b.name_lane(str(pid), str(tid), name)
 

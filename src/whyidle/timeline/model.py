@@ -76,6 +76,11 @@ class Lane(msgspec.Struct, frozen=True):
         return self.name or f"thread {self.tid} (pid {self.pid})"
 
 
+def _small_number(v: object) -> bool:
+    """A number a compute capability can be (not a bool, a string, inf or NaN)."""
+    return type(v) in (int, float) and 0 <= v < 1000  # type: ignore[operator]
+
+
 class TimelineMeta(msgspec.Struct):
     """What a source knows about the capture besides the events."""
 
@@ -92,9 +97,10 @@ class TimelineMeta(msgspec.Struct):
     @property
     def min_compute_capability(self) -> tuple[int, int] | None:
         caps = [
-            (int(d["computeMajor"]), int(d.get("computeMinor", 0)))
+            (int(d["computeMajor"]), int(minor))
             for d in self.devices
-            if isinstance(d.get("computeMajor"), (int, float))
+            for minor in (d.get("computeMinor", 0),)
+            if _small_number(d.get("computeMajor")) and _small_number(minor)
         ]
         return min(caps) if caps else None
 

@@ -1,0 +1,206 @@
+"""Hostile inputs for the hardening tests and the fuzz script: seeded mutations of real formats.
+
+Families: ``kineto`` (structure-aware mutations of a Kineto trace: odd numbers, types, nesting,
+control characters), ``bytes`` (byte-level damage of a gzip or plain trace), ``counters``
+(nvidia-smi / dcgmi logs with odd rows and times), ``nsys`` (an Nsight export with odd values),
+``report`` (saved JSON reports with odd fields, for ``compare``). Each generator returns the
+file's name and bytes; the caller writes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import random
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from whyidle.lab.synthetic import training_trace
+
+# Values that have broken readers: past int64, past float64 integers, non-finite, wrong types.
+ODD_VALUES: list[Any] = [
+    2**63, 2**64 + 7, -(2**63) - 1, 10**30, 1e19, -1e19, 1.8e308, 1e-320, 0.5, -1, 0,
+    "inf", "-inf", "nan", "NaN", "1e400", "", "12", "x" * 3000, "\x1b[2J\x1b]8;;http://evil/\x1b\\click\x1b]8;;\x1b\\",
+    "line1\nline2\r\x07", True, None, [], [1, [2]], {}, {"a": {"b": 1}}, "\u202egnp.exe",
+]
+FIELDS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"]
+ARG_FIELDS = ["correlation", "stream", "device", "bytes", "blocks per SM", "est. achieved occupancy %", "Call stack", "Input Dims", "name", "labels"]
+TOP_FIELDS = ["schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds"]
+
+
+def base_trace(steps: int = 3) -> dict[str, Any]:
+    doc: dict[str, Any] = training_trace("starvation", steps=steps)
+    return doc
+
+
+def _deep(n: int) -> str:
+    return f"__DEEP_{n}__"  # replaced in the text: json.dumps itself recurses
+
+
+def _undeep(text: bytes) -> bytes:
+    for n in (50, 5000):
+        text = text.replace(f'"__DEEP_{n}__"'.encode(), b"[" * n + b"1" + b"]" * n)
+    return text
+
+
+def mutate_kineto(rng: random.Random, doc: dict[str, Any]) -> dict[str, Any]:
+    d = copy.deepcopy(doc)
+    events = d["traceEvents"]
+    for _ in range(rng.randint(1, 4)):
+        r = rng.random()
+        if r < 0.45 and events:
+            ev = rng.choice(events)
+            ev[rng.choice(FIELDS)] = rng.choice(ODD_VALUES)
+        elif r < 0.65 and events:
+            ev = rng.choice(events)
+            args = ev.setdefault("args", {})
+            if isinstance(args, dict):
+                args[rng.choice(ARG_FIELDS)] = rng.choice(ODD_VALUES)
+        elif r < 0.8:
+            k = rng.choice(TOP_FIELDS)
+            if k == "distributedInfo":
+                d[k] = {"rank": rng.choice(ODD_VALUES + [0, 3]), "world_size": rng.choice(ODD_VALUES + [10**9, 8])}
+            else:
+                d[k] = rng.choice(ODD_VALUES)
+        elif r < 0.85 and events:
+            rng.choice(events)["args"] = _deep(rng.choice([50, 5000]))
+        elif r < 0.9 and events:
+            del events[rng.randrange(len(events)):]
+        elif r < 0.95 and events:
+            ev = rng.choice(events)
+            ev.pop(rng.choice(FIELDS), None)
+        else:
+            events.append({"ph": "X", "cat": rng.choice(["kernel", "cpu_op", "cuda_runtime", ["x"], {"y": 1}]), "name": rng.choice(ODD_VALUES),
+                           "pid": 0, "tid": 7, "ts": rng.choice(ODD_VALUES), "dur": rng.choice(ODD_VALUES)})
+    return d
+
+
+def kineto_input(rng: random.Random, doc: dict[str, Any]) -> tuple[str, bytes]:
+    text = _undeep(json.dumps(mutate_kineto(rng, doc), allow_nan=True).encode())
+    if rng.random() < 0.15:  # raw text tricks json.dumps cannot write
+        text = rng.choice([text + b" garbage", text.replace(b'"ts": ', b'"ts": 1e99999', 1), b"[" * 100_000, text[: rng.randrange(len(text))]])
+    if rng.random() < 0.3:
+        return "m.json.gz", gzip.compress(text, 1)
+    return "m.json", text
+
+
+def bytes_input(rng: random.Random, doc: dict[str, Any]) -> tuple[str, bytes]:
+    text = json.dumps(doc).encode()
+    blob = gzip.compress(text, 1) if rng.random() < 0.5 else text
+    b = bytearray(blob)
+    for _ in range(rng.randint(1, 8)):
+        op = rng.random()
+        i = rng.randrange(len(b))
+        if op < 0.5:
+            b[i] = rng.randrange(256)
+        elif op < 0.7:
+            del b[i : i + rng.randint(1, 64)]
+        elif op < 0.85:
+            b[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
+        else:
+            del b[i:]
+    name = "b.json.gz" if blob[:2] == b"\x1f\x8b" else "b.json"
+    return name, bytes(b)
+
+
+_SMI = """# gpu    pwr  gtemp  mtemp     sm    mem    enc    dec    jpg    ofa   mclk   pclk
+# Idx      W      C      C      %      %      %      %      %      %    MHz    MHz
+"""
+
+
+def counters_input(rng: random.Random, _doc: Any = None) -> tuple[str, bytes]:
+    kind = rng.random()
+    if kind < 0.5:
+        lines = ["#Date       Time        gpu    pwr  gtemp  mtemp     sm    mem    enc    dec   mclk   pclk",
+                 "#YYYYMMDD   HH:MM:SS    Idx      W      C      C      %      %      %      %    MHz    MHz"]
+        for i in range(40):
+            sec = i % 60
+            day = "20240101"
+            if rng.random() < 0.05:
+                day = rng.choice(["99991231", "00000000", "20241399", "x"])
+            sm = rng.choice([str(rng.randint(0, 100))] * 8 + ["-", "nan", "inf", "1e400", "\x1b[2J", "99999999999999999999999"])
+            gpu = rng.choice(["0"] * 8 + ["1", "-1", "\x1b]8;;x\x1b\\", "999999999999"])
+            lines.append(f"{day}   00:{i // 60:02d}:{sec:02d}    {gpu}     60     40      -     {sm}     10      0      0   1593   1980")
+        text = "\n".join(lines) + "\n"
+    else:
+        head = "#Entity   GPUTL   SMACT\nID\n"
+        rows = []
+        for _ in range(30):
+            rows.append(f"GPU 0   {rng.choice(['50', '-', 'N/A', 'inf', '1e999'])}   {rng.choice(['0.5', '-', 'x'])}")
+        if rng.random() < 0.5:
+            rows.insert(10, "#Entity   GPUTL   SMACT   DRAMA   EXTRA\nID")
+        text = head + "\n".join(rows) + "\n"
+    return rng.choice(["gpu.log", "gpu.txt", "gpu.csv"]), text.encode("utf-8", "surrogateescape")
+
+
+def nsys_input(rng: random.Random, tmp: Path) -> Path:
+    from nsysbuild import VERSIONS, standard_db
+
+    p = standard_db(tmp / f"n{rng.randrange(10**9)}.sqlite", rng.choice(VERSIONS))
+    con = sqlite3.connect(p)
+    tables = [r[0] for r in con.execute("select name from sqlite_master where type='table'")]
+    for _ in range(rng.randint(1, 3)):
+        t = rng.choice(tables)
+        cols = [r[1] for r in con.execute(f"pragma table_info('{t}')")]
+        if not cols:
+            continue
+        c = rng.choice(cols)
+        v = rng.choice([2**63 - 1, -(2**63), b"\x00\xff", "x", None, 1e19, -5, "\x1b[2J"])
+        try:
+            con.execute(f'update "{t}" set "{c}" = ? where rowid in (select rowid from "{t}" limit 2)', (v,))
+        except sqlite3.Error:
+            pass
+    con.commit()
+    con.close()
+    return p
+
+
+FAMILIES: dict[str, Callable[..., tuple[str, bytes]]] = {"kineto": kineto_input, "bytes": bytes_input, "counters": counters_input}
+
+
+def gzip_bomb(path: Path, inflated_bytes: int, valid_prefix: bool = True) -> Path:
+    """A gzip file of ``inflated_bytes`` of JSON blank space (or zeros), written chunk by chunk."""
+    co = gzip.GzipFile(path, "wb", compresslevel=9)
+    try:
+        if valid_prefix:
+            co.write(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"name": "')
+        chunk = b"\x20" * (16 << 20)
+        left = inflated_bytes
+        while left > 0:
+            co.write(chunk[: min(left, len(chunk))])
+            left -= len(chunk)
+        if valid_prefix:
+            co.write(b'"}}]}')
+    finally:
+        co.close()
+    return path
+
+
+def _paths(v: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix] if prefix else []
+    if isinstance(v, dict):
+        for k, x in v.items():
+            out += _paths(x, prefix + (k,))
+    elif isinstance(v, list):
+        for i, x in enumerate(v[:3]):
+            out += _paths(x, prefix + (i,))
+    return out
+
+
+def report_input(rng: random.Random, report: dict[str, Any]) -> tuple[str, bytes]:
+    """A saved JSON report (``whyidle diagnose -o r.json``) with a few fields set to odd values."""
+    d = copy.deepcopy(report)
+    paths = _paths(d)
+    for _ in range(rng.randint(1, 3)):
+        path = rng.choice(paths)
+        try:
+            cur = d
+            for k in path[:-1]:
+                cur = cur[k]
+            cur[path[-1]] = rng.choice(ODD_VALUES)
+        except (KeyError, IndexError, TypeError):
+            pass
+    return "r.json", json.dumps(d).encode()
