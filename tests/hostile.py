@@ -161,22 +161,81 @@ def nsys_input(rng: random.Random, tmp: Path) -> Path:
 FAMILIES: dict[str, Callable[..., tuple[str, bytes]]] = {"kineto": kineto_input, "bytes": bytes_input, "counters": counters_input}
 
 
-def gzip_bomb(path: Path, inflated_bytes: int, valid_prefix: bool = True) -> Path:
-    """A gzip file of ``inflated_bytes`` of JSON blank space (or zeros), written chunk by chunk."""
-    co = gzip.GzipFile(path, "wb", compresslevel=9)
-    try:
-        if valid_prefix:
-            co.write(b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"name": "')
-        chunk = b"\x20" * (16 << 20)
-        left = inflated_bytes
+def gzip_bomb(path: Path, inflated_bytes: int, body: bytes = b" ", last_member_bytes: int = 0) -> Path:
+    """A Kineto-looking gzip file that inflates to about ``inflated_bytes``, made in a moment.
+
+    One 16 MiB member of ``body`` repeated, compressed once and written many times (gzip readers
+    inflate every member): a 4 GiB bomb is about 4 MB. The blank space sits inside a string of
+    the first event by default; ``body`` can be whole events instead. The size field at the end
+    is the last member's: ``last_member_bytes`` > 0 makes that member that large (so the size
+    estimate sends the file to the out-of-core reader), else it is tiny (the in-memory reader).
+    """
+    unit = (body * ((16 << 20) // len(body) + 1))[: (16 << 20) // len(body) * len(body)]
+    member = gzip.compress(unit, 9, mtime=0)
+    string = body == b" "
+    head = b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1, "args": {"name": "' if string else b'{"traceEvents": ['
+    tail = b'"}}]}' if string else b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1}]}'
+    with open(path, "wb") as f:
+        f.write(gzip.compress(head, mtime=0))
+        for _ in range(max(inflated_bytes // len(unit), 1)):
+            f.write(member)
+        last = gzip.GzipFile(fileobj=f, mode="wb", compresslevel=1, mtime=0)
+        left = max(last_member_bytes - len(tail), 0)
         while left > 0:
-            co.write(chunk[: min(left, len(chunk))])
-            left -= len(chunk)
-        if valid_prefix:
-            co.write(b'"}}]}')
-    finally:
-        co.close()
+            last.write(unit[:left])
+            left -= len(unit)
+        last.write(tail)
+        last.close()
     return path
+
+
+def run_bounded(cmd: list[str], limit_bytes: int, timeout_s: float, **kw: Any) -> dict[str, Any]:
+    """Run ``cmd``, polling the resident memory of its whole process tree (workers included);
+    kill the tree past ``limit_bytes`` or ``timeout_s``. Returns rc, stdout, stderr, peak_bytes,
+    killed (a reason or "")."""
+    import subprocess
+    import time
+
+    import psutil
+
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+    proc = psutil.Process(p.pid)
+    peak, killed, t0 = 0, "", time.monotonic()
+    import threading
+
+    out: dict[str, bytes] = {}
+
+    def drain(name: str, stream: Any) -> None:
+        out[name] = stream.read()
+
+    threads = [threading.Thread(target=drain, args=(n, s)) for n, s in (("out", p.stdout), ("err", p.stderr))]
+    for t in threads:
+        t.start()
+    while p.poll() is None:
+        try:
+            tree = [proc, *proc.children(recursive=True)]
+            rss = 0
+            for q in tree:
+                try:
+                    rss += q.memory_info().rss
+                except psutil.Error:
+                    pass
+            peak = max(peak, rss)
+            over = "memory" if rss > limit_bytes else "time" if time.monotonic() - t0 > timeout_s else ""
+            if over:
+                killed = over
+                for q in reversed(tree):
+                    try:
+                        q.kill()
+                    except psutil.Error:
+                        pass
+        except psutil.Error:
+            pass
+        time.sleep(0.01)
+    for t in threads:
+        t.join()
+    return {"rc": p.returncode, "stdout": out.get("out", b"").decode(errors="replace"), "stderr": out.get("err", b"").decode(errors="replace"),
+            "peak_bytes": peak, "killed": killed}
 
 
 def _paths(v: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

@@ -140,6 +140,11 @@ class Config:
     # whole; a single event or head larger than this is not a profiler trace (real events are
     # under 100 KB even with long call stacks), so it is refused instead of buffered.
     max_event_bytes: int = 64 * 1024 * 1024
+    # Events per compressed byte that the out-of-core reader accepts from a gzip trace (plus
+    # 100,000). Memory grows with the events kept, so a bomb of tiny events inside the ratio cap
+    # would still cost gigabytes: real traces hold 0.053 kept events per compressed byte (the
+    # shared HTA and Kineto traces), whyidle's synthetic lab trace 0.097; 0.5 leaves 5x margin.
+    max_events_per_gzip_byte: float = 0.5
 
     # --- Nsight Systems ------------------------------------------------------------------------
     # Regular expression naming step ranges among NVTX ranges (--step-range). None: the nsys

@@ -18,7 +18,7 @@ list so the start and end of the file, which the reader samples, are the origina
 
 from __future__ import annotations
 
-import gzip as _gzip
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -193,17 +193,35 @@ def render_perfetto(report: Report, timeline: Timeline | None = None, *, gzip: b
     while str(pid) in used:
         pid += 1
     added = [msgspec.Raw(msgspec.json.encode(e)) for e in _events(a, base_ns, pid)]
+    # One flat list of pieces (views into the original text, no copies) joined once: the output
+    # is the only copy made of the trace (it was three: events, object, then gzip's input), and
+    # with gzip it is compressed piece by piece, so only the compressed output is made.
     mid = len(events) // 2
-    joined = b"[" + b",".join([*events[:mid], *added, *events[mid:]]) + b"]"
-    if doc is None:
-        out = joined
-    else:
-        parts = []
+    pieces: list[Any] = [b"["]
+    for i, ev in enumerate([*events[:mid], *added, *events[mid:]]):
+        if i:
+            pieces.append(b",")
+        pieces.append(ev)
+    pieces.append(b"]")
+    if doc is not None:
+        head: list[Any] = [b"{"]
         for k, v in doc.items():
-            parts.append(msgspec.json.encode(k) + b":" + (joined if k == "traceEvents" else bytes(v)))
+            head.append(msgspec.json.encode(k) + b":")
+            if k == "traceEvents":
+                head.extend(pieces)
+            else:
+                head.append(v)
+            head.append(b",")
         if "traceEvents" not in doc:
-            parts.append(b'"traceEvents":' + joined)
+            head.append(b'"traceEvents":')
+            head.extend(pieces)
+            head.append(b",")
         note = {"tool": "whyidle", "version": __version__, "gaps": len(a.gaps), "gap_category": GAP_CATEGORY}
-        parts.append(b'"whyidle_annotation":' + msgspec.json.encode(note))
-        out = b"{" + b",".join(parts) + b"}"
-    return _gzip.compress(out, compresslevel=6, mtime=0) if gzip else out
+        head += [b'"whyidle_annotation":', msgspec.json.encode(note), b"}"]
+        pieces = head
+    if not gzip:
+        return b"".join(pieces)
+    co = zlib.compressobj(6, zlib.DEFLATED, 31)  # gzip framing, as gzip.compress(mtime=0) writes
+    out = [co.compress(bytes(p) if isinstance(p, msgspec.Raw) else p) for p in pieces]
+    out.append(co.flush())
+    return b"".join(out)

@@ -70,6 +70,7 @@ def _gunzip(path: Path, raw: bytes, max_bytes: int | None = None) -> bytes:
         total += len(chunk)
         out.append(chunk)
         if total > limit:
+            out.clear()  # not held while the caller reads the file another way
             if limit < cap:
                 raise TooLargeForMemory(path, f"decompresses to more than {limit} bytes")
             raise bomb_error(path, len(raw), cap)
@@ -128,7 +129,7 @@ class _Pending:
         try:
             self.data = _read(path, max_bytes)
         except BaseException as exc:  # handed to the reader, which raises it as its own
-            self.error = exc
+            self.error = exc.with_traceback(None)  # its frames would hold what was read so far
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:

@@ -321,6 +321,9 @@ def _parse_whyidle(path: str, text: str) -> CounterLog:
         if t < 0 or (epoch and not on_epoch_clock(t)):
             bad.reject(lineno, f"has time {r[0]!r}; expected integer UTC epoch nanoseconds" + (" (19 digits)" if epoch else ""))
             continue
+        if t >= 2**62:  # past 2116: int64 nanoseconds would overflow in the analysis
+            bad.reject(lineno, f"has time {r[0][:40]!r}, after the year 2116")
+            continue
         gpu = r[1].strip()
         times.setdefault(gpu, []).append(t)
         for j, h in enumerate(header[2:], start=2):
@@ -470,9 +473,13 @@ def _parse_query(path: str, text: str, utc_offset_min: int | None, fields: Seque
                     raise ValueError(ts)
                 dt = datetime.strptime(ts, "%Y/%m/%d %H:%M:%S.%f") if "." in ts else datetime.strptime(ts, "%Y/%m/%d %H:%M:%S")
             except ValueError:
-                bad.reject(lineno, f"has timestamp {ts!r}; expected YYYY/MM/DD HH:MM:SS.mmm as nvidia-smi writes it")
+                bad.reject(lineno, f"has timestamp {ts[:40]!r}; expected YYYY/MM/DD HH:MM:SS.mmm as nvidia-smi writes it")
                 continue
-            t = _epoch_ns(dt, tz)
+            try:
+                t = _epoch_ns(dt, tz)
+            except ValueError:
+                bad.reject(lineno, f"has timestamp {ts[:40]!r}, outside 1970-2262")
+                continue
         else:
             t = counts.get(gpu, 0) * _DMON_DEFAULT_INTERVAL_NS
         counts[gpu] = counts.get(gpu, 0) + 1

@@ -424,9 +424,10 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
 class _Columns:
     """Merges batches (in file order) into one TimelineBuilder with global tables."""
 
-    def __init__(self, path: str, style: str) -> None:
+    def __init__(self, path: str, style: str, max_events: int | None = None) -> None:
         self.path = path
         self.style = style
+        self.max_events = max_events  # refuse past this many events (a gzip bomb of tiny events)
         self.meta = TimelineMeta(source_format="kineto", path=path)
         self.b = TimelineBuilder(self.meta)
         self.lane_of: dict[tuple[bool, int, str, str, str], int] = {}
@@ -445,6 +446,12 @@ class _Columns:
             self.seen_ph = True
         self.has_x = self.has_x or loc.has_x
         self.n_events += loc.n_events
+        if self.max_events is not None and self.n_events > self.max_events:
+            raise TraceFormatError(
+                self.path,
+                f"holds more than {self.max_events} events for its compressed size (real traces hold under 0.1 per "
+                "compressed byte): a gzip bomb or a damaged file, not read further",
+            )
         self.thread_names.extend(loc.thread_names)
         for k, v in loc.unknown.items():
             self.unknown[k] += v

@@ -347,11 +347,16 @@ class _Batches:
 
 def _run(path: Path, style: str, exact: bool, jobs: int = 1, progress: Progress | None = None) -> tuple[Timeline | None, bytes, bytes]:
     """One pass: the Timeline, and the first and last MiB of text (to confirm the time style)."""
+    from whyidle.config import Config
+
     spath = str(path)
-    cols = _Columns(spath, style)
-    blocks = _blocks(path, progress)
     with open(path, "rb") as f:
         plain = f.read(2) != GZIP_MAGIC  # workers then read their batches from the file
+        size = os.fstat(f.fileno()).st_size
+    # Memory grows with the events kept (about 60 bytes each): for gzip, their number is bounded
+    # by the compressed size, as the inflated text is by max_gzip_ratio.
+    cols = _Columns(spath, style, None if plain else int(Config.max_events_per_gzip_byte * size) + 100_000)
+    blocks = _blocks(path, progress)
     buf_off = 0  # file offset of buf[0] (plain files)
     buf = bytearray()
     first = b""
@@ -374,8 +379,6 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1, progress: Progress 
             recent.pop(0)
         buf.extend(blk)
         return True
-
-    from whyidle.config import Config
 
     max_held = Config.max_event_bytes
 
