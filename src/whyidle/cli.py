@@ -89,8 +89,24 @@ def _reopen_closed_fds() -> None:
                 pass
 
 
+class _ClosedStdout:
+    """Stands in for ``sys.stdout`` when it was closed at start (``>&-``): a command that writes
+    only to ``-o FILE`` works; one that prints gets one clear error."""
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        raise OutputError("<stdout>", "is closed; redirect it to a file, or pass -o FILE")
+
+    def flush(self) -> None:
+        pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     _reopen_closed_fds()
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()  # type: ignore[assignment]
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):

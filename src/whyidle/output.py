@@ -173,8 +173,18 @@ def write_stdout(text: str, stream: TextIO | None = None) -> None:
     if out is None:
         raise OutputError("<stdout>", "is closed; redirect it to a file, or pass -o FILE")
     try:
-        out.write(text)
-        out.flush()
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):  # a stream without a descriptor (a test's StringIO)
+        fd = -1
+    try:
+        if fd < 0:
+            out.write(text)
+            out.flush()
+        else:  # every byte through os.write, each result checked: a short write is never the end
+            out.flush()
+            data = memoryview(text.encode(getattr(out, "encoding", None) or "utf-8", getattr(out, "errors", None) or "strict"))
+            while data:
+                data = data[os.write(fd, data) :]
     except BrokenPipeError:
         raise
     except ValueError:  # "I/O operation on closed file"

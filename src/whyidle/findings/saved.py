@@ -60,8 +60,8 @@ def _strs(v: Any, what: str) -> tuple[str, ...]:
 def _batch(v: Any) -> int | None:
     if v is None:
         return None
-    if type(v) is not int or v <= 0:
-        raise ValueError(f"batch_size {str(v)[:40]!r} is not a positive integer")
+    if type(v) is not int or not 0 < v < 2**40:
+        raise ValueError(f"batch_size {str(v)[:40]!r} is not a positive integer of a plausible size")
     return v
 
 
