@@ -106,7 +106,7 @@ class _ClosedStdout:
 def main(argv: Sequence[str] | None = None) -> int:
     _reopen_closed_fds()
     if sys.stdout is None:
-        sys.stdout = _ClosedStdout()  # type: ignore[assignment]
+        sys.stdout = _ClosedStdout()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
