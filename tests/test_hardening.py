@@ -264,8 +264,7 @@ def test_counter_log_with_a_far_future_sample_stays_small(tmp_path: Path) -> Non
     r = hostile.run_bounded([sys.executable, "-m", "whyidle.cli", "diagnose", str(p)], 512 << 20, 120, env=ENV)
     assert not r["killed"] and r["rc"] == 0, r["stderr"]
     p.write_text("\n".join(rows[:-1] + ["9999/07/09 01:18:00.000, 0, 50, 10"]) + "\n")
-    with pytest.raises(TraceFormatError, match="outside 1970-2262"):
-        whyidle.diagnose(p)
+    assert any("outside 1970-2262" in q for q in whyidle.diagnose(p).quality)  # the row is skipped, never wrapped
 
 
 # --- 5 and 15. terminal injection; one-line errors ------------------------------------------------

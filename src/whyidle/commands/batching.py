@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 from typing import Any
 
-from whyidle.commands._output import write_atomic
 from whyidle.errors import UsageError
+from whyidle.output import write_atomic, write_stdout
 
 __all__ = ["add_parser", "run"]
 
@@ -81,7 +80,7 @@ def _measure(spec: str, args: argparse.Namespace) -> Any:
     if args.save_latency:
         import json
 
-        write_atomic(args.save_latency, json.dumps(prof.to_dict(), indent=1) + "\n")
+        write_atomic(args.save_latency, json.dumps(prof.to_dict(), indent=1) + "\n", inputs=(args.latency, args.requests))
     return prof
 
 
@@ -132,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         text = batching_text(res, profile, advice)
     if out:
-        write_atomic(out, text)
+        write_atomic(out, text, inputs=(args.latency, args.requests))
     else:
-        sys.stdout.write(text)
+        write_stdout(text)
     return 0

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from whyidle.commands._output import write_atomic
 from whyidle.errors import UsageError
+from whyidle.output import write_atomic, write_stdout
 
 __all__ = ["add_parser", "run"]
 
@@ -64,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         text = serving_text(d)
     if out:
-        write_atomic(out, text)
+        write_atomic(out, text, inputs=(args.log, args.trace))
     else:
-        sys.stdout.write(text)
+        write_stdout(text)
     return 0
