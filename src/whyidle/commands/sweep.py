@@ -162,7 +162,7 @@ def _started(stage: str, trial: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from whyidle.commands._output import write_atomic
+    from whyidle.output import check_not_input, write_atomic, write_stdout
     from whyidle.config import SweepConfig
     from whyidle.render.sweep import render_sweep_html, render_sweep_json, render_sweep_terminal
     from whyidle.tune.runner import CommandRunner, FunctionRunner, TrialRunner
@@ -193,6 +193,9 @@ def run(args: argparse.Namespace) -> int:
 
         format_command(target, Trial(batch_size=1))  # unknown placeholders fail before any trial
         runner = CommandRunner(target, warmup=args.warmup, max_steps=args.steps, time_limit_s=args.time_limit, config=cfg)
+    inputs = (args.cache, target[0].rpartition(":")[0] if function_form else None)
+    if args.output:
+        check_not_input(args.output, inputs)  # before any trial runs
     if args.cache:
         from whyidle.tune.cache import CachedRunner
 
@@ -206,8 +209,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         out = render_sweep_terminal(sw, width=args.width, color=sys.stdout.isatty() and not args.output)
     if args.output:
-        write_atomic(args.output, out)
+        write_atomic(args.output, out, inputs=inputs)  # never over the training script or the cache
         print(f"whyidle sweep: written to {args.output}", file=sys.stderr)
     else:
-        sys.stdout.write(out)
+        write_stdout(out)
     return 0 if sw.best is not None else 1
