@@ -107,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _reopen_closed_fds()
     if sys.stdout is None:
         sys.stdout = _ClosedStdout()
+    if sys.stderr is None:  # closed (2>&-): print(file=sys.stderr) would otherwise go to stdout
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from whyidle.errors import UsageError
+from whyidle.output import clean
 
 __all__ = ["say_written", "format_for", "progress", "RENDERERS"]
 
@@ -17,7 +19,7 @@ def say_written(path: str | os.PathLike[str], what: str) -> None:
     """One line on stderr naming what was written where, and its size (stdout stays the report's)."""
     size = os.path.getsize(path)
     shown = f"{size / 1024:,.0f} KB" if size >= 1024 else f"{size} bytes"
-    print(f"whyidle: wrote {what} to {os.fspath(path)} ({shown})", file=sys.stderr)
+    print(f"whyidle: wrote {what} to {clean(os.fspath(path), newlines=False)} ({shown})", file=sys.stderr)
 
 
 # format name -> "module:function" rendering a Report to str or bytes
@@ -63,8 +65,10 @@ def progress(message: str, delay_s: float = 1.0) -> Iterator[None]:
         return
     from rich.console import Console
 
+    from rich.markup import escape
+
     console = Console(stderr=True)
-    status = console.status(message)
+    status = console.status(escape(clean(message, newlines=False)))  # the message names an input
     started = threading.Event()
 
     def start() -> None:
@@ -97,6 +101,9 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
         TimeElapsedColumn,
     )
 
+    from rich.markup import escape
+
+    label = escape(clean(label, newlines=False))
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True), transient=True)
     task = bar.add_task(label, total=None)
     with bar:
