@@ -124,7 +124,29 @@ def emit(report: Any, args: argparse.Namespace, timeline: Any = None) -> None:
     fmt = "json" if args.json and not args.output else format_for(args.format, args.output)
     if fmt in ("png", "svg") and not args.output:
         raise UsageError(f"--format {fmt} writes an image; pass -o FILE.{fmt}")
-from whyidle.commands._output import format_for, progress, say_written
+    if args.output:
+        path, fmt = save(report, args.output, fmt, timeline=timeline, width=args.width or 80, inputs=(args.trace, getattr(args, "counters", None)))
+        say_written(path, _WHAT.get(fmt, fmt))
+        if fmt == "html" and getattr(report, "ranks", None):
+            pages = sum(1 for e in report.ranks if e.report is not None)
+            print(f"whyidle: wrote {pages} rank pages beside it, linked from it ({Path(path).stem}.rankN.html)", file=sys.stderr)
+        if args.json:
+            write_stdout(str(render(report, "json")))
+        return
+    width = args.width or min(getattr(sys.stdout, "isatty", lambda: False)() and __import__("shutil").get_terminal_size().columns or 80, 100)
+    text = render(report, fmt, timeline=timeline, width=width, color=bool(sys.stdout.isatty()))
+    text = text if isinstance(text, str) else text.decode()
+    write_stdout(text if fmt in ("terminal", "json") else clean(text))  # the terminal renderer escapes its own
+
+
+_WHAT = {
+    "terminal": "the terminal report",
+    "json": "the JSON report",
+    "html": "the HTML report (open it in a browser)",
+    "perfetto": "the annotated trace (open it in ui.perfetto.dev)",
+    "png": "the step plot",
+    "svg": "the step plot",
+}
 
 
 def run(args: argparse.Namespace) -> int:
