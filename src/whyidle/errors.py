@@ -6,8 +6,8 @@ Every message is a sentence that names the file, what was expected and what was 
     ├── InputError               the input cannot be read as a profile (CLI exit status 2)
     │   ├── TraceFormatError     readable bytes, but not the format they claim to be
     │   └── UnsupportedInputError a kind of file whyidle does not read (yet)
-    ├── OutputError              an output cannot be written, or would overwrite an input (exit 2)
     ├── UsageError               options that contradict each other or select nothing (exit 2)
+    │   └── OutputError          an output cannot be written, or would overwrite an input
     └── MissingExtraError        an optional dependency is not installed; says what to install
 
 Analyses never raise for odd data: they record a quality note instead.
@@ -47,17 +47,17 @@ class UnsupportedInputError(InputError):
     """A kind of input whyidle does not read."""
 
 
-class OutputError(WhyidleError):
+class UsageError(WhyidleError):
+    """Options that contradict each other or select nothing."""
+
+
+class OutputError(UsageError):
     """An output (a file given with ``-o``, or stdout) cannot be written, or would overwrite an input."""
 
     def __init__(self, path: object, problem: str) -> None:
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
-
-
-class UsageError(WhyidleError):
-    """Options that contradict each other or select nothing."""
 
 
 class MissingExtraError(WhyidleError):
