@@ -120,7 +120,7 @@ def test_cpu_lab_fix_prediction_within_25_percent() -> None:
     import os
 
     load_per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
-    if load_per_core > 1.5:
+    if load_per_core > 1.0:
         # Measured at a load of 3.5 per core (other jobs' test suites): errors of -36%, -34%,
         # -33%, -9%, +61%: the machine, not the model, decided the timing.
         pytest.skip(f"the machine is oversubscribed (load {load_per_core:.1f} per core): CPU timings cannot be compared")

@@ -280,3 +280,26 @@ def test_replay_of_real_traces_reproduces_their_steps(resnet0: object) -> None:
         got = W.replay(g).step_ns
         want = np.array([s.end_ns - s.start_ns for s in win.steps])
         assert np.all(np.abs(got - want) <= 0.01 * want), (p, got, want)
+
+
+def test_long_windows_are_replayed_over_their_middle_steps() -> None:
+    from whyidle.findings.predict import _middle_steps
+
+    t = TL()
+    for i in range(10):
+        o = 100 * i
+        t.step(i + 1, o, o + 100)
+        t.host(LOADER, o, o + 60)
+        t.work("k", o + 70, o + 100, launch_at=o + 60, launch_dur=5)
+    tl = t.build()
+    links = link_launches(tl)
+    win = select_window(tl, links, Config())
+    sub = _middle_steps(win, 4)
+    assert [s.number for s in sub.steps] == [4, 5, 6, 7]
+    assert (sub.start_ns, sub.end_ns) == (300 * US, 700 * US)
+    g = W.build_graph(tl, links, sub)
+    assert g is not None
+    # Sub-window steps: each 100 us; the last ends with its kernel at 700.
+    assert steps_us(g) == [100, 100, 100, 100]
+    assert steps_us(g, W.Edit(loader_workers=2)) == [40, 40, 40, 40]
+    assert _middle_steps(win, 16) is win

@@ -70,6 +70,10 @@ class Config:
     # TF32 156/19.5 = 8.0, H100 SXM TF32 495/67 = 7.4); the point and low ends are assumptions:
     # real GEMMs rarely reach peak, and memory-bound convolutions gain less.
     whatif_tensor_core_factor: tuple[float, float, float] = (3.0, 1.5, 8.0)
+    # The replay is a Python loop over the window's events (about 15 ms per replay of the 44,665
+    # event ResNet-50 trace, and a report replays up to ten edits): on longer windows it replays
+    # this many consecutive steps from the middle of the window, enough for a mean step.
+    whatif_max_steps: int = 16
 
     # --- kernels -----------------------------------------------------------------------------
     # A kernel shorter than this is "short": it cannot amortise its own launch cost (a

@@ -110,6 +110,7 @@ class Graph(msgspec.Struct, frozen=True):
     consumers: Intervals  # host ops after a sync, before the next launch, launching nothing
     launch_cost_ns: int  # median launch call (the cost of a non-blocking copy call)
     launch_order: I64  # device ops sorted by launch start (ops without a launch last)
+    event_order: I64  # the replay's order of launches, step marks, device work and anchors
     # steps: starts of the host step ranges, and the window end
     step_starts: I64
     last_host_end: int  # end of the last step's host range
@@ -268,6 +269,15 @@ def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5
         c_e.append(op_e[sel])
     consumers = Intervals.union_of(np.concatenate(c_s), np.concatenate(c_e)) if c_s else Intervals.empty()
     step_starts = np.array([s.start_ns for s in window.steps], dtype=np.int64)
+    # The replay's event order (the same for every edit): anchors at their end (type 0), launches
+    # and step marks (1), device work at its start or its launch if later (2); a tie keeps that
+    # type order (a launch at the instant a loader or sync returns comes after it, device work
+    # after its launch). The last step's host end is one more step mark.
+    launch_ids = np.flatnonzero(lstart >= 0)
+    marks = np.append(step_starts, window.steps[-1].host_end_ns)
+    keys = np.concatenate((lstart[launch_ids], marks, np.maximum(d0, lstart), anc_end))
+    types = np.concatenate((np.ones(launch_ids.size + marks.size), np.full(rows.size, 2.0), np.zeros(anc_end.size)))
+    event_order = np.lexsort((types, keys)).astype(np.int64)
     loader_total = int(loader.clip(w0, w1).total())
     return Graph(
         dev_start=d0,
@@ -292,6 +302,7 @@ def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5
         consumers=consumers,
         launch_cost_ns=launch_cost,
         launch_order=lorder.astype(np.int64),
+        event_order=event_order,
         step_starts=step_starts,
         last_host_end=window.steps[-1].host_end_ns,
         window_end=w1,
@@ -345,24 +356,12 @@ def replay(g: Graph, edit: Edit = NO_EDIT) -> Replay:
     """Replay the graph with ``edit`` applied (see the module docstring for the rules)."""
     clock = _Clock(g, edit)
     n, a_n, s_n = g.dev_start.size, g.anc_start.size, g.step_starts.size
-    ns, ne = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    h_launch = np.zeros(n, dtype=np.float64)
-    bound = np.full(n, 2, dtype=np.int8)
-    prev = np.full(n, -1, dtype=np.int64)
-    as_new, ae_new = np.zeros(a_n, dtype=np.int64), np.zeros(a_n, dtype=np.int64)
-    waited_on = np.full(a_n, -1, dtype=np.int64)
-    starts = np.zeros(s_n + 1, dtype=np.int64)
-    # Events, in recorded order: anchors at their end (type 0), launches and step starts (1),
-    # device work at its start or its launch if later (2); a tie keeps that type order (a launch
-    # at the instant a loader or sync returns comes after it, device work after its launch).
     has_launch = g.dev_launch >= 0
     dev_key = np.maximum(g.dev_start, g.dev_launch)
     launch_ids = np.flatnonzero(has_launch)
     # The last step's host end is one more "step start" (index s_n).
     marks = np.append(g.step_starts, g.last_host_end)
-    keys = np.concatenate((g.dev_launch[launch_ids], marks, dev_key, g.anc_end))
-    types = np.concatenate((np.ones(launch_ids.size + s_n + 1), np.full(n, 2.0), np.zeros(a_n)))
-    order = np.lexsort((types, keys))
+    order = g.event_order
     # Replayed host clock: C(t) at every recorded instant the replay reads.
     c_launch = np.zeros(n)
     c_launch[launch_ids] = clock.at(g.dev_launch[launch_ids])
@@ -371,69 +370,87 @@ def replay(g: Graph, edit: Edit = NO_EDIT) -> Replay:
     c_anc_s, c_anc_e = clock.at(g.anc_start), clock.at(g.anc_end)
     c0 = float(clock.at(np.array([g.host_lo], dtype=np.int64))[0])
     h_ref_c, h_ref_new = c0, float(g.host_lo)  # host time = h_ref_new + C(t) - h_ref_c
+    # The loop reads plain Python lists: indexing numpy arrays one element at a time costs ~5x more.
+    dev_key_l, dev_end_l, lat_l, gap_l = dev_key.tolist(), g.dev_end.tolist(), g.dev_lat.tolist(), g.dev_gap.tolist()
+    stream_l, has_l, launch_ids_l = g.dev_stream.tolist(), has_launch.tolist(), launch_ids.tolist()
+    c_launch_l, c_nolaunch_l, c_step_l = c_launch.tolist(), c_nolaunch.tolist(), c_step.tolist()
+    c_anc_s_l, c_anc_e_l = c_anc_s.tolist(), c_anc_e.tolist()
+    a_start_l, a_end_l, a_kind_l = g.anc_start.tolist(), g.anc_end.tolist(), g.anc_kind.tolist()
+    a_tail_l, a_dev_l, a_awaited_l = g.anc_tail.tolist(), g.anc_dev.tolist(), g.anc_awaited.tolist()
+    lo = g.launch_order.tolist()
+    dur = _scaled_durations(g, edit).tolist()
+    h_launch = [0.0] * n
+    ns_l, ne_l, bound_l, prev_l = [0] * n, [0] * n, [2] * n, [-1] * n
+    as_l, ae_l, waited_l = [0] * a_n, [0] * a_n, [-1] * a_n
+    starts_l = [0] * (s_n + 1)
     last_on: dict[int, int] = {}
     done_max = float(np.iinfo(np.int64).min)  # latest replayed end among work a sync waited for
     done_j = -1
     pending: list[int] = []  # work launched before the last sync but not waited for by it
     folded = 0
-    lo = g.launch_order
-    dur = _scaled_durations(g, edit)
     n_l = launch_ids.size
+    loader_cost = edit.loader_handoff_ns if edit.loader_workers > 0 else -1
     for ev in order.tolist():
         if ev < n_l:  # a launch call
-            i = int(launch_ids[ev])
-            h_launch[i] = h_ref_new + c_launch[i] - h_ref_c
+            i = launch_ids_l[ev]
+            h_launch[i] = h_ref_new + c_launch_l[i] - h_ref_c
             continue
         ev -= n_l
         if ev <= s_n:  # a step start (or the last step's host end)
-            starts[ev] = int(round(h_ref_new + c_step[ev] - h_ref_c))
+            starts_l[ev] = int(round(h_ref_new + c_step_l[ev] - h_ref_c))
             continue
         ev -= s_n + 1
         if ev < n:  # device work
             i = ev
-            if has_launch[i]:
-                start, bound[i] = h_launch[i] + int(g.dev_lat[i]), 0
+            if has_l[i]:
+                start, bound_l[i] = h_launch[i] + lat_l[i], 0
             else:
-                start = h_ref_new + c_nolaunch[i] - h_ref_c
-            p = last_on.get(int(g.dev_stream[i]), -1)
-            if p >= 0 and ne[p] + g.dev_gap[i] > start:
-                start, bound[i] = float(ne[p] + g.dev_gap[i]), 1
-            prev[i] = p
-            ns[i] = int(round(start))
-            ne[i] = ns[i] + int(dur[i])
-            last_on[int(g.dev_stream[i])] = i
+                start = h_ref_new + c_nolaunch_l[i] - h_ref_c
+            p = last_on.get(stream_l[i], -1)
+            if p >= 0 and ne_l[p] + gap_l[i] > start:
+                start, bound_l[i] = float(ne_l[p] + gap_l[i]), 1
+            prev_l[i] = p
+            ns_l[i] = int(round(start))
+            ne_l[i] = ns_l[i] + dur[i]
+            last_on[stream_l[i]] = i
             continue
         k = ev - n
-        s_new = h_ref_new + c_anc_s[k] - h_ref_c
-        kind = int(g.anc_kind[k])
-        tail = int(g.anc_tail[k])
+        s_new = h_ref_new + c_anc_s_l[k] - h_ref_c
+        kind = a_kind_l[k]
+        tail = a_tail_l[k]
         if kind == LOADER:
-            e_new = s_new + (edit.loader_handoff_ns if edit.loader_workers > 0 else int(g.anc_end[k] - g.anc_start[k]))
-        elif kind in (H2D, D2H):
-            j = int(g.anc_dev[k])
+            e_new = s_new + (loader_cost if loader_cost >= 0 else a_end_l[k] - a_start_l[k])
+        elif kind == H2D or kind == D2H:
+            j = a_dev_l[k]
             if (edit.h2d_async and kind == H2D) or (edit.sync_removed and kind == D2H):
                 e_new = s_new + g.launch_cost_ns
             else:
-                e_new = max(s_new, float(ne[j]) + tail)
-                waited_on[k] = j if ne[j] + tail > s_new else -1
+                e_new = max(s_new, float(ne_l[j] + tail))
+                waited_l[k] = j if ne_l[j] + tail > s_new else -1
         elif edit.sync_removed or (edit.h2d_async and kind == H2D_SYNC):
             e_new = s_new + tail
         else:
             # The work launched before this sync began that had finished by its recorded end.
-            upto = int(g.anc_awaited[k])
-            cand = pending + lo[folded:upto].tolist()
+            upto = a_awaited_l[k]
+            cand = pending + lo[folded:upto] if upto > folded else pending
             folded = max(folded, upto)
             pending = []
+            a_end = a_end_l[k]
             for j in cand:
-                if g.dev_end[j] <= g.anc_end[k] + 1_000 and dev_key[j] < g.anc_end[k]:
-                    if ne[j] > done_max:
-                        done_max, done_j = float(ne[j]), j
+                if dev_end_l[j] <= a_end + 1_000 and dev_key_l[j] < a_end:
+                    if ne_l[j] > done_max:
+                        done_max, done_j = float(ne_l[j]), j
                 else:
                     pending.append(j)
             e_new = max(s_new, done_max) + tail
-            waited_on[k] = done_j if done_max > s_new else -1
-        as_new[k], ae_new[k] = int(round(s_new)), int(round(e_new))
-        h_ref_c, h_ref_new = c_anc_e[k], e_new
+            waited_l[k] = done_j if done_max > s_new else -1
+        as_l[k], ae_l[k] = int(round(s_new)), int(round(e_new))
+        h_ref_c, h_ref_new = c_anc_e_l[k], e_new
+    ns, ne = np.array(ns_l, dtype=np.int64), np.array(ne_l, dtype=np.int64)
+    bound, prev = np.array(bound_l, dtype=np.int8), np.array(prev_l, dtype=np.int64)
+    as_new, ae_new = np.array(as_l, dtype=np.int64), np.array(ae_l, dtype=np.int64)
+    waited_on = np.array(waited_l, dtype=np.int64)
+    starts = np.array(starts_l, dtype=np.int64)
     last_step = int(g.step_starts[-1])
     in_last = (g.dev_launch >= last_step) | (~has_launch & (g.dev_start >= last_step))
     host_end = int(starts[-1])

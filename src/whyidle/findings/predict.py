@@ -118,16 +118,17 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
     raise ValueError(f"unknown lever {lever!r}; expected one of {', '.join(LEVERS)}")
 
 
-def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None) -> Prediction:
-    """Replay the lever's edits on ``g`` and state the result."""
-    before = W.replay(g).mean_step_ns
-    cache: dict[W.Edit, float] = {}
+def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None, cache: dict[W.Edit, float] | None = None) -> Prediction:
+    """Replay the lever's edits on ``g`` and state the result (``cache``: mean steps by edit,
+    shared between the findings of one report)."""
+    cache = {} if cache is None else cache
 
     def run(e: W.Edit) -> float:
         if e not in cache:
             cache[e] = W.replay(g, e).mean_step_ns
         return cache[e]
 
+    before = run(W.NO_EDIT)
     after = run(lv.point)
     ends = (run(lv.low), run(lv.high))
     sps_b = batch_size * 1e9 / before if batch_size and before > 0 else None
@@ -151,7 +152,18 @@ def _graph(tl: Timeline, cfg: Config, window: Window | None = None) -> tuple[W.G
         from whyidle.analyses.window import select_window
 
         window = select_window(tl, links, cfg)
+    window = _middle_steps(window, cfg.whatif_max_steps)
     return W.build_graph(tl, links, window, cfg.kernel_boundary_max_ns), window
+
+
+def _middle_steps(window: Window, n: int) -> Window:
+    """The window cut to ``n`` consecutive steps from its middle (the whole window if shorter)."""
+    steps = window.steps
+    if len(steps) <= n or n <= 0:
+        return window
+    i0 = (len(steps) - n) // 2
+    sub = steps[i0 : i0 + n]
+    return msgspec.structs.replace(window, start_ns=sub[0].start_ns, end_ns=sub[-1].end_ns, steps=sub)
 
 
 def predict_lever(tl: Timeline, lever: str, cfg: Config | None = None, batch_size: int | None = None, **kw: Any) -> Prediction | None:
@@ -166,17 +178,19 @@ def predict_lever(tl: Timeline, lever: str, cfg: Config | None = None, batch_siz
 
 def attach_predictions(tl: Timeline, window: Window, findings: tuple[Finding, ...], batch_size: int | None, cfg: Config) -> tuple[tuple[Finding, ...], dict[str, Any] | None]:
     """Findings with their predictions, and the critical path of the median step (None without steps)."""
-    g, _ = _graph(tl, cfg, window)
+    g, window = _graph(tl, cfg, window)
     if g is None:
         return findings, None
     out = []
+    base = W.replay(g)
+    cache = {W.NO_EDIT: base.mean_step_ns}
     for f in findings:
         name = _CAUSE_LEVER.get(f.cause)
         if name is None:
             out.append(f)
             continue
-        out.append(msgspec.structs.replace(f, prediction=predict_from_graph(g, lever_edits(name, cfg), batch_size)))
-    return tuple(out), critical_path_summary(g, W.replay(g), window)
+        out.append(msgspec.structs.replace(f, prediction=predict_from_graph(g, lever_edits(name, cfg), batch_size, cache)))
+    return tuple(out), critical_path_summary(g, base, window)
 
 
 def critical_path_summary(g: W.Graph, r: W.Replay, window: Window, max_segments: int = 200) -> dict[str, Any]:
