@@ -174,3 +174,24 @@ def test_html_report_draws_the_critical_path_and_the_predictions() -> None:
     assert bar.count("<span ") == len(cp["segments"])
     assert 'title="loader: ' in bar
     assert "Predicted with DataLoader with 4 worker processes" in page
+
+
+def test_lab_fix_refuses_flaws_without_a_fix_or_a_device(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    from whyidle.cli import main
+
+    assert main(["lab", "--flaw", "none", "--fix", "--device", "cpu"]) == 2
+    assert "has no fix to apply" in capsys.readouterr().err
+    assert main(["lab", "--flaw", "sync", "--fix", "--device", "cpu"]) == 2
+    assert "needs CUDA" in capsys.readouterr().err
+
+
+def test_lab_fix_json_on_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    from whyidle.cli import main
+
+    assert main(["lab", "--flaw", "starvation", "--fix", "--device", "cpu", "--steps", "4", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["flaw"] == "starvation" and row["basis"] == "tracker"
+    assert row["predicted_speedup"] > 1.0 and row["measured_speedup"] > 0
+    assert row["error"] == pytest.approx((row["predicted_speedup"] - row["measured_speedup"]) / row["measured_speedup"])
