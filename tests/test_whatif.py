@@ -303,3 +303,10 @@ def test_long_windows_are_replayed_over_their_middle_steps() -> None:
     assert steps_us(g) == [100, 100, 100, 100]
     assert steps_us(g, W.Edit(loader_workers=2)) == [40, 40, 40, 40]
     assert _middle_steps(win, 16) is win
+
+
+def test_critical_path_names_host_segments_by_their_ops() -> None:
+    r = whyidle.diagnose(starved())
+    segs = r.extra["critical_path"]["segments"]
+    loader = [s for s in segs if s["kind"] == "loader"]
+    assert loader and loader[0]["names"] == [LOADER]

@@ -18,7 +18,7 @@ from whyidle.analyses.links import link_launches
 from whyidle.analyses.window import Window
 from whyidle.config import Config
 from whyidle.findings.model import Finding, Prediction
-from whyidle.timeline.model import Timeline
+from whyidle.timeline.model import Kind, Timeline
 
 __all__ = [
     "LEVERS",
@@ -190,14 +190,41 @@ def attach_predictions(tl: Timeline, window: Window, findings: tuple[Finding, ..
             out.append(f)
             continue
         out.append(msgspec.structs.replace(f, prediction=predict_from_graph(g, lever_edits(name, cfg), batch_size, cache)))
-    return tuple(out), critical_path_summary(g, base, window)
+    return tuple(out), critical_path_summary(g, base, window, tl=tl)
 
 
-def critical_path_summary(g: W.Graph, r: W.Replay, window: Window, max_segments: int = 200) -> dict[str, Any]:
+def _host_op_names(tl: Timeline, segs: list[W.PathSegment], limit: int = 3) -> list[W.PathSegment]:
+    """Host and loader segments named by the CPU ops that overlap them most (recorded times: the
+    path of the replay with no edit)."""
+    rows = np.flatnonzero(tl.kind == int(Kind.CPU_OP))
+    if rows.size == 0:
+        return segs
+    s0, s1 = tl.start_ns[rows], tl.end_ns[rows]
+    order = np.argsort(s0, kind="stable")
+    rows, s0, s1 = rows[order], s0[order], s1[order]
+    longest = int((s1 - s0).max())
+    out = []
+    for seg in segs:
+        if seg.kind not in ("host", "loader") or seg.name:
+            out.append(seg)
+            continue
+        lo = int(np.searchsorted(s0, seg.start_ns - longest, side="left"))
+        hi = int(np.searchsorted(s0, seg.end_ns, side="left"))
+        ov = np.minimum(s1[lo:hi], seg.end_ns) - np.maximum(s0[lo:hi], seg.start_ns)
+        best = np.argsort(-ov, kind="stable")[:limit]
+        names = [tl.name_of(int(rows[lo + b])) for b in best if ov[b] > 0]
+        out.append(msgspec.structs.replace(seg, name=", ".join(dict.fromkeys(names))))
+    return out
+
+
+def critical_path_summary(g: W.Graph, r: W.Replay, window: Window, max_segments: int = 200, tl: Timeline | None = None) -> dict[str, Any]:
     """The median step's critical path for the JSON report: time by kind and the segments, with
-    consecutive segments of one kind merged (their names joined when few)."""
+    consecutive segments of one kind merged (their names joined when few). With ``tl`` (and a
+    replay with no edit), host segments are named by the CPU ops that ran in them."""
     i = W.median_step(r)
     segs = W.critical_path(g, r, i)
+    if tl is not None and r.edit == W.NO_EDIT:
+        segs = _host_op_names(tl, segs)
     merged: list[list[Any]] = []
     for s in segs:
         if merged and merged[-1][0] == s.kind and merged[-1][2] >= s.start_ns - 1:
