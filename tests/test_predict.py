@@ -28,7 +28,7 @@ def test_resnet_workers_prediction_from_the_num_workers_0_trace_alone(resnet0: P
     steps = after.utilization.steps
     measured = sum(s.duration_ns for s in steps) / len(steps)
     err = (top.prediction.step_ns_after - measured) / measured
-    # Measured: 118.6 ms predicted vs 141.1 ms, -15.9%. The replay cannot see that the 4 workers
+    # Measured: 118.7 ms predicted vs 141.1 ms, -15.9%. The replay cannot see that the 4 workers
     # slowed the training thread's own ops (CPU contention: +4.8 ms in cudnn backward, +3.8 ms in
     # SGD.step, pageable copies 3x slower per step) nor the 2 of 6 steps (164, 182 ms) where the
     # workers fell behind; both make the run slower than the replay, never faster.
