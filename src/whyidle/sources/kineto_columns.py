@@ -449,7 +449,7 @@ class _Columns:
         if self.max_events is not None and self.n_events > self.max_events:
             raise TraceFormatError(
                 self.path,
-                f"holds more than {self.max_events} events for its compressed size (real traces hold under 0.1 per "
+                f"holds more than {self.max_events} events for its compressed size (real traces hold at most 0.15 per "
                 "compressed byte): a gzip bomb or a damaged file, not read further",
             )
         self.thread_names.extend(loc.thread_names)
