@@ -463,13 +463,48 @@ def test_ctrl_c_with_a_pool_prints_one_line(tmp_path: Path, trace_doc: dict[str,
         (tmp_path / f"rank{r}.json").write_text(json.dumps(d))
     p = subprocess.Popen([sys.executable, "-m", "whyidle.cli", "diagnose", str(tmp_path), "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env=ENV, start_new_session=True)
-    time.sleep(3)  # imports done, the pool working
+    import psutil
+
+    deadline = time.monotonic() + 60
+    while p.poll() is None and len(psutil.Process(p.pid).children()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)  # until the pool's workers run
+    time.sleep(0.2)
     os.killpg(p.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
     _, err = p.communicate(timeout=120)
     if p.returncode == 0:
         pytest.skip("the run finished before the interrupt")
     assert p.returncode == 130
     assert err.decode().count("\n") == 1 and b"Traceback" not in err and b"KeyboardInterrupt" not in err, err.decode()
+
+
+def test_pool_workers_leave_ctrl_c_to_the_parent(tmp_path: Path, trace_doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker waiting for work when Ctrl-C arrives would die printing a KeyboardInterrupt
+    traceback; with quiet_worker it ignores SIGINT, and both of whyidle's pools use it."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    import whyidle.ranks as ranks
+    from whyidle.sources._twoway import quiet_worker
+
+    with ProcessPoolExecutor(max_workers=2, initializer=quiet_worker) as pool:
+        assert pool.submit(int, "1").result() == 1  # started, now idle
+        for pid in list(pool._processes):
+            os.kill(pid, signal.SIGINT)
+        time.sleep(0.3)
+        assert [f.result(timeout=30) for f in [pool.submit(int, "2"), pool.submit(int, "3")]] == [2, 3]  # still alive
+    made: list[Any] = []
+
+    class Recording(ProcessPoolExecutor):
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            made.append(kw.get("initializer"))
+            super().__init__(*a, **kw)
+
+    monkeypatch.setattr(ranks, "ProcessPoolExecutor", Recording)
+    monkeypatch.setattr("concurrent.futures.ProcessPoolExecutor", Recording)
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.json").write_text(json.dumps(trace_doc))
+    ranks.map_local([str(tmp_path / "rank0.json"), str(tmp_path / "rank1.json")], whyidle.Config(), jobs=2)
+    ks._Batches(None, False, 2).close()  # type: ignore[arg-type]
+    assert made == [quiet_worker, quiet_worker]
 
 
 # --- 13. out of memory names the file -------------------------------------------------------------
