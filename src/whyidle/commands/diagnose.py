@@ -173,5 +173,5 @@ def run(args: argparse.Namespace) -> int:
             emit(report, args, timeline)
             failures = gate(report, cfg)
     for msg in failures:
-        print(f"whyidle: gate failed: {msg}", file=sys.stderr)
+        print(f"whyidle: gate failed: {clean(msg, newlines=False)}", file=sys.stderr)  # titles quote trace names
     return 1 if failures else 0
