@@ -298,3 +298,52 @@ def test_workload_kind_and_its_evidence() -> None:
     u = TL()
     u.host("aten::add", 0, 10)
     assert whyidle.diagnose(u.build()).source.workload == "unknown"
+
+
+# -- the innermost-record sweep ------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from whyidle.analyses.hostwork import innermost_segments  # noqa: E402
+
+
+def _nested(draw: st.DrawFn, lo: int, hi: int, depth: int) -> list[tuple[int, int, int]]:
+    out: list[tuple[int, int, int]] = []
+    t = lo
+    while t < hi and len(out) < 4:
+        s = draw(st.integers(t, hi))
+        e = draw(st.integers(s, hi))
+        out.append((s, e, draw(st.integers(0, 6))))
+        if depth and e > s:
+            out += _nested(draw, s, e, depth - 1)
+        t = e + draw(st.integers(0, 3))
+    return out
+
+
+@st.composite
+def frames(draw: st.DrawFn) -> list[tuple[int, int, int]]:
+    return _nested(draw, 0, 200, 3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(frames())
+def test_innermost_segments_match_a_point_by_point_reading(recs: list[tuple[int, int, int]]) -> None:
+    """At every instant, the owner is the innermost open frame, and a neutral frame reads as the
+    nearest enclosing frame with a class of its own (user at the top)."""
+    import numpy as np
+
+    recs.sort(key=lambda r: (r[0], -(r[1] - r[0])))
+    s = np.array([r[0] for r in recs], dtype=np.int64)
+    e = np.array([r[1] for r in recs], dtype=np.int64)
+    c = np.array([r[2] for r in recs], dtype=np.int8)
+    t0, t1, cls, who = innermost_segments(s, e, c)
+    for t in range(0, 201):
+        open_ = [k for k in range(len(recs)) if s[k] <= t < e[k]]
+        hit = np.flatnonzero((t0 <= t) & (t < t1))
+        if not open_:
+            assert hit.size == 0
+            continue
+        assert hit.size == 1 and who[hit[0]] == open_[-1]
+        chain = [c[k] for k in reversed(open_) if c[k] != WorkClass.NEUTRAL]
+        assert cls[hit[0]] == (chain[0] if chain else WorkClass.USER)

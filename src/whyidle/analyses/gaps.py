@@ -47,6 +47,7 @@ import numpy.typing as npt
 
 from whyidle.analyses import causes as C
 from whyidle.analyses.hostops import HostSets, host_sets, is_launch_call, memcpy_direction
+from whyidle.analyses.hostwork import ContextSets
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
 from whyidle.analyses.workload import Workload, workload_kind
@@ -76,6 +77,8 @@ class Gaps(msgspec.Struct, frozen=True):
     training: bool
     has_host_events: bool
     workload: Workload = _UNKNOWN
+    # What each launching thread did outside ops (innermost frames, ranges, OS calls), by lane.
+    contexts: dict[int, ContextSets] = msgspec.field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.start_ns.size)
@@ -240,7 +243,8 @@ def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
         dominant[cold_launch] = C.cause_index(C.COLD_START)
         idx = np.flatnonzero(has_tail)
         slices[idx, dominant[idx]] += tail[idx]
-    return Gaps(gs, ge, dev, next_row, launch_row, thread, host_end, drained, slices, workload.training, has_host, workload)
+    contexts = {lane: hs.context for lane, hs in sets.items()}
+    return Gaps(gs, ge, dev, next_row, launch_row, thread, host_end, drained, slices, workload.training, has_host, workload, contexts)
 
 
 def _main_thread(tl: Timeline, links: Links, window: Window) -> int:

@@ -88,6 +88,7 @@ _COLD_CALL_RE = re.compile(
 # growing (warm-up) or being emptied, a first-call cost of the same kind as module loading.
 _ALLOC_CALL_RE = re.compile(r"^(cuda|hip)(Malloc|Free|HostAlloc|MallocHost|FreeHost|HostRegister)|^cuMem(Alloc|Free|HostAlloc)")
 _LAUNCH_RE = re.compile(r"^(cuda|cu|hip)(Launch|ExtLaunch|GraphLaunch)")
+_COPY_CALLS = ("cudaMemcpy", "cudaMemset", "hipMemcpy", "hipMemset", "cuMemcpy", "cuMemset")
 _STREAM_WAIT_RE = re.compile(r"^(cuda|cu|hip)StreamWaitEvent|^(cuda|cu|hip)StreamWaitValue")
 _PY_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _LIBRARY_PATH = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d|<built-in|<frozen|^torch/|^<")
@@ -215,8 +216,12 @@ def host_sets(
 ) -> dict[int, HostSets]:
     """Activity sets for each of ``lanes`` (CPU-thread lanes that launched device work)."""
     classes = classes_of_strings(tl)
-    wait_name = tl.name_mask(lambda s: bool(_STREAM_WAIT_RE.match(s)))
-    launch_only = tl.name_mask(lambda s: bool(_LAUNCH_RE.match(s)) or s.startswith(("cudaMemcpy", "cudaMemset", "hipMemcpy", "hipMemset", "cuMemcpy", "cuMemset")))
+    # Runtime-call name tests, on runtime rows only (kernel names are long and many).
+    rt_all = np.flatnonzero(tl.kind == int(Kind.RUNTIME))
+    wait_name = np.zeros(len(tl), dtype=np.bool_)
+    wait_name[rt_all] = tl.name_mask(lambda s: bool(_STREAM_WAIT_RE.match(s)), rt_all)
+    launch_only = np.zeros(len(tl), dtype=np.bool_)
+    launch_only[rt_all] = tl.name_mask(lambda s: bool(_LAUNCH_RE.match(s)) or s.startswith(_COPY_CALLS), rt_all)
     dl_name = tl.name_mask(is_dataloader)
     sync_name = tl.name_mask(is_sync_call)
     cold_name = tl.name_mask(is_cold_call)

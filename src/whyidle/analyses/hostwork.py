@@ -147,9 +147,27 @@ class ContextSets(msgspec.Struct, frozen=True):
     data: Intervals  # data work, and user code running >= python_overhead_max_ns without an op
     dispatch: Intervals  # framework code, and short stretches of user code
     covered: Intervals  # union of all context records of the thread
+    # The innermost segments themselves (for evidence): start, end, class, timeline row.
+    seg_start: I64 = msgspec.field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    seg_end: I64 = msgspec.field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    seg_class: npt.NDArray[np.int8] = msgspec.field(default_factory=lambda: np.empty(0, dtype=np.int8))
+    seg_row: I64 = msgspec.field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
 
 _CONTEXT_KINDS = (int(Kind.PYTHON), int(Kind.ANNOTATION))
+
+
+def _resolve(ptr: I64, done: npt.NDArray[np.bool_]) -> I64:
+    """Follow pointers until each reaches an entry marked done (-1 stays -1): pointer jumping."""
+    ptr = ptr.copy()
+    for _ in range(64):  # each round doubles the distance followed; pointers only go back in time
+        ext = np.append(ptr, -1)
+        pending = (ptr >= 0) & ~np.append(done, True)[ptr]
+        if not pending.any():
+            return ptr
+        ptr[pending] = ext[ptr[pending]]
+    ptr[(ptr >= 0) & ~np.append(done, True)[ptr]] = -1  # a cycle would be a bug; never an endless loop
+    return ptr
 
 
 def innermost_segments(
@@ -157,48 +175,46 @@ def innermost_segments(
 ) -> tuple[I64, I64, npt.NDArray[np.int8], I64]:
     """Exclusive time of each record (its span minus its children): (start, end, class, record).
 
-    Records are sorted by start, longest first on ties; a record that outlives its parent is
-    cut at the parent's end. Neutral records take their parent's class (user at the top);
-    ``record`` is the position of the record that owns the segment.
+    Records are intervals sorted by start, longest first on ties, nested as call frames are.
+    Walking their starts and
+    ends in time order, the innermost open record after a start is that record, and after an end
+    it is whatever was innermost just before that record started: a pointer to an earlier event,
+    resolved for all events at once by pointer jumping. Neutral records take the class of the
+    record they are called from (user at the top). ``record`` is the position of the owner.
     """
-    seg_s: list[int] = []
-    seg_e: list[int] = []
-    seg_c: list[int] = []
-    seg_r: list[int] = []
-    stack: list[tuple[int, int, int]] = []  # (end, effective class, position)
-    cursor = 0
-
-    def emit(lo: int, hi: int, top: tuple[int, int, int]) -> None:
-        if hi > lo:
-            seg_s.append(lo)
-            seg_e.append(hi)
-            seg_c.append(top[1])
-            seg_r.append(top[2])
-
-    for k, (s, e, c) in enumerate(zip(starts.tolist(), ends.tolist(), classes.tolist())):
-        while stack and stack[-1][0] <= s:
-            top = stack.pop()
-            emit(cursor, top[0], top)
-            cursor = max(cursor, top[0])
-        if stack:
-            emit(cursor, s, stack[-1])
-            e = min(e, stack[-1][0])
-            if c == WorkClass.NEUTRAL:
-                c = stack[-1][1]
-        elif c == WorkClass.NEUTRAL:
-            c = WorkClass.USER
-        cursor = s
-        stack.append((e, c, k))
-    while stack:
-        top = stack.pop()
-        emit(cursor, top[0], top)
-        cursor = max(cursor, top[0])
-    return (
-        np.array(seg_s, dtype=np.int64),
-        np.array(seg_e, dtype=np.int64),
-        np.array(seg_c, dtype=np.int8),
-        np.array(seg_r, dtype=np.int64),
-    )
+    sel = np.flatnonzero(ends > starts)  # records of no length own no time
+    if sel.size < starts.size:
+        t0, t1, cls, who = innermost_segments(starts[sel], ends[sel], classes[sel])
+        return t0, t1, cls, sel[who]
+    n = int(starts.size)
+    if n == 0:
+        z = np.empty(0, dtype=np.int64)
+        return z, z, np.empty(0, dtype=np.int8), z
+    k = np.arange(n, dtype=np.int64)
+    times = np.concatenate((starts, ends))
+    is_start = np.concatenate((np.ones(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)))
+    rec = np.concatenate((k, k))
+    # At equal times: ends before starts, inner ends first, outer starts first.
+    order = np.lexsort((np.where(is_start, rec, -rec - 1), times))
+    ev_t, ev_start, ev_rec = times[order], is_start[order], rec[order]
+    pos = np.empty(2 * n, dtype=np.int64)
+    pos[order] = np.arange(2 * n, dtype=np.int64)
+    start_pos = pos[:n]
+    idx = np.arange(2 * n, dtype=np.int64)
+    ptr = _resolve(np.where(ev_start, idx, start_pos[ev_rec] - 1), ev_start)
+    owner = np.where(ptr >= 0, ev_rec[np.maximum(ptr, 0)], -1)
+    # Effective classes: a neutral record takes its parent's (the owner just before it started).
+    parent = np.where(start_pos > 0, owner[np.maximum(start_pos - 1, 0)], -1)
+    own = classes != WorkClass.NEUTRAL
+    cptr = _resolve(np.where(own, k, parent), own)
+    eff = np.where(cptr >= 0, classes[np.maximum(cptr, 0)], WorkClass.USER).astype(np.int8)
+    t0, t1, who = ev_t[:-1], ev_t[1:], owner[:-1]
+    keep = (t1 > t0) & (who >= 0)
+    # Records that are not nested (a range that outlives the frame it began in) can leave an
+    # owner that has already ended: that time is nobody's.
+    w = np.maximum(who, 0)
+    keep &= (t0 >= starts[w]) & (t1 <= ends[w])
+    return t0[keep], t1[keep], eff[who[keep]], who[keep]
 
 
 def context_rows(tl: Timeline, lane: int) -> I64:
@@ -221,7 +237,7 @@ def context_sets(
         e = Intervals.empty()
         return ContextSets(e, e, e, e, e, e)
     s, t = tl.start_ns[rows], tl.end_ns[rows]
-    seg_s, seg_e, seg_c, _ = innermost_segments(s, t, class_of_name[tl.name[rows]])
+    seg_s, seg_e, seg_c, seg_k = innermost_segments(s, t, class_of_name[tl.name[rows]])
 
     def of(c: int) -> Intervals:
         m = seg_c == c
@@ -234,7 +250,7 @@ def context_sets(
     data = of(WorkClass.DATA) | Intervals(user.start[long_user], user.end[long_user])
     dispatch = of(WorkClass.DISPATCH) | Intervals(user.start[~long_user], user.end[~long_user])
     covered = Intervals.union_of(s, t)
-    return ContextSets(of(WorkClass.WAIT), of(WorkClass.RANKS), of(WorkClass.COLD), data, dispatch, covered)
+    return ContextSets(of(WorkClass.WAIT), of(WorkClass.RANKS), of(WorkClass.COLD), data, dispatch, covered, seg_s, seg_e, seg_c, rows[seg_k])
 
 
 def classes_of_strings(tl: Timeline) -> npt.NDArray[np.int8]:

@@ -17,7 +17,7 @@ from whyidle.analyses import causes as C
 from whyidle.analyses.context import CauseEvidence, ThreadIndex, cause_evidence
 from whyidle.analyses.gaps import Gaps
 from whyidle.analyses.hostops import is_dataloader, is_sync_call
-from whyidle.analyses.hostwork import WorkClass, classes_of_strings, context_rows, innermost_segments
+from whyidle.analyses.hostwork import WorkClass
 from whyidle.analyses.kernels import KernelStats
 from whyidle.analyses.quality import Quality
 from whyidle.analyses.utilization import Utilization
@@ -220,18 +220,14 @@ def _context_evidence(a: Analyses, ci: int, classes: tuple[int, ...], limit_gaps
     part = g.slices[:, ci]
     idx = np.flatnonzero(part > 0)
     idx = idx[np.argsort(-part[idx], kind="stable")][:limit_gaps]
-    class_of = classes_of_strings(tl)
     ns_by: dict[str, int] = {}
     gaps_by: dict[str, int] = {}
     for lane in np.unique(g.thread_lane[idx]).tolist():
-        if lane < 0:
+        ctx = g.contexts.get(lane)
+        if ctx is None or ctx.seg_start.size == 0:
             continue
-        rows = context_rows(tl, lane)
-        if rows.size == 0:
-            continue
-        seg_s, seg_e, seg_c, seg_r = innermost_segments(tl.start_ns[rows], tl.end_ns[rows], class_of[tl.name[rows]])
-        keep = np.isin(seg_c, classes)
-        seg_s, seg_e, names = seg_s[keep], seg_e[keep], tl.name[rows[seg_r[keep]]]
+        keep = np.isin(ctx.seg_class, classes)
+        seg_s, seg_e, names = ctx.seg_start[keep], ctx.seg_end[keep], tl.name[ctx.seg_row[keep]]
         for i in idx[g.thread_lane[idx] == lane].tolist():
             lo, hi = int(g.start_ns[i]), int(g.host_end_ns[i])
             j0, j1 = int(np.searchsorted(seg_e, lo, side="right")), int(np.searchsorted(seg_s, hi, side="left"))
