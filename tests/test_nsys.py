@@ -340,3 +340,29 @@ def test_cli_step_range_option(tmp_path: Path) -> None:
 
     assert json.loads(out.read_text())["window"]["basis"] == "device activity"
     assert main(["diagnose", str(p), "--step-range", "([unclosed"]) == 2
+
+
+def test_thread_scheduled_out_is_a_blocked_thread_and_the_on_cpu_share_is_said(tmp_path: Path) -> None:
+    """SCHED_EVENTS: the launching thread is scheduled out [300, 2300) during the drained gap
+    [200, 2410) (no OS-runtime table): blocked, not host work the sync serialised."""
+    from nsysbuild import gtid
+
+    p = standard_db(tmp_path / "s.sqlite", "2022.2.1.31", osrt=False)
+    db = sqlite3.connect(p)
+    ta = gtid(100, 100)
+    db.executemany(
+        "INSERT INTO SCHED_EVENTS (start, cpu, isSchedIn, globalTid) VALUES (?, ?, ?, ?)",
+        [(250 * US, 3, 1, ta), (300 * US, 3, 0, ta), (2300 * US, 5, 1, ta)],
+    )
+    db.commit()
+    db.close()
+    tl = load(p)
+    off = [i for i in range(len(tl)) if tl.name_of(i) == "thread off CPU (scheduled out)"]
+    assert [(tl.start_ns[i] - EPOCH_NS, tl.end_ns[i] - EPOCH_NS) for i in off] == [(300 * US, 2300 * US)]
+    r = diagnose(p)
+    gap = next(g for g in r.gaps if g.start_ns - EPOCH_NS == 200 * US)
+    assert dict(gap.causes_ns) == {"unattributed/untraced_host": 2_010_000, "synchronization/host_sync": 200_000}
+    f = next(f for f in r.findings if f.key == "unattributed/untraced_host")
+    facts = dict(f.evidence.facts)
+    # of the gap's host side [200, 2400) the thread was scheduled out 2000 us
+    assert facts["thread_scheduled_out_ns"] == 2_000_000 and facts["thread_on_cpu_share"] == round(1 - 2000 / 2200, 3)

@@ -314,6 +314,8 @@ def _split_host_time(
         (C.HOST_PREPROCESSING, ctx.data, False),
         (C.HOST_OVERHEAD, ctx.dispatch, True),
         (C.IDLE_HOST if serving else C.UNTRACED_HOST, ctx.wait, False),
+        # scheduled out with nothing else traced: blocked (or preempted), not running host code
+        (C.IDLE_HOST if serving else C.UNTRACED_HOST, ctx.off_cpu, False),
     ]
     # Inside the sync when the device went idle (woken up to sync_wake_tolerance_ns before it):
     # a sync that began after the gap opened found the queue already empty.

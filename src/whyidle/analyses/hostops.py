@@ -15,7 +15,8 @@ priority):
   device-to-host copy;
 * ``ops``: inside any traced op or runtime call at all;
 * ``context``: the thread's time outside ops, by the innermost Python frame, user range or OS
-  call (:mod:`whyidle.analyses.hostwork`): waiting, MPI, first-use, data work, dispatch;
+  call (:mod:`whyidle.analyses.hostwork`): waiting, MPI, first-use, data work, dispatch; and
+  (Nsight Systems scheduling events) when the thread was scheduled out, blocked or preempted;
 * ``stream_waits``: start times of ``cudaStreamWaitEvent``-like calls, and ``launches``: start
   times of every launch call of the thread (to tell which launch a wait gated).
 
@@ -29,13 +30,14 @@ from __future__ import annotations
 import re
 
 import msgspec
+import msgspec.structs
 import numpy as np
 import numpy.typing as npt
 
 from whyidle.analyses.hostwork import ContextSets, classes_of_strings, context_sets
 from whyidle.analyses.links import Links
 from whyidle.timeline.intervals import Intervals
-from whyidle.timeline.model import Kind, Timeline
+from whyidle.timeline.model import OFF_CPU, Kind, Timeline
 
 __all__ = [
     "HostSets",
@@ -216,6 +218,7 @@ def host_sets(
 ) -> dict[int, HostSets]:
     """Activity sets for each of ``lanes`` (CPU-thread lanes that launched device work)."""
     classes = classes_of_strings(tl)
+    off_name = tl.name_mask(lambda s: s == OFF_CPU)
     # Runtime-call name tests, on runtime rows only (kernel names are long and many).
     rt_all = np.flatnonzero(tl.kind == int(Kind.RUNTIME))
     wait_name = np.zeros(len(tl), dtype=np.bool_)
@@ -264,5 +267,8 @@ def host_sets(
         ctx = context_sets(tl, lane, classes, python_overhead_max_ns, ops)
         waits = np.sort(s[runtime[wait_name[runtime]]])
         launches = np.sort(s[runtime[launch_only[runtime]]])
+        off_rows = np.flatnonzero(on_lane & (tl.kind == int(Kind.ANNOTATION)) & off_name)
+        if off_rows.size:
+            ctx = msgspec.structs.replace(ctx, off_cpu=Intervals.union_of(s[off_rows], e[off_rows]), has_sched=True)
         result[lane] = HostSets(lane, cold, dataloader, h2d, sync, ops, rows, ctx, waits, launches)
     return result

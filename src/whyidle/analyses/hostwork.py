@@ -39,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from whyidle.timeline.intervals import Intervals
-from whyidle.timeline.model import Kind, Timeline
+from whyidle.timeline.model import OFF_CPU, Kind, Timeline
 
 __all__ = [
     "WorkClass",
@@ -152,6 +152,9 @@ class ContextSets(msgspec.Struct, frozen=True):
     seg_end: I64 = msgspec.field(default_factory=lambda: np.empty(0, dtype=np.int64))
     seg_class: npt.NDArray[np.int8] = msgspec.field(default_factory=lambda: np.empty(0, dtype=np.int8))
     seg_row: I64 = msgspec.field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    # Scheduled out (nsys SCHED_EVENTS), when the capture has it: blocked or preempted.
+    off_cpu: Intervals = msgspec.field(default_factory=Intervals.empty)
+    has_sched: bool = False
 
 
 _CONTEXT_KINDS = (int(Kind.PYTHON), int(Kind.ANNOTATION))
@@ -220,6 +223,7 @@ def innermost_segments(
 def context_rows(tl: Timeline, lane: int) -> I64:
     """One thread's context records (Python frames, ranges, OS calls), by start, longest first."""
     rows = np.flatnonzero((tl.lane == lane) & np.isin(tl.kind, _CONTEXT_KINDS))
+    rows = rows[~tl.name_mask(lambda s: s == OFF_CPU, rows)]  # scheduling state: a set of its own (hostops)
     s, t = tl.start_ns[rows], tl.end_ns[rows]
     return rows[np.lexsort((-(t - s), s))]
 

@@ -245,6 +245,24 @@ def _context_evidence(a: Analyses, ci: int, classes: tuple[int, ...], limit_gaps
     return tuple((name, ns, gaps_by[name]) for name, ns in top)
 
 
+def _on_cpu_facts(a: Analyses, ci: int) -> tuple[tuple[str, Any], ...]:
+    """Where the capture has thread scheduling (nsys): how much of this cause's host time the
+    launching thread spent running (untraced code) rather than scheduled out (blocked)."""
+    g = a.gaps
+    sel = np.flatnonzero(g.slices[:, ci] > 0)
+    total = off = 0
+    for lane in np.unique(g.thread_lane[sel]).tolist():
+        ctx = g.contexts.get(lane)
+        if ctx is None or not ctx.has_sched:
+            continue
+        i = sel[g.thread_lane[sel] == lane]
+        total += int((g.host_end_ns[i] - g.start_ns[i]).sum())
+        off += int(ctx.off_cpu.overlap(g.start_ns[i], g.host_end_ns[i]).sum())
+    if total <= 0:
+        return ()
+    return (("thread_on_cpu_share", round(1 - off / total, 3)), ("thread_scheduled_out_ns", off))
+
+
 def _sync_facts(a: Analyses, ci: int) -> tuple[tuple[str, Any], ...]:
     """How often the launching threads synchronised: calls per step and per second, and per kernel."""
     g, tl, w = a.gaps, a.tl, a.window
@@ -377,6 +395,8 @@ def build_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple
             ev = msgspec.structs.replace(ev, top_ops=_context_evidence(a, ci, _CONTEXT_EVIDENCE[cause]) or ev.top_ops)
         if cause is C.DEPENDENCY_WAIT:
             facts = _dependency_facts(a, ci)
+        if cause in (C.UNTRACED_HOST, C.IDLE_HOST):
+            facts = _on_cpu_facts(a, ci)
         evidence = _evidence(a, cause, ev, ns, facts)
         per_step = f", {format_ms(evidence.per_step_idle_ns)} per step" if evidence.per_step_idle_ns is not None else ""
         expected = (

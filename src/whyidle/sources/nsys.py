@@ -29,6 +29,9 @@ What is read, and into what::
                                            op ranges ("aten::mm, seq = 4, ..." -> "aten::mm"),
                                            Kind.ANNOTATION otherwise
     OSRT_API                            -> Kind.ANNOTATION on their thread (see below)
+    SCHED_EVENTS                        -> Kind.ANNOTATION named OFF_CPU on the thread, from each
+                                           switch out to its next switch in (the thread was
+                                           blocked or preempted, not running)
     TARGET_INFO_GPU                     -> meta.devices: name, PCI bus id, UUID, SM count,
                                            compute capability (and the CUDA ordinal from
                                            TARGET_INFO_CUDA_DEVICE when present)
@@ -70,7 +73,7 @@ import numpy.typing as npt
 
 from whyidle.errors import InputError, TraceFormatError, UnsupportedInputError
 from whyidle.timeline.build import TimelineBuilder
-from whyidle.timeline.model import Kind, LaneKind, Timeline, TimelineMeta
+from whyidle.timeline.model import OFF_CPU, Kind, LaneKind, Timeline, TimelineMeta
 
 __all__ = [
     "load_nsys",
@@ -606,6 +609,30 @@ class _Reader:
         )
         return int(a.shape[0])
 
+    def read_sched(self) -> int:
+        """Thread scheduling (SCHED_EVENTS): each stretch a thread spent scheduled out, from a
+        switch out to its next switch in, as an annotation named OFF_CPU on that thread."""
+        t = "SCHED_EVENTS"
+        if not self.s.has(t, "start", "isSchedIn", "globalTid"):
+            return 0
+        a = self.s.ints(t, ("globalTid", "start", "isSchedIn"))
+        a = a[a[:, 0] >= 0]
+        if a.shape[0] < 2:
+            return 0
+        a = a[np.lexsort((a[:, 1], a[:, 0]))]
+        out = (a[:-1, 2] == 0) & (a[1:, 2] != 0) & (a[:-1, 0] == a[1:, 0])  # out, then in, same thread
+        if not out.any():
+            return 0
+        start, end = self._times(a[:-1, 1][out], a[1:, 1][out])
+        self.b.add_columns(
+            start_ns=start,
+            end_ns=end,
+            lane=self._thread_lanes(a[:-1, 0][out]),
+            kind=np.full(int(out.sum()), int(Kind.ANNOTATION), dtype=np.int8),
+            name=np.full(int(out.sum()), self.b.intern(OFF_CPU), dtype=np.int32),
+        )
+        return int(out.sum())
+
     def name_threads(self) -> None:
         if not self.s.has("ThreadNames", "nameId", "globalTid"):
             return
@@ -628,6 +655,7 @@ class _Reader:
         self.read_sync()
         self.read_nvtx()
         self.read_osrt()
+        self.read_sched()
         self.name_threads()
         if n_kernels == 0 and n_graphs == 0:
             other = []

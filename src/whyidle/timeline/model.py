@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from whyidle.timeline.arrays import unique_inverse
 
-__all__ = ["Kind", "LaneKind", "Lane", "TimelineMeta", "Timeline"]
+__all__ = ["Kind", "LaneKind", "Lane", "TimelineMeta", "Timeline", "OFF_CPU"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -52,6 +52,9 @@ class Kind(enum.IntEnum):
 
 
 DEVICE_WORK_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.COLLECTIVE)
+# Name of the annotation a source writes for a stretch its thread spent scheduled out (not
+# running): nsys SCHED_EVENTS. The attribution reads it as a blocked thread.
+OFF_CPU = "thread off CPU (scheduled out)"
 
 
 class LaneKind(str, enum.Enum):
