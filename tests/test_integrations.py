@@ -186,3 +186,33 @@ def test_hf_callback_without_the_trainer_keeps_the_figures_in_the_log_history(tm
     assert cb.report is not None and _wait_per_step_ns(cb.report) < 0.25 * BATCH * SLEEP_S * 1e9
     assert not [d for d in seen if "whyidle/busy_fraction" in d]
     assert trainer.state.log_history[-1]["whyidle/busy_fraction"] == cb.figures["whyidle/busy_fraction"]
+
+
+def test_lightning_callback_profile_window_is_captured_and_diagnosed(tmp_path: Path) -> None:
+    pl = _pl()
+    import whyidle
+
+    class Tiny(pl.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(16, 2)
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    steps = 12  # whyidle.schedule(): 5 wait + 2 warm-up + 3 active steps, then the trace is ready
+    loader = torch.utils.data.DataLoader(SlowDataset(BATCH * steps, 0.0), batch_size=BATCH, num_workers=0)
+    cb = whyidle.LightningCallback(profile=True, write=False)
+    logger = pl.loggers.CSVLogger(str(tmp_path), name="run")
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=logger, callbacks=[cb], enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+    trainer.fit(Tiny(), loader)
+    traces = sorted((Path(logger.log_dir) / "whyidle-traces").glob("*.pt.trace.json.gz"))
+    assert len(traces) == 1
+    assert traces[0].with_name(traces[0].name.replace(".pt.trace.json.gz", ".whyidle.json")).is_file()
+    handler = cb.hooks.profiler_handler
+    assert handler is not None and len(handler.reports) == 1
+    assert handler.reports[0].source.path == str(traces[0])

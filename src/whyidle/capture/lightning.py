@@ -54,7 +54,8 @@ class LightningCallback(_callback_base(), HookedCallback):  # type: ignore[misc]
         loader = trainer.train_dataloader
         device = getattr(pl_module, "device", None)
         self.hooks.device = "cpu" if device is not None and getattr(device, "type", "") != "cuda" else "auto"
-        self.hooks.start(loader if not isinstance(loader, (list, tuple, dict)) else None, out_dir=trainer.default_root_dir if self.hooks.profile else None)
+        out_dir = (trainer.log_dir or trainer.default_root_dir) if self.hooks.profile else None  # log_dir: every rank calls it
+        self.hooks.start(loader if not isinstance(loader, (list, tuple, dict)) else None, out_dir=out_dir)
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         self.hooks.batch_ready()
