@@ -189,3 +189,26 @@ def test_export_refuses_other_formats(tmp_path: Path) -> None:
     nsys = replace(r, source=replace(r.source, format="nsys"))
     with pytest.raises(whyidle.UnsupportedInputError, match="use -o report.html"):
         render_perfetto(nsys)
+
+
+def test_run_folder_exports_one_annotated_trace_per_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from conftest import shared_trace
+
+    from whyidle.cli import main
+    from whyidle.ranks import diagnose_ranks
+
+    run = shared_trace("multirank/param__v100x8_dlrm_step12")
+    m = diagnose_ranks(run, jobs=2)
+    out = tmp_path / "job.json.gz"
+    assert main(["diagnose", str(run), "--jobs", "2", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert not out.exists()  # one file per rank, named after it
+    for e in m.ranks:
+        assert e.report is not None
+        f = tmp_path / f"job.rank{e.rank}.json.gz"
+        assert f"whyidle: wrote one rank's annotated trace (open it in ui.perfetto.dev) to {f}" in err
+        back = whyidle.diagnose(f)  # the annotated trace reads back to the rank's own diagnosis
+        assert back.gap_count == e.report.gap_count and back.idle_by_cause_ns == e.report.idle_by_cause_ns
+        with gzip.open(f) as fh:
+            doc = json.load(fh)
+        assert any(ev.get("name") == "process_name" and ev.get("args", {}).get("name", "").startswith("whyidle") for ev in doc["traceEvents"])

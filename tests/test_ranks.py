@@ -170,7 +170,7 @@ def test_cli_run_dir_json_and_terminal(tmp_path: Path, capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert "rank 0: device busy" in err and "rank 1: device busy" in err
     assert main(["diagnose", str(run), "-o", str(tmp_path / "r.svg")]) == 2
-    assert "is reported as terminal, json, html, not svg" in capsys.readouterr().err
+    assert "is reported as terminal, json, html, perfetto, not svg" in capsys.readouterr().err
     assert not (tmp_path / "r.svg").exists()
 
 

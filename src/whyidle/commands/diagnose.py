@@ -119,17 +119,25 @@ def gate(report: Any, cfg: Config) -> list[str]:
 
 
 def emit(report: Any, args: argparse.Namespace, timeline: Any = None) -> None:
-    from whyidle.render import render, save
+    from whyidle.findings.model import MultiRankReport
+    from whyidle.render import render, save, save_multi_rank
 
     fmt = "json" if args.json and not args.output else format_for(args.format, args.output)
     if fmt in ("png", "svg") and not args.output:
         raise UsageError(f"--format {fmt} writes an image; pass -o FILE.{fmt}")
     if args.output:
-        path, fmt = save(report, args.output, fmt, timeline=timeline, width=args.width or 80, inputs=(args.trace, getattr(args, "counters", None)))
-        say_written(path, _WHAT.get(fmt, fmt))
-        if fmt == "html" and getattr(report, "ranks", None):
-            pages = sum(1 for e in report.ranks if e.report is not None)
-            print(f"whyidle: wrote {pages} rank pages beside it, linked from it ({Path(path).stem}.rankN.html)", file=sys.stderr)
+        inputs = (args.trace, getattr(args, "counters", None))
+        if fmt in ("html", "perfetto") and isinstance(report, MultiRankReport):
+            files = save_multi_rank(report, args.output, fmt, inputs)
+            if fmt == "html":
+                say_written(args.output, _WHAT["html"])
+                print(f"whyidle: wrote {len(files)} rank pages beside it, linked from it ({Path(args.output).stem}.rankN.html)", file=sys.stderr)
+            else:
+                for f in files:
+                    say_written(f, "one rank's annotated trace (open it in ui.perfetto.dev)")
+        else:
+            path, fmt = save(report, args.output, fmt, timeline=timeline, width=args.width or 80, inputs=inputs)
+            say_written(path, _WHAT.get(fmt, fmt))
         if args.json:
             write_stdout(str(render(report, "json")))
         return

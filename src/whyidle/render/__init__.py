@@ -12,9 +12,9 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["render", "save", "save_multi_rank_html", "title", "busy_finding_stat", "counter_value", "busy_idle_rows", "MULTI_RANK_FORMATS", "TITLE_GPU"]
+__all__ = ["render", "save", "save_multi_rank", "title", "busy_finding_stat", "counter_value", "busy_idle_rows", "MULTI_RANK_FORMATS", "TITLE_GPU"]
 
-MULTI_RANK_FORMATS = ("terminal", "json", "html")  # what a MultiRankReport renders to
+MULTI_RANK_FORMATS = ("terminal", "json", "html", "perfetto")  # what a MultiRankReport renders to
 TITLE_GPU = "whyidle: why is this GPU idle?"
 
 
@@ -87,6 +87,10 @@ def render(report: Any, fmt: str = "terminal", *, timeline: Any = None, width: i
         from whyidle.render.html_ranks import render_multi_rank_html
 
         return render_multi_rank_html(report)
+    if isinstance(report, MultiRankReport) and fmt == "perfetto":
+        from whyidle.errors import UsageError
+
+        raise UsageError("a run folder's Perfetto export is one annotated trace per rank: save it to a file (-o job.json.gz)")
     fn = renderer(fmt)
     if fmt == "terminal":
         return fn(report, width=width, color=color)
@@ -111,27 +115,46 @@ def save(
 
     out = os.fspath(path)
     fmt = format_for(fmt, out)
-    if isinstance(report, MultiRankReport) and fmt == "html":
-        save_multi_rank_html(report, out, inputs)
+    if isinstance(report, MultiRankReport) and fmt in ("html", "perfetto"):
+        save_multi_rank(report, out, fmt, inputs)
         return out, fmt
     data = render(report, fmt, timeline=timeline, width=width, gzip=out.lower().endswith(".gz"))
     write_atomic(out, data, inputs=inputs)
     return out, fmt
 
 
-def save_multi_rank_html(report: Any, path: str, inputs: Sequence[Any] = ()) -> list[str]:
-    """The job's page at ``path`` and each rank's own report beside it (``<stem>.rank<N>.html``),
-    linked from the job's page; -> the rank pages written."""
+def save_multi_rank(report: Any, path: str, fmt: str, inputs: Sequence[Any] = ()) -> list[str]:
+    """A run folder as files: -> the per-rank files written.
+
+    ``html``: the job's page at ``path`` and each rank's own report beside it
+    (``<stem>.rank<N>.html``), linked from the job's page. ``perfetto``: one annotated trace per
+    rank, ``<stem>.rank<N>.json.gz`` (or ``.json``), each opened on its own in ui.perfetto.dev;
+    nothing is written at ``path`` itself.
+    """
     from whyidle.output import write_atomic
-    from whyidle.render.html import render_html
-    from whyidle.render.html_ranks import rank_page_name, render_multi_rank_html
 
     folder, name = os.path.split(path)
-    stem = name[: -len(".html")] if name.lower().endswith(".html") else name
-    links: dict[int, str] = {}
+    lower = name.lower()
+    suffix = next((x for x in (".html", ".htm", ".json.gz", ".json") if lower.endswith(x)), "")
+    stem = name[: len(name) - len(suffix)] if suffix else name
+    written: dict[int, str] = {}
     for e in report.ranks:
-        if e.report is not None:
-            links[e.rank] = rank_page_name(stem, e.rank)
-            write_atomic(os.path.join(folder, links[e.rank]), render_html(e.report), inputs=inputs)
-    write_atomic(path, render_multi_rank_html(report, links), inputs=inputs)
-    return [os.path.join(folder, p) for p in links.values()]
+        if e.report is None:
+            continue
+        if fmt == "html":
+            from whyidle.render.html import render_html
+            from whyidle.render.html_ranks import rank_page_name
+
+            written[e.rank] = rank_page_name(stem, e.rank)
+            data: str | bytes = render_html(e.report)
+        else:
+            from whyidle.render.perfetto import render_perfetto
+
+            written[e.rank] = f"{stem}.rank{e.rank}{suffix or '.json.gz'}"
+            data = render_perfetto(e.report, gzip=not suffix or suffix == ".json.gz")
+        write_atomic(os.path.join(folder, written[e.rank]), data, inputs=inputs)
+    if fmt == "html":
+        from whyidle.render.html_ranks import render_multi_rank_html
+
+        write_atomic(path, render_multi_rank_html(report, written), inputs=inputs)
+    return [os.path.join(folder, p) for p in written.values()]
