@@ -186,9 +186,9 @@ def test_export_refuses_other_formats(tmp_path: Path) -> None:
 
     trace = write_trace(training_trace("starvation"), tmp_path / "s.pt.trace.json")
     r = whyidle.diagnose(trace)
-    nsys = replace(r, source=replace(r.source, format="nsys"))
+    other = replace(r, source=replace(r.source, format="nvidia-smi dmon"))
     with pytest.raises(whyidle.UnsupportedInputError, match="use -o report.html"):
-        render_perfetto(nsys)
+        render_perfetto(other)
 
 
 def test_run_folder_exports_one_annotated_trace_per_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -212,3 +212,30 @@ def test_run_folder_exports_one_annotated_trace_per_rank(tmp_path: Path, capsys:
         with gzip.open(f) as fh:
             doc = json.load(fh)
         assert any(ev.get("name") == "process_name" and ev.get("args", {}).get("name", "").startswith("whyidle") for ev in doc["traceEvents"])
+
+
+def test_nsys_capture_exports_a_trace_built_from_its_timeline(tmp_path: Path) -> None:
+    from nsysbuild import standard_db
+
+    db = standard_db(tmp_path / "run.sqlite", "2024.6.2.25")  # the scenario of tests/test_nsys.py
+    r = whyidle.diagnose(db)
+    tl = whyidle.load(db)
+    doc = json.loads(render_perfetto(r))
+    events = doc["traceEvents"]
+    complete = [e for e in events if e["ph"] == "X"]
+    assert len(complete) == len(tl)  # every event of the capture, once
+    kernels = [e for e in complete if e["cat"] == "kernel"]
+    assert len(kernels) == int((tl.kind == int(whyidle.Kind.KERNEL)).sum()) > 0
+    assert {e["args"]["name"] for e in events if e["name"] == "process_name"} >= {"GPU 0", "whyidle: device idle"}
+    assert len(_by(events, "B", GAP_CATEGORY)) == r.gap_count
+    # every flow arrow ends on a host thread that the trace declares
+    threads = {(e["pid"], e["tid"]) for e in events if e["name"] == "thread_name"}
+    ends = [(e["pid"], e["tid"]) for e in events if e["ph"] == "f"]
+    assert ends and set(ends) <= threads
+    assert doc["whyidle_annotation"]["built_from"] == "nsys"
+    out = tmp_path / "run.json.gz"
+    from whyidle.cli import main
+
+    assert main(["diagnose", str(db), "-o", str(out)]) == 0
+    with gzip.open(out) as fh:
+        assert len(json.load(fh)["traceEvents"]) == len(events)

@@ -36,9 +36,18 @@ from whyidle.findings.rules import Analyses
 from whyidle.render._source import analyses_for
 from whyidle.sources._io import read_bytes
 from whyidle.timeline.arrays import unique_sorted
-from whyidle.timeline.model import Timeline
+from whyidle.timeline.model import Kind, LaneKind, Timeline
 
-__all__ = ["render_perfetto", "GAP_CATEGORY", "FLOW_CATEGORY", "CONTEXT_GAPS"]
+__all__ = ["render_perfetto", "GAP_CATEGORY", "FLOW_CATEGORY", "CONTEXT_GAPS", "TIMELINE_FORMATS"]
+
+# Inputs with no Chrome-trace JSON of their own: the export builds one from the Timeline.
+TIMELINE_FORMATS = ("nsys", "parquet")
+# Kineto's category for each kind, so Perfetto groups the events as it does a profiler trace.
+_CATEGORY = {
+    Kind.KERNEL: "kernel", Kind.MEMCPY: "gpu_memcpy", Kind.MEMSET: "gpu_memset", Kind.COLLECTIVE: "kernel",
+    Kind.GPU_ANNOTATION: "gpu_user_annotation", Kind.CPU_OP: "cpu_op", Kind.RUNTIME: "cuda_runtime",
+    Kind.SYNC: "cuda_sync", Kind.STEP: "user_annotation", Kind.ANNOTATION: "user_annotation", Kind.PYTHON: "python_function",
+}  # fmt: skip
 
 GAP_CATEGORY = "whyidle_gap"
 FLOW_CATEGORY = "whyidle_flow"
@@ -47,6 +56,7 @@ FLOW_CATEGORY = "whyidle_flow"
 # on traces with 10^5 gaps (measured: about 0.1 ms of context per gap on the ResNet-50 trace).
 CONTEXT_GAPS = 2000
 _PID = 7825529  # "why" in ASCII; bumped if the trace already uses it
+_GPU_PID = 9_000_000  # + device index: a GPU's process in a trace built from the timeline
 _HOST_CAUSES = {i for i, e in enumerate(CATALOGUE) if e.host_side}  # the gap's host-side op explains it
 
 
@@ -169,11 +179,17 @@ def render_perfetto(report: Report, timeline: Timeline | None = None, *, gzip: b
     report was made from) saves parsing it a second time. ``gzip=True`` compresses the output.
     """
     path = report.source.path
+    if report.source.format in TIMELINE_FORMATS:
+        a, _note = analyses_for(report, timeline)
+        if a is None:
+            raise InputError(path or "(unknown)", f"cannot be analysed again for the Perfetto export: {_note}")
+        return _from_timeline(a, gzip)
     if report.source.format != "kineto":
         raise UnsupportedInputError(
             path or "(unknown)",
             f"is a {report.source.format or 'non-Kineto'} profile; the Perfetto export annotates Chrome-trace JSON "
-            "(PyTorch profiler) files; use -o report.html for a timeline of this one",
+            "(PyTorch profiler) files and builds one from Nsight Systems captures and Parquet timelines; "
+            "use -o report.html for a timeline of this one",
         )
     if not path or not Path(path).is_file():
         raise InputError(path or "(unknown)", "the Perfetto export needs the original trace file, which is not available")
@@ -225,3 +241,41 @@ def render_perfetto(report: Report, timeline: Timeline | None = None, *, gzip: b
     out = [co.compress(bytes(p) if isinstance(p, msgspec.Raw) else p) for p in pieces]
     out.append(co.flush())
     return b"".join(out)
+
+
+def _from_timeline(a: Analyses, gzip: bool) -> bytes:
+    """A Chrome trace built from the Timeline (an input without one: Nsight Systems, Parquet), with
+    the whyidle track: one process per host process and one per GPU, a thread per stream or host
+    thread, every event as a complete (``X``) slice in microseconds since the capture's start."""
+    tl = a.tl
+    base_ns = int(tl.start_ns.min()) if len(tl) else 0
+    lane_ids: list[tuple[int | str, int | str]] = []
+    meta: list[dict[str, Any]] = []
+    seen: set[int | str] = set()
+    for ln in tl.lanes:
+        # host lanes keep the capture's own ids (the whyidle track's flow arrows point at them);
+        # each GPU becomes a process of its own
+        gpu = ln.kind is LaneKind.GPU_STREAM
+        pid, tid = (_GPU_PID + ln.device if gpu else _json_id(ln.pid)), _json_id(ln.tid)
+        lane_ids.append((pid, tid))
+        if pid not in seen:
+            seen.add(pid)
+            meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"GPU {ln.device}" if gpu else f"process {ln.pid}"}})
+        meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": ln.label}})
+    cats = {int(k): c for k, c in _CATEGORY.items()}
+    starts = ((tl.start_ns - base_ns) / 1e3).tolist()
+    durs = ((tl.end_ns - tl.start_ns) / 1e3).tolist()
+    events = [
+        {"ph": "X", "cat": cats.get(k, "other"), "name": tl.strings[n], "pid": lane_ids[ln][0], "tid": lane_ids[ln][1], "ts": t, "dur": d}
+        for t, d, k, n, ln in zip(starts, durs, tl.kind.tolist(), tl.name.tolist(), tl.lane.tolist())
+    ]
+    pid = _PID
+    while pid in seen or str(pid) in seen:
+        pid += 1
+    added = _events(a, base_ns, pid)
+    note = {"tool": "whyidle", "version": __version__, "gaps": len(a.gaps), "gap_category": GAP_CATEGORY, "built_from": tl.meta.source_format}
+    out = msgspec.json.encode({"traceEvents": [*meta, *events, *added], "displayTimeUnit": "ms", "whyidle_annotation": note})
+    if not gzip:
+        return out
+    co = zlib.compressobj(6, zlib.DEFLATED, 31)  # gzip framing, as the Kineto export writes it
+    return co.compress(out) + co.flush()
