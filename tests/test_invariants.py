@@ -75,7 +75,8 @@ def test_attribution_is_exhaustive_and_consistent(ops: list, work: list, step_st
         assert sum(s.idle_ns for s in u.steps) == u.idle_ns
         for s in u.steps:
             assert sum(s.idle_by_cause_ns) == s.idle_ns
-    assert [f.idle_ns for f in r.findings] == sorted((f.idle_ns for f in r.findings), reverse=True)
+    waited = [f.idle_ns + f.compute_wait_ns for f in r.findings]  # rank_key: idle, or an exposed copy's wait
+    assert waited == sorted(waited, reverse=True)
     for g in r.gaps:
         assert g.end_ns > g.start_ns and sum(ns for _, ns in g.causes_ns) == g.dur_ns
     # capture artifacts are never ranked findings; demand only in a serving workload

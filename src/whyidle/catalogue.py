@@ -191,6 +191,32 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             ),
             verify="Re-profile: copies should show 'Pinned -> Device', no cudaStreamSynchronize after cudaMemcpyAsync, and the gaps before the first kernel of each step should close.",
             docs="docs/causes/starvation.md",
+        ), "exposed": Lever(
+            title="Starvation: the GPU's compute waits while input is copied from the host",
+            summary="Copy input from pinned memory with non_blocking=True, a batch ahead, so the copy is fast and overlaps compute.",
+            steps=(
+                "Create the DataLoader with pin_memory=True (or tensor.pin_memory() for your own buffers): a pinned copy runs "
+                "at the link's speed, a pageable one is staged through a bounce buffer while the host waits.",
+                "Copy with .to(device, non_blocking=True) so the host goes on launching work.",
+                "Prefetch: issue the next batch's copy on a side stream (torch.cuda.Stream) while this batch computes, and "
+                "make the compute stream wait on it (wait_stream) before use.",
+                "Send less: keep inputs in a compact dtype (uint8 images, int token ids) and convert on the GPU.",
+            ),
+            code=(
+                "loader = DataLoader(dataset, batch_size=B, num_workers=8, pin_memory=True)\n"
+                "copy_stream = torch.cuda.Stream()\n"
+                "def to_gpu(batch):\n"
+                "    with torch.cuda.stream(copy_stream):\n"
+                "        return [t.to('cuda', non_blocking=True) for t in batch]\n"
+                "it = iter(loader); nxt = to_gpu(next(it))\n"
+                "for batch in it:\n"
+                "    torch.cuda.current_stream().wait_stream(copy_stream)\n"
+                "    x, y = nxt\n"
+                "    nxt = to_gpu(batch)          # next copy overlaps this step\n"
+                "    train_step(x, y)"
+            ),
+            verify="Re-profile: copies should read 'Pinned -> Device' and run beside kernels on another stream; the time with only a copy on the device should shrink, and samples/s rise.",
+            docs="docs/causes/starvation.md",
         )},
         host_side=True,
     ),

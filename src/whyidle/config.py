@@ -70,6 +70,12 @@ class Config:
     # TF32 156/19.5 = 8.0, H100 SXM TF32 495/67 = 7.4); the point and low ends are assumptions:
     # real GEMMs rarely reach peak, and memory-bound convolutions gain less.
     whatif_tensor_core_factor: tuple[float, float, float] = (3.0, 1.5, 8.0)
+    # Pageable -> pinned host-to-device copy: device copy time divided by this (point, low, high).
+    # The high end is measured: 50 MB copies on the H200 of 2026-11-30 ran
+    # at 6.4-6.7 GB/s pageable and 54.9-55.4 GB/s pinned, 8.4x (tests/data/h200/run2/lab_h2d_cuda*).
+    # The point and the low end are assumptions for slower links (PCIe Gen4 pinned ~25 GB/s against
+    # a pageable 6-12 GB/s): pinned is rarely under 2x pageable for batches of megabytes.
+    whatif_pinned_copy_speedup: tuple[float, float, float] = (4.0, 2.0, 8.4)
     # The replay is a Python loop over the window's events (about 15 ms per replay of the 44,665
     # event ResNet-50 trace, and a report replays up to ten edits): on longer windows it replays
     # this many consecutive steps from the middle of the window, enough for a mean step.

@@ -19,8 +19,10 @@ from whyidle.analyses.quality import assess_quality
 from whyidle.analyses.utilization import measure_utilization
 from whyidle.analyses.window import select_window
 from whyidle.config import Config
+from whyidle.analyses.copies import exposed_h2d_copies
+from whyidle.findings.copy_rules import exposed_copy_finding
 from whyidle.findings.kernel_fill_rules import small_grid_finding
-from whyidle.findings.model import Finding, GapRecord, Report, SourceInfo, WindowInfo
+from whyidle.findings.model import rank_key, Finding, GapRecord, Report, SourceInfo, WindowInfo
 from whyidle.findings.predict import attach_predictions
 from whyidle.findings.rules import Analyses, build_findings, capture_advice
 from whyidle.timeline.model import Timeline
@@ -87,7 +89,14 @@ def report_from(a: Analyses, cfg: Config) -> Report:
             findings += (small,)
         elif small is not None:
             skipped += (small,)
-    findings = tuple(sorted(findings, key=lambda f: (-f.idle_ns, -f.affected_busy_ns)))
+        exposed = exposed_copy_finding(
+            exposed_h2d_copies(a.tl, a.window.start_ns, a.window.end_ns, tuple((st.start_ns, st.end_ns) for st in a.window.steps)),
+            a.utilization.capacity_ns,
+            cfg,
+        )
+        if exposed is not None:
+            findings += (exposed,)
+    findings = tuple(sorted(findings, key=rank_key))
     findings, path = attach_predictions(a.tl, a.window, findings, a.utilization.batch_size, cfg)
     tl = a.tl
     totals = a.gaps.total_by_cause()

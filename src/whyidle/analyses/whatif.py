@@ -74,6 +74,7 @@ class Edit(msgspec.Struct, frozen=True):
     host_factor: float = 1.0  # scale of host time in host_region
     host_region: str = "step"  # "step": all host time; "optimizer": inside Optimizer.step ranges
     gemm_factor: float = 1.0  # FP32 GEMM/conv kernels run this many times faster
+    pageable_copy_factor: float = 1.0  # H2D copies from pageable memory run this many times faster (pinned)
     sync_consumers_removed: bool = False  # with sync_removed: the host ops that used the value go too
     batch_factor: float = 1.0  # batch size multiplied by this (per-step host cost unchanged)
     batch_growth: str = "blocks"  # kernel time with the batch: "blocks" (once its blocks fill the SMs), "none", "all"
@@ -93,6 +94,7 @@ class Graph(msgspec.Struct, frozen=True):
     dev_lat: I64  # ready this long after the launch call began
     dev_gap: I64  # queued work: its recorded start-up gap after the stream predecessor, else 0
     dev_fp32: npt.NDArray[np.bool_]
+    dev_pageable_h2d: npt.NDArray[np.bool_]  # host-to-device copies from pageable memory
     dev_blocks_per_sm: npt.NDArray[np.float32]  # NaN if unknown
     dev_in_optimizer: npt.NDArray[np.bool_]  # launched inside Optimizer.step (parameter-sized work)
     dev_names: tuple[str, ...]
@@ -184,6 +186,7 @@ def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5
     gap = np.where(queued, np.maximum(d0 - prev_end, 0), 0)
     names = tuple(tl.names_of(rows))
     fp32 = tl.name_mask(is_fp32_math_kernel, rows) & (tl.kind[rows] == int(Kind.KERNEL))
+    pageable_h2d = tl.name_mask(lambda n: memcpy_direction(n) == "HtoD" and "Pageable" in n, rows) & (tl.kind[rows] == int(Kind.MEMCPY))
 
     on_host = np.isin(tl.lane, host_lanes) & (tl.end_ns > w0) & (tl.start_ns < w1)
     # Syncs: runtime calls (and nsys sync records) on the host chain.
@@ -287,6 +290,7 @@ def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5
         dev_lat=lat.astype(np.int64),
         dev_gap=gap.astype(np.int64),
         dev_fp32=fp32,
+        dev_pageable_h2d=pageable_h2d,
         dev_blocks_per_sm=tl.blocks_per_sm[rows],
         dev_in_optimizer=optimizer.contains(lstart) & (lstart >= 0),
         dev_names=names,
@@ -339,6 +343,8 @@ def _scaled_durations(g: Graph, edit: Edit) -> I64:
     dur = (g.dev_end - g.dev_start).astype(np.float64)
     if edit.gemm_factor != 1.0:
         dur = np.where(g.dev_fp32, dur / edit.gemm_factor, dur)
+    if edit.pageable_copy_factor != 1.0:
+        dur = np.where(g.dev_pageable_h2d, dur / edit.pageable_copy_factor, dur)
     if edit.batch_factor != 1.0 and edit.batch_growth != "none":
         # A kernel's time grows with the batch once its blocks fill the SMs: x k when it already
         # filled them, not at all while k x (blocks per SM) stays under one wave ("all": x k for

@@ -14,7 +14,7 @@ from typing import Any
 from whyidle.analyses.counters import CounterAnalysis, GpuCounters
 from whyidle.analyses.utilization import Utilization
 from whyidle.config import Config
-from whyidle.findings.model import Evidence, Finding, Fix, Report, Skipped, WindowInfo
+from whyidle.findings.model import rank_key, Evidence, Finding, Fix, Report, Skipped, WindowInfo
 
 __all__ = [
     "METRIC_EXPLANATIONS",
@@ -262,7 +262,7 @@ def counter_findings(
         skipped.append(
             Skipped("counters.underfilled", "the counter log has no SM activity (DCGM field 1002): GPU-Util alone cannot tell a full GPU from one busy SM")
         )
-    findings.sort(key=lambda f: (-f.idle_ns, -f.affected_busy_ns))
+    findings.sort(key=rank_key)
     return tuple(findings), tuple(skipped)
 
 
@@ -318,7 +318,7 @@ def with_counters(report: Report, a: CounterAnalysis, cfg: Config) -> Report:
                     f"kernel-busy fraction is {report.utilization.kernel_busy_fraction:.0%} (GPU-Util is sampled by the "
                     "driver, so short windows differ)"
                 )
-    merged = sorted(report.findings + findings, key=lambda f: (-f.idle_ns, -f.affected_busy_ns))
+    merged = sorted(report.findings + findings, key=rank_key)
     return replace(
         report,
         findings=tuple(merged),

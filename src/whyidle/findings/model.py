@@ -88,10 +88,19 @@ class Finding(msgspec.Struct, frozen=True):
     variant: str = ""  # e.g. "single_process" for the input pipeline
     affected_busy_ns: int = 0  # for findings about busy time (FP32 math)
     prediction: Prediction | None = None  # what the fix buys, when the trace lets whyidle replay it
+    # device time with no kernel running while the device only did this cause's work (an exposed
+    # input copy): not idle, but time the compute waited, ranked beside idle time (rank_key)
+    compute_wait_ns: int = 0
 
     @property
     def key(self) -> str:
         return f"{self.group}/{self.cause}"
+
+
+def rank_key(f: Finding) -> tuple[int, int]:
+    """Findings rank by the time the device's compute waited on their cause (idle time, or an
+    exposed copy), then by the busy time they concern."""
+    return (-(f.idle_ns + f.compute_wait_ns), -f.affected_busy_ns)
 
 
 class Skipped(msgspec.Struct, frozen=True):

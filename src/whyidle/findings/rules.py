@@ -24,7 +24,7 @@ from whyidle.analyses.utilization import Utilization
 from whyidle.analyses.window import Window
 from whyidle.config import Config
 from whyidle.findings.levers import Lever, lever_for
-from whyidle.findings.model import Evidence, Finding, Fix, Skipped
+from whyidle.findings.model import rank_key, Evidence, Finding, Fix, Skipped
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 from whyidle.units import format_ms
@@ -412,7 +412,7 @@ def build_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple
         findings.append(fp32)
     elif fp32 is not None:
         skipped.append(fp32)
-    findings.sort(key=lambda f: (-f.idle_ns, -f.affected_busy_ns))
+    findings.sort(key=rank_key)
     return tuple(findings), tuple(skipped)
 
 

@@ -88,6 +88,7 @@ def _finding(d: dict[str, Any]) -> Finding:
         fix=Fix(f["summary"], tuple(f.get("steps", ())), f.get("code", ""), f.get("verify", ""), f.get("expected", ""), f.get("docs", "")),
         variant=d.get("variant", ""),
         affected_busy_ns=_i64(d.get("affected_busy_ns", 0)),
+        compute_wait_ns=_i64(d.get("compute_wait_ns", 0)),
         prediction=_prediction(d.get("prediction")),
     )
 

@@ -53,6 +53,7 @@ def _finding(f: Finding) -> dict[str, Any]:
         "share_of_idle": f.share_of_idle,
         "share_of_window": f.share_of_window,
         "affected_busy_ns": f.affected_busy_ns,
+        "compute_wait_ns": f.compute_wait_ns,
         "upper_bound": True,
         "evidence": {
             "gap_count": e.gap_count,
