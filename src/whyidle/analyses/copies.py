@@ -45,34 +45,26 @@ def exposed_h2d_copies(tl: Timeline, lo: int, hi: int, steps: tuple[tuple[int, i
     inside = (tl.end_ns > lo) & (tl.start_ns < hi)
     is_h2d = inside & (tl.kind == int(Kind.MEMCPY)) & h2d_name[tl.name]
     is_kernel = inside & np.isin(tl.kind, (int(Kind.KERNEL), int(Kind.COLLECTIVE)))
-    exposed_all = Intervals.empty()
-    pageable_all = Intervals.empty()
-    copy_ns = 0
+    exposed: list[Intervals] = []  # per device: devices overlap in time, so they are summed, not united
+    pageable_ns = copy_ns = 0
     for d in np.unique(dev[is_h2d]):
         on = dev == d
         rows = is_h2d & on
         copies = Intervals.union_of(tl.start_ns[rows], tl.end_ns[rows]).clip(lo, hi)
-        kernels = Intervals.union_of(tl.start_ns[is_kernel & on], tl.end_ns[is_kernel & on])
-        exposed = copies - kernels
+        bare = copies - Intervals.union_of(tl.start_ns[is_kernel & on], tl.end_ns[is_kernel & on])
         prow = rows & pageable_name[tl.name]
-        pageable = Intervals.union_of(tl.start_ns[prow], tl.end_ns[prow]).clip(lo, hi) & exposed
+        pageable_ns += (Intervals.union_of(tl.start_ns[prow], tl.end_ns[prow]).clip(lo, hi) & bare).total()
         copy_ns += copies.total()
-        # devices are disjoint in meaning, not in time: keep their sums, not a union across them
-        exposed_all = Intervals(np.concatenate([exposed_all.start, exposed.start]), np.concatenate([exposed_all.end, exposed.end]))
-        pageable_all = Intervals(np.concatenate([pageable_all.start, pageable.start]), np.concatenate([pageable_all.end, pageable.end]))
+        exposed.append(bare)
     nb = tl.nbytes[is_h2d]
-    per_step = tuple(int(_overlap_sum(exposed_all, a, b)) for a, b in steps)
+    starts = np.array([a for a, _ in steps], dtype=np.int64)
+    ends = np.array([b for _, b in steps], dtype=np.int64)
+    per_step = sum((iv.overlap(starts, ends) for iv in exposed), np.zeros(len(steps), dtype=np.int64))
     return ExposedCopies(
-        exposed_ns=int((exposed_all.end - exposed_all.start).sum()),
-        pageable_ns=int((pageable_all.end - pageable_all.start).sum()),
+        exposed_ns=sum(iv.total() for iv in exposed),
+        pageable_ns=int(pageable_ns),
         copy_ns=int(copy_ns),
         copies=int(is_h2d.sum()),
         nbytes=int(nb[nb >= 0].sum()),
-        per_step_ns=per_step,
+        per_step_ns=tuple(int(x) for x in per_step),
     )
-
-
-def _overlap_sum(iv: Intervals, a: int, b: int) -> int:
-    if len(iv.start) == 0:
-        return 0
-    return int(np.clip(np.minimum(iv.end, b) - np.maximum(iv.start, a), 0, None).sum())
