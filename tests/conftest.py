@@ -25,3 +25,7 @@ def resnet0() -> Path:
 @pytest.fixture
 def resnet4() -> Path:
     return shared_trace("kineto/resnet50_num_workers_4.pt.trace.json.gz")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", default=False, help="rewrite tests/golden/ from the current reports (review the diff)")
