@@ -421,6 +421,12 @@ def _fp32_finding(a: Analyses, cfg: Config) -> Finding | Skipped | None:
     if k.fp32_math_ns == 0:
         return None
     cc = a.tl.meta.min_compute_capability
+    if cc is None and a.tl.meta.vendor == "amd":
+        return Skipped(
+            "underfilled/fp32_math",
+            "the device is an AMD GPU: its computeMajor is a GFX architecture, not an NVIDIA compute capability, "
+            "and whyidle does not classify matrix-core (MFMA) kernels by name",
+        )
     if cc is None:
         return Skipped("underfilled/fp32_math", "the trace does not give the device's compute capability: cannot tell whether it has tensor cores")
     if cc < (7, 0):

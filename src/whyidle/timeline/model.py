@@ -98,7 +98,27 @@ class TimelineMeta(msgspec.Struct):
     counters: Any = None  # a whyidle.timeline.counters.CounterLog when the input holds GPU counter samples
 
     @property
+    def vendor(self) -> str:
+        """"amd", "nvidia" or "" (unknown), from ``deviceProperties``.
+
+        ROCm's Kineto fills the same fields as CUDA's, so an AMD device also has a
+        ``computeMajor`` (9 on an MI250: its GFX architecture, not an NVIDIA compute capability).
+        It is told apart by its name or by its 64-lane wavefront (``warpSize``; NVIDIA's warp is 32).
+        """
+        amd = nvidia = False
+        for d in self.devices:
+            name = str(d.get("name", "")).lower()
+            if any(w in name for w in ("amd", "radeon", "instinct")) or d.get("warpSize") == 64 or "gcnArchName" in d:
+                amd = True
+            elif "computeMajor" in d or "nvidia" in name:
+                nvidia = True
+        return "amd" if amd and not nvidia else "nvidia" if nvidia and not amd else ""
+
+    @property
     def min_compute_capability(self) -> tuple[int, int] | None:
+        """The lowest NVIDIA compute capability among the devices; None when unknown or not NVIDIA."""
+        if self.vendor != "nvidia":
+            return None
         caps = [
             (int(d["computeMajor"]), int(minor))
             for d in self.devices
