@@ -59,3 +59,28 @@ def test_real_mtia_traces_have_device_work() -> None:
     train = diagnose(shared_trace("hta/mtia_trace_single_rank__mtia_rank_0.json.gz"))
     assert train.kernels.count == 3453 and train.utilization.busy_ns > 0
     assert any("(22361 of them are MTIA DMA requests, which carry no correlation id" in q for q in train.quality)
+
+
+def _mtia_with_host(after_gaps: str) -> bytes:
+    host = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::copy_", "pid": 1, "tid": 1, "ts": 0, "dur": 990, "args": {}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 5, "dur": 2, "args": {"correlation": 9}},
+    ]
+    dev = [_ccp("fc-dtype_Float", 10, 90)]
+    for ts, dur in ((500, 20), (900, 50)):
+        dev.append(_ccp("dma_request", ts, dur, tid=3672, direction="HOST_TO_DEVICE") if after_gaps == "dma" else _ccp("pe_exe", ts, dur))
+    return json.dumps({"schemaVersion": 1, "traceEvents": host + dev, "deviceProperties": [{"id": 17, "name": "ARTEMIS"}]}).encode()
+
+
+def test_gaps_before_uncorrelatable_dma_say_no_capture_links_them() -> None:
+    """Idle before MTIA DMA requests is unattributed, and the advice is not 're-capture with CPU
+    and device activities' (they carry no correlation id in any capture); before ordinary device
+    work without a launch record it is."""
+    r = diagnose(parse_kineto(_mtia_with_host("dma")))
+    (f,) = [f for f in r.findings if f.cause == "no_launch_info"]
+    assert f.variant == "no_correlation" and "no capture" in f.title
+    assert any("no capture option links to a launch" in q for q in r.quality)
+    assert not any("ProfilerActivity.CPU" in q for q in r.quality)
+    r = diagnose(parse_kineto(_mtia_with_host("kernel")))
+    (f,) = [f for f in r.findings if f.cause == "no_launch_info"]
+    assert f.variant == "" and any("ProfilerActivity.CPU" in q for q in r.quality)

@@ -421,6 +421,19 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             code="torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])",
             verify="Re-profile: the quality notes should report no device events without a launch.",
             docs="docs/capture.md",
+        ),
+        # The device work after these gaps carries no correlation id in any capture (MTIA DMA
+        # requests): asking for another capture would not help, so the lever says what can be read.
+        "no_correlation": Lever(
+            title="Unattributed: device transfers that no capture links to a launch",
+            summary="These gaps end in device work that carries no correlation id (MTIA DMA requests), so no capture option can name the host side.",
+            steps=(
+                "Open the Perfetto export (whyidle diagnose TRACE -o trace.perfetto.json.gz) and read the host threads during the largest gaps.",
+                "Wrap the code that issues the transfers in torch.profiler.record_function ranges so their time is visible on the host.",
+            ),
+            code='with torch.profiler.record_function("copy_inputs"):\n    batch = batch.to(device)',
+            verify="Re-profile: the ranges show how long the host spends issuing the transfers before each gap.",
+            docs="docs/causes/unattributed.md",
         )},
     ),
     CauseEntry(

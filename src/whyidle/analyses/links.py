@@ -17,9 +17,15 @@ import numpy.typing as npt
 from whyidle.timeline.arrays import setdiff_sorted, unique_sorted
 from whyidle.timeline.model import DEVICE_WORK_KINDS, Kind, Timeline
 
-__all__ = ["Links", "link_launches"]
+__all__ = ["Links", "link_launches", "uncorrelated_by_design"]
 
 I64 = npt.NDArray[np.int64]
+
+
+def uncorrelated_by_design(name: str) -> bool:
+    """Device work that carries no correlation id in any capture: MTIA DMA requests (the Kineto
+    reader names them ``Memcpy ... (MTIA DMA)``). Re-capturing cannot link them to a launch."""
+    return name.endswith("(MTIA DMA)")
 
 
 class Links(msgspec.Struct, frozen=True):

@@ -12,7 +12,7 @@ import numpy as np
 
 from whyidle.analyses import causes as C
 from whyidle.analyses.gaps import Gaps
-from whyidle.analyses.links import Links
+from whyidle.analyses.links import Links, uncorrelated_by_design
 from whyidle.analyses.trace_checks import clock_skew_notes, step_numbering_notes
 from whyidle.analyses.window import Window
 from whyidle.config import Config
@@ -58,7 +58,7 @@ def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: 
     missing = links.n_device_without_launch
     if has_host and missing:
         unlinked = links.device_rows[links.launch_of < 0]
-        mtia_dma = int(tl.name_mask(lambda s: s.endswith("(MTIA DMA)"), unlinked).sum())
+        mtia_dma = int(tl.name_mask(uncorrelated_by_design, unlinked).sum())
         why = (
             f"{mtia_dma} of them are MTIA DMA requests, which carry no correlation id: no capture option links them"
             if mtia_dma * 2 > missing

@@ -19,6 +19,7 @@ from whyidle.analyses.gaps import Gaps
 from whyidle.analyses.hostops import is_dataloader, is_sync_call
 from whyidle.analyses.hostwork import WorkClass
 from whyidle.analyses.kernels import KernelStats
+from whyidle.analyses.links import uncorrelated_by_design
 from whyidle.analyses.quality import Quality
 from whyidle.analyses.utilization import Utilization
 from whyidle.analyses.window import Window
@@ -317,6 +318,12 @@ def _dependency_facts(a: Analyses, ci: int) -> tuple[tuple[str, Any], ...]:
     return tuple(facts)
 
 
+def _uncorrelatable(a: Analyses, ci: int) -> bool:
+    """Every gap of cause ``ci`` ends in device work that no capture links to a launch."""
+    rows = a.gaps.next_row[(a.gaps.slices[:, ci] > 0) & (a.gaps.next_row >= 0)]
+    return bool(rows.size) and bool(a.tl.name_mask(uncorrelated_by_design, rows).all())
+
+
 def capture_advice(a: Analyses, cfg: Config) -> tuple[str, ...]:
     """A note naming the capture option that would let whyidle attribute what it could not.
 
@@ -343,8 +350,13 @@ def capture_advice(a: Analyses, cfg: Config) -> tuple[str, ...]:
             options.append("torch.profiler.record_function ranges around the work between steps")
     if parts[C.QUEUED_WAITING]:
         options.append("nsys profile --cuda-event-trace=true to see the events and streams queued work waited on" if nsys else "an Nsight Systems capture (nsys profile -t cuda,nvtx) to see the events and streams queued work waited on")
-    if parts[C.NO_LAUNCH_INFO]:
+    if parts[C.NO_LAUNCH_INFO] and not _uncorrelatable(a, C.cause_index(C.NO_LAUNCH_INFO)):
         options.append("CPU and CUDA activities together (activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])")
+    if not options:
+        return (
+            f"{unattributed / idle:.0%} of device idle is unattributed: it ends in device work that carries no "
+            "correlation id (MTIA DMA requests), which no capture option links to a launch",
+        )
     return (
         f"{unattributed / idle:.0%} of device idle is unattributed; to attribute it, capture with "
         + "; or ".join(options),
@@ -381,7 +393,7 @@ def build_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple
             skipped.append(Skipped(cause.key, f"cold start dominates the capture; {format_ms(ns)} of idle not blamed on this cause"))
             continue
         ev = cause_evidence(a.tl, g, ci, a.index, examples=cfg.evidence_examples, op_filter=_OP_FILTERS.get(cause))
-        variant = _loader_variant(ev) if cause is C.INPUT_PIPELINE else ""
+        variant = _loader_variant(ev) if cause is C.INPUT_PIPELINE else "no_correlation" if cause is C.NO_LAUNCH_INFO and _uncorrelatable(a, ci) else ""
         lever = lever_for(cause.cause, variant)
         facts: tuple[tuple[str, Any], ...] = ()
         steps = lever.steps
