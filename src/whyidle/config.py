@@ -89,6 +89,10 @@ class Config:
     # The FP32-math finding fires when FP32 GEMM/convolution kernels take at least this share of
     # kernel time on a device with tensor cores (compute capability >= 7.0).
     fp32_math_min_share_of_kernel_time: float = 0.20
+    # The host-overhead finding names a per-parameter optimizer loop when one optimizer.step()
+    # launches at least this many kernels (a fused or foreach step launches a handful per
+    # parameter group; ResNet-50's 161 parameters give 161+ launches per step in a plain loop).
+    optimizer_step_per_parameter_min_launches: int = 50
     # The small-grid finding (analyses/kernel_fill.py) fires when the SM time left idle while
     # kernels ran (grids with fewer blocks than the device has SMs) is at least this share of
     # kernel-busy time, or when kernels with a low est. achieved occupancy take this share.

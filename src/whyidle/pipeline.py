@@ -19,12 +19,10 @@ from whyidle.analyses.quality import assess_quality
 from whyidle.analyses.utilization import measure_utilization
 from whyidle.analyses.window import select_window
 from whyidle.config import Config
-from whyidle.analyses.copies import exposed_h2d_copies
-from whyidle.findings.copy_rules import exposed_copy_finding
-from whyidle.findings.kernel_fill_rules import small_grid_finding
-from whyidle.findings.model import rank_key, Finding, GapRecord, Report, SourceInfo, WindowInfo
+from whyidle.findings.model import rank_key, GapRecord, Report, SourceInfo, WindowInfo
 from whyidle.findings.predict import attach_predictions
-from whyidle.findings.rules import Analyses, build_findings, capture_advice
+from whyidle.findings.registry import apply_rules
+from whyidle.findings.rules import Analyses, capture_advice
 from whyidle.timeline.model import Timeline
 
 __all__ = ["diagnose", "analyse"]
@@ -78,24 +76,7 @@ def _gap_records(a: Analyses, cfg: Config) -> tuple[GapRecord, ...]:
 
 
 def report_from(a: Analyses, cfg: Config) -> Report:
-    findings, skipped = build_findings(a, cfg)
-    if a.tl.meta.source_format == "nsys":  # API-level findings only an Nsight capture supports
-        from whyidle.findings.nsys_rules import nsys_findings
-
-        findings += nsys_findings(a, cfg)
-    if not a.quality.no_device_activity:  # busy-time findings
-        small = small_grid_finding(a.kernels.fill, a.utilization.capacity_ns, cfg)
-        if isinstance(small, Finding):
-            findings += (small,)
-        elif small is not None:
-            skipped += (small,)
-        exposed = exposed_copy_finding(
-            exposed_h2d_copies(a.tl, a.window.start_ns, a.window.end_ns, tuple((st.start_ns, st.end_ns) for st in a.window.steps)),
-            a.utilization.capacity_ns,
-            cfg,
-        )
-        if exposed is not None:
-            findings += (exposed,)
+    findings, skipped = apply_rules(a, cfg)
     findings = tuple(sorted(findings, key=rank_key))
     findings, path = attach_predictions(a.tl, a.window, findings, a.utilization.batch_size, cfg)
     tl = a.tl

@@ -1,0 +1,27 @@
+"""The analyses of one timeline, as the rules read them (built by ``whyidle.pipeline.analyse``)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from whyidle.analyses.context import ThreadIndex
+from whyidle.analyses.gaps import Gaps
+from whyidle.analyses.kernels import KernelStats
+from whyidle.analyses.quality import Quality
+from whyidle.analyses.utilization import Utilization
+from whyidle.analyses.window import Window
+from whyidle.timeline.model import Timeline
+
+__all__ = ["Analyses"]
+
+
+class Analyses(msgspec.Struct, frozen=True):
+    """Everything the rules read."""
+
+    tl: Timeline
+    window: Window
+    gaps: Gaps
+    utilization: Utilization
+    kernels: KernelStats
+    quality: Quality
+    index: ThreadIndex
