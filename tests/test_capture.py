@@ -22,58 +22,10 @@ from whyidle.capture.sync import SyncFinder, sync_finder
 from whyidle.capture.tracker import StepTracker, batch_samples, track
 from whyidle.capture.tracker_report import report_from_tracker
 from whyidle.capture.watch import Row, WatchResult, runs, summarize, to_counter_file, watch
+from whyidle.capture.fakes import FakeClock, FakeDevice, FakeGpuProbe, FakeHostProbe, FakeLoader, FakeProc
 from whyidle.cli import main
 
 MS = 1_000_000
-
-
-# -- fakes --------------------------------------------------------------------------------------
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1_000 * MS
-
-    def __call__(self) -> int:
-        return self.t
-
-    def advance(self, ns: int) -> None:
-        self.t += ns
-
-
-class FakeLoader:
-    """Yields ``len(waits)`` batches of ``batch`` samples; fetching batch i takes waits[i]."""
-
-    def __init__(self, clock: FakeClock, waits: list[int], batch: int = 32, num_workers: int | None = 0) -> None:
-        self.clock, self.waits, self.batch = clock, waits, batch
-        if num_workers is not None:
-            self.num_workers = num_workers
-            self.pin_memory = False
-
-    def __iter__(self) -> Iterator[list[int]]:
-        for w in self.waits:
-            self.clock.advance(w)
-            yield list(range(self.batch))
-
-
-class FakeDevice:
-    """Marks are numbers; the device 'reaches' a mark once ``reached`` is raised past it."""
-
-    label = "fake:0"
-
-    def __init__(self, per_step_ns: int) -> None:
-        self.n = 0
-        self.reached = 0
-        self.per_step_ns = per_step_ns
-        self.calls: list[bool] = []
-
-    def mark(self) -> int:
-        self.n += 1
-        return self.n
-
-    def elapsed_ns(self, a: int, b: int, wait: bool) -> int | None:
-        self.calls.append(wait)
-        if b > self.reached and not wait:
-            return None
-        return self.per_step_ns
 
 
 # -- tracker: exact figures with a fake clock -------------------------------------------------
@@ -393,36 +345,6 @@ def test_sync_finder_on_cuda_finds_item() -> None:  # pragma: no cover - GPU onl
 
 
 # -- watch ----------------------------------------------------------------------------------------
-class FakeProc:
-    def __init__(self, polls: int, rc: int) -> None:
-        self.pid, self._polls, self._rc = 4242, polls, rc
-
-    def poll(self) -> int | None:
-        self._polls -= 1
-        return None if self._polls >= 0 else self._rc
-
-    def wait(self) -> int:
-        return self._rc
-
-
-class FakeGpuProbe:
-    name = "nvml"
-
-    def __init__(self, utils: list[float]) -> None:
-        self.utils = list(utils)
-
-    def sample(self) -> list[tuple[str, dict[str, float]]]:
-        return [("0", {"gpu_util_pct": self.utils.pop(0), "power_w": 300.0, "mem_used_mib": 1000.0})]
-
-
-class FakeHostProbe:
-    name = "process tree"
-    cpu_count = 2
-
-    def sample(self) -> list[tuple[str, dict[str, float]]]:
-        return [("host", {"host_cpu_pct": 190.0, "host_rss_mib": 512.0, "proc_count": 5.0})]
-
-
 def test_watch_with_fakes_writes_a_readable_counter_file(tmp_path: Path) -> None:
     utils = [0, 95, 97, 2, 1, 96, 99, 0, 0, 98, 0]
     t = [0.0]
