@@ -287,6 +287,31 @@ def _full_screenshot(drv, path: Path) -> None:  # type: ignore[no-untyped-def]
     assert path.stat().st_size > 10_000
 
 
+def _check_embedded_docs(browser, finding, group: str) -> None:  # type: ignore[no-untyped-def]
+    """The finding's cause page is in the page, closed; a click on its summary opens it, and what
+    shows is the page: its sections, its code, and how to read it in a terminal."""
+    from selenium.webdriver.common.by import By
+
+    from whyidle.pages import page_text, page_title
+
+    details = finding.find_element(By.CSS_SELECTOR, "details.wi-docs")
+    doc = details.find_element(By.CSS_SELECTOR, ".wi-doc")
+    summary = details.find_element(By.TAG_NAME, "summary")
+    assert details.get_attribute("open") is None and not doc.is_displayed()
+    assert page_title(group) in summary.text
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", summary)
+    summary.click()
+    assert details.get_attribute("open") is not None and doc.is_displayed()
+    md = page_text(group)
+    sections = [ln[3:].replace("`", "") for ln in md.splitlines() if ln.startswith("## ")]
+    assert [h.text for h in doc.find_elements(By.TAG_NAME, "h5")] == sections
+    assert "What it is." in doc.text and "How whyidle detects it." in doc.text
+    code = doc.find_elements(By.CSS_SELECTOR, "pre code")
+    assert code and all(c.is_displayed() for c in code) and code[-1].text.strip() in md
+    assert f"whyidle explain {group}" in doc.text
+    assert not doc.find_elements(By.CSS_SELECTOR, "a, img")  # offline: nothing to follow or fetch
+
+
 def test_report_in_a_real_browser(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from conftest import SHARED_TRACES
     from selenium.webdriver.common.by import By
@@ -306,6 +331,7 @@ def test_report_in_a_real_browser(browser, tmp_path: Path) -> None:  # type: ign
     drawn = {p.get_attribute("data-class") for p in browser.find_elements(By.CSS_SELECTOR, ".wi-strip-svg path")}
     assert {"compute", "starvation/input_pipeline"} <= drawn
     assert len(browser.find_elements(By.CSS_SELECTOR, ".wi-steps svg rect")) > len(r.utilization.steps)
+    _check_embedded_docs(browser, findings[0], r.findings[0].group)
     # Sorting the gap table by start time puts the earliest gap first.
     heads = browser.find_elements(By.CSS_SELECTOR, "table.wi-gaps th")
     heads[1].click()

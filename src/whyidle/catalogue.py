@@ -6,14 +6,20 @@ code and how to verify; one per variant). The analyses read only the keys (``ana
 the rules read the levers, the renderers read labels and colours; nothing else lists causes.
 
 Adding a cause: add an entry here, the detector that fills its column (``analyses/gaps.py``), and
-a section in its ``docs/causes`` page. ``tests/test_catalogue.py`` fails when an entry misses any
+a section in its group's page (``whyidle/data/causes/<group>.md``, see ``whyidle.pages``). ``tests/test_catalogue.py`` fails when an entry misses any
 of these.
 
-Colours. Idle causes take a hue per group and a shade per cause, from the Okabe-Ito and Tol
-palettes, which stay apart under the common colour-vision deficiencies: vermillion/orange for
-starvation, wine/purple for synchronization, ochre/yellow for underfilled work, pink for
-insufficient demand, greys for what the trace cannot explain. Busy work is drawn in blues and
-green (``BUSY``).
+Colours. Every cause has its own colour, and the causes of a group share a hue family: oranges
+and brick reds for starvation, plums for synchronization, yellows and tan for underfilled work,
+pink for insufficient demand, greys (warm, cool, light, dark) for what the trace cannot explain.
+Busy work keeps Okabe-Ito's blue, sky blue and bluish green (``BUSY``; Okabe and Ito, "Color
+Universal Design", 2008), and the idle families follow that palette's and Paul Tol's hues
+(vermillion/orange, wine/purple, sand/yellow, pink, greys). The shade of each cause was chosen by
+a search, inside its family's hue range, for the palette whose closest pair of colours (among
+the 14 causes, the 3 busy classes and the white page) is as far apart as possible in CIEDE2000
+under normal vision and under simulated deuteranopia and protanopia (Machado, Oliveira and
+Fernandes 2009, severity 1). ``tests/test_palette.py`` holds every pair to its minimum and says
+why that minimum.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ class Lever(msgspec.Struct, frozen=True):
     steps: tuple[str, ...]
     code: str
     verify: str
-    docs: str
+    docs: str  # the page: a group name (whyidle.pages)
 
 
 class CauseEntry(msgspec.Struct, frozen=True):
@@ -39,7 +45,7 @@ class CauseEntry(msgspec.Struct, frozen=True):
     cause: str
     label: str  # short human name: the HTML legend, the comparison verdict, Perfetto slices
     colour: str  # "#rrggbb"
-    docs: str  # the page that explains how whyidle detects it
+    docs: str  # its page (whyidle.pages): the group name; whyidle explain prints it
     levers: dict[str, Lever]  # by variant; "" is the default
     # The gap's host-side op explains it (Perfetto draws an arrow from the gap to that op).
     host_side: bool = False
@@ -60,12 +66,13 @@ GROUP_LABELS: dict[str, str] = {
     "insufficient_demand": "insufficient demand",
     "unattributed": "unattributed",
 }
+# A group's colour (a finding's border, the batching report) is that of its first cause.
 GROUP_COLOURS: dict[str, str] = {
-    "starvation": "#d55e00",
-    "underfilled": "#ddaa33",
-    "synchronization": "#882255",
-    "insufficient_demand": "#cc79a7",
-    "unattributed": "#8d8d8d",
+    "starvation": "#ce7005",
+    "underfilled": "#f8c709",
+    "synchronization": "#610f61",
+    "insufficient_demand": "#fd7092",
+    "unattributed": "#716f6f",
 }
 # Busy classes: (label, colour).
 BUSY: dict[str, tuple[str, str]] = {
@@ -86,8 +93,8 @@ CATALOGUE: tuple[CauseEntry, ...] = (
         "starvation",
         "input_pipeline",
         "input starvation",
-        "#d55e00",
-        "docs/causes/starvation.md",
+        "#ce7005",
+        "starvation",
         {
             "single_process": Lever(
                 title="Input starvation: the DataLoader runs in the training process (num_workers=0)",
@@ -105,7 +112,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                     "    persistent_workers=True, prefetch_factor=4)"
                 ),
                 verify="Re-profile: the time in enumerate(DataLoader)...__next__ per step should drop to well under a millisecond and samples/s rise.",
-                docs="docs/causes/starvation.md",
+                docs="starvation",
             ),
             "multi_process": Lever(
                 title="Input starvation: DataLoader workers cannot keep up",
@@ -123,7 +130,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                     "images = gpu_augment(images)  # torchvision.transforms.v2 on CUDA tensors"
                 ),
                 verify="Re-profile: per-step time in the DataLoader's __next__ should fall, and GPU idle at step starts should shrink.",
-                docs="docs/causes/starvation.md",
+                docs="starvation",
             ),
             "": Lever(
                 title="Input starvation: the training loop waits for the next batch",
@@ -134,7 +141,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                 ),
                 code="loader = DataLoader(dataset, batch_size=B, num_workers=8, pin_memory=True, persistent_workers=True)",
                 verify="Re-profile and compare per-step DataLoader time and samples/s (whyidle compare before.json after.json).",
-                docs="docs/causes/starvation.md",
+                docs="starvation",
             ),
         },
         host_side=True,
@@ -143,8 +150,8 @@ CATALOGUE: tuple[CauseEntry, ...] = (
         "starvation",
         "host_preprocessing",
         "host preprocessing",
-        "#f0a35e",
-        "docs/causes/starvation.md",
+        "#c1554b",
+        "starvation",
         {
             "": Lever(
                 title="Starvation: the launching thread prepares data in Python while the GPU waits",
@@ -164,7 +171,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                     "    y = model(x.to('cuda', non_blocking=True))"
                 ),
                 verify="Re-profile: the Python frames named in the evidence should leave the launching thread, and device idle between batches should shrink.",
-                docs="docs/causes/starvation.md",
+                docs="starvation",
             ),
         },
         host_side=True,
@@ -173,8 +180,8 @@ CATALOGUE: tuple[CauseEntry, ...] = (
         "starvation",
         "h2d_copy",
         "host-to-device copies",
-        "#e69f00",
-        "docs/causes/starvation.md",
+        "#9c3919",
+        "starvation",
         {"": Lever(
             title="Starvation: host-to-device copies on the critical path",
             summary="Copy from pinned memory with non_blocking=True so copies overlap compute instead of blocking the host.",
@@ -190,7 +197,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                 "    y = y.to('cuda', non_blocking=True)"
             ),
             verify="Re-profile: copies should show 'Pinned -> Device', no cudaStreamSynchronize after cudaMemcpyAsync, and the gaps before the first kernel of each step should close.",
-            docs="docs/causes/starvation.md",
+            docs="starvation",
         ), "exposed": Lever(
             title="Starvation: the GPU's compute waits while input is copied from the host",
             summary="Copy input from pinned memory with non_blocking=True, a batch ahead, so the copy is fast and overlaps compute.",
@@ -216,7 +223,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                 "    train_step(x, y)"
             ),
             verify="Re-profile: copies should read 'Pinned -> Device' and run beside kernels on another stream; the time with only a copy on the device should shrink, and samples/s rise.",
-            docs="docs/causes/starvation.md",
+            docs="starvation",
         )},
         host_side=True,
     ),
@@ -224,8 +231,8 @@ CATALOGUE: tuple[CauseEntry, ...] = (
         "synchronization",
         "host_sync",
         "host synchronisation",
-        "#882255",
-        "docs/causes/synchronization.md",
+        "#610f61",
+        "synchronization",
         {"": Lever(
             title="Synchronization: the host waits for the GPU, draining its queue",
             summary="Keep values on the device and read them back less often, so the host stays ahead of the GPU.",
@@ -247,7 +254,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                 "        running.zero_()"
             ),
             verify="Re-profile: cudaStreamSynchronize / aten::item should disappear from the step, and kernels of the next step should be queued before the previous ones finish.",
-            docs="docs/causes/synchronization.md",
+            docs="synchronization",
         )},
         host_side=True,
     ),
@@ -255,8 +262,8 @@ CATALOGUE: tuple[CauseEntry, ...] = (
         "synchronization",
         "dependency_wait",
         "waits on device dependencies",
-        "#aa4499",
-        "docs/causes/synchronization.md",
+        "#b9138b",
+        "synchronization",
         {
             "": Lever(
                 title="Synchronization: queued work waited on another stream, event or collective",
@@ -276,7 +283,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                     "torch.cuda.current_stream().wait_stream(copy_stream)"
                 ),
                 verify="Re-profile: the waits named in the evidence should shrink, and the next work should start when it is queued.",
-                docs="docs/causes/synchronization.md",
+                docs="synchronization",
             ),
         },
     ),
@@ -284,8 +291,8 @@ CATALOGUE: tuple[CauseEntry, ...] = (
         "underfilled",
         "host_overhead",
         "launch overhead",
-        "#ddaa33",
-        "docs/causes/underfilled.md",
+        "#f8c709",
+        "underfilled",
         {"": Lever(
             title="Underfilled: the GPU outruns the host (launch and Python overhead)",
             summary="Give the GPU more work per launch: larger batches, fused kernels, CUDA graphs, fused optimizers.",
@@ -301,7 +308,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                 "opt.zero_grad(set_to_none=True)"
             ),
             verify="Re-profile: kernels per step should fall (compile/fusion) or grow longer (batch size), and the host should run ahead of the GPU (launches queued before kernels start).",
-            docs="docs/causes/underfilled.md",
+            docs="underfilled",
         )},
         host_side=True,
     ),
@@ -309,8 +316,8 @@ CATALOGUE: tuple[CauseEntry, ...] = (
         "underfilled",
         "launch_latency",
         "launch latency",
-        "#b58900",
-        "docs/causes/underfilled.md",
+        "#d2a964",
+        "underfilled",
         {
             "": Lever(
                 title="Underfilled: the device waits inside slow launch calls",
@@ -322,7 +329,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                 ),
                 code="model = torch.compile(model, mode='reduce-overhead')  # CUDA graphs: one launch per step",
                 verify="Re-profile: the launch calls named in the evidence should be shorter or fewer, and the device should find work queued.",
-                docs="docs/causes/underfilled.md",
+                docs="underfilled",
             ),
         },
         host_side=True,
@@ -331,8 +338,8 @@ CATALOGUE: tuple[CauseEntry, ...] = (
         "underfilled",
         "kernel_boundaries",
         "kernel boundaries",
-        "#8c6d1f",
-        "docs/causes/underfilled.md",
+        "#efe497",
+        "underfilled",
         {"": Lever(
             title="Underfilled: many tiny kernels, each paying the device's start-up cost",
             summary="Fewer, larger kernels: fuse elementwise chains and use CUDA graphs.",
@@ -343,15 +350,15 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             ),
             code="model = torch.compile(model)",
             verify="Re-profile: kernel count per step should fall and the idle between back-to-back kernels shrink.",
-            docs="docs/causes/underfilled.md",
+            docs="underfilled",
         )},
     ),
     CauseEntry(
         "insufficient_demand",
         "idle_host",
         "waiting for requests",
-        "#cc79a7",
-        "docs/causes/insufficient_demand.md",
+        "#fd7092",
+        "insufficient_demand",
         {"": Lever(
             title="Insufficient demand: the server waits for requests while the GPU idles",
             summary="The serving loop was blocked on its request queue: batch concurrent requests and keep several in flight, so the GPU always has queued work.",
@@ -367,7 +374,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                 "maxBatchDelay: 5   # ms to wait for a fuller batch"
             ),
             verify="Re-profile under production-like load: the host should no longer sit idle between requests and GPU busy time per request should rise.",
-            docs="docs/causes/insufficient_demand.md",
+            docs="insufficient_demand",
         )},
         host_side=True,
     ),
@@ -375,8 +382,8 @@ CATALOGUE: tuple[CauseEntry, ...] = (
         "unattributed",
         "untraced_host",
         "untraced host work",
-        "#a9a9a9",
-        "docs/causes/unattributed.md",
+        "#716f6f",
+        "unattributed",
         {"": Lever(
             title="Unattributed: the launching thread ran code the trace does not show",
             summary="Capture more context so the cause can be named.",
@@ -387,15 +394,15 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             ),
             code="with torch.profiler.record_function('checkpoint'):\n    save_checkpoint(model)",
             verify="Re-profile: the time should appear under a named range, and whyidle can attribute it.",
-            docs="docs/capture.md",
+            docs="unattributed",
         )},
     ),
     CauseEntry(
         "unattributed",
         "queued_work_waiting",
         "queued work waiting on the device",
-        "#7a7a7a",
-        "docs/causes/unattributed.md",
+        "#aeb6c1",
+        "unattributed",
         {"": Lever(
             title="Unattributed: queued work waited on the device",
             summary="Work was already queued but did not start: a device-side dependency the trace cannot name.",
@@ -405,22 +412,22 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             ),
             code="# nsys profile -t cuda,nvtx,osrt --cuda-event-trace=true python train.py",
             verify="Re-profile with event tracing to see which stream or event the work waited on.",
-            docs="docs/capture.md",
+            docs="unattributed",
         )},
     ),
     CauseEntry(
         "unattributed",
         "no_launch_info",
         "gaps without a launch record",
-        "#c4c4c4",
-        "docs/causes/unattributed.md",
+        "#535046",
+        "unattributed",
         {"": Lever(
             title="Unattributed: device work without a matching host launch",
             summary="The trace lost the launch records, so the host side of these gaps is unknown.",
             steps=("Capture CPU and CUDA activities together: activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA].",),
             code="torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])",
             verify="Re-profile: the quality notes should report no device events without a launch.",
-            docs="docs/capture.md",
+            docs="unattributed",
         ),
         # The device work after these gaps carries no correlation id in any capture (MTIA DMA
         # requests): asking for another capture would not help, so the lever says what can be read.
@@ -433,15 +440,15 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             ),
             code='with torch.profiler.record_function("copy_inputs"):\n    batch = batch.to(device)',
             verify="Re-profile: the ranges show how long the host spends issuing the transfers before each gap.",
-            docs="docs/causes/unattributed.md",
+            docs="unattributed",
         )},
     ),
     CauseEntry(
         "unattributed",
         "cold_start",
         "cold start",
-        "#5f5f5f",
-        "docs/causes/unattributed.md",
+        "#4f4e5a",
+        "unattributed",
         {"": Lever(
             title="Cold start: first-call costs dominate the capture",
             summary="Profile steady state: skip the first steps, then diagnose again.",
@@ -458,7 +465,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                 "        prof.step()"
             ),
             verify="The new trace's quality notes should no longer mention a cold start.",
-            docs="docs/capture.md",
+            docs="unattributed",
         )},
         host_side=True,
         artifact=True,
@@ -467,8 +474,8 @@ CATALOGUE: tuple[CauseEntry, ...] = (
         "unattributed",
         "capture_boundary",
         "capture boundaries",
-        "#dcdcdc",
-        "docs/causes/unattributed.md",
+        "#d4cdc4",
+        "unattributed",
         {
             "": Lever(
                 title="Capture artifact: the capture began or ended in the middle of the device's work",
@@ -479,7 +486,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                 ),
                 code=_CAPTURE,
                 verify="Re-profile after warm-up: the first gap of the window should be no longer than the others.",
-                docs="docs/capture.md",
+                docs="unattributed",
             ),
         },
         artifact=True,

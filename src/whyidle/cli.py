@@ -20,7 +20,7 @@ from whyidle.errors import MissingExtraError, OutputError, UsageError, WhyidleEr
 __all__ = ["main", "run", "COMMANDS"]
 
 # Subcommand modules, in the order `whyidle --help` lists them.
-COMMANDS = ("diagnose", "compare", "demo", "lab", "sweep", "watch", "convert", "scaling", "serving", "batching")
+COMMANDS = ("diagnose", "compare", "demo", "lab", "sweep", "watch", "convert", "scaling", "serving", "batching", "explain")
 
 EXAMPLES = """\
   whyidle demo                                   # try it: a starved loop, diagnosed and fixed

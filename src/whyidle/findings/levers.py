@@ -12,7 +12,6 @@ from whyidle.catalogue import CATALOGUE, Lever
 
 __all__ = ["Lever", "LEVERS", "lever_for"]
 
-DOCS = "docs/causes"
 
 _FINDING_LEVERS: dict[tuple[str, str], Lever] = {
     ("fp32_math", ""): Lever(
@@ -31,7 +30,7 @@ _FINDING_LEVERS: dict[tuple[str, str], Lever] = {
             "loss.backward()"
         ),
         verify="Re-profile: GEMM/conv kernels should carry tensor-core names (h884/1688/16816, xmma, wgmma), step time should fall; compare the loss curve against the FP32 run.",
-        docs=f"{DOCS}/underfilled.md",
+        docs="underfilled",
     ),
     ("fp32_math", "fp16_only"): Lever(
         title="Tensor cores unused: matrix math runs in FP32",
@@ -51,7 +50,7 @@ _FINDING_LEVERS: dict[tuple[str, str], Lever] = {
             "scaler.update()"
         ),
         verify="Re-profile: GEMM/conv kernels should carry tensor-core names (h884, s884, hmma), step time should fall; compare the loss curve against the FP32 run.",
-        docs=f"{DOCS}/underfilled.md",
+        docs="underfilled",
     ),
     ("small_grids", ""): Lever(
         title="Kernels too small to fill the device: the GPU reads busy while SMs sit idle",
@@ -70,7 +69,7 @@ _FINDING_LEVERS: dict[tuple[str, str], Lever] = {
             "saxpy<<<4 * sms, 256>>>(n, a, x, y);"
         ),
         verify="Re-profile: the report's est. SM efficiency should approach 100% and kernel time per sample fall (whyidle compare before after).",
-        docs=f"{DOCS}/underfilled.md",
+        docs="underfilled",
     ),
 }
 

@@ -25,7 +25,7 @@ class Fix(msgspec.Struct, frozen=True):
     code: str  # a short snippet
     verify: str  # how to check that it worked
     expected: str  # the expected effect, from the measured numbers
-    docs: str  # docs page
+    docs: str  # a cause page (group name, see whyidle.pages) or a section of the repository docs
 
 
 class Evidence(msgspec.Struct, frozen=True):

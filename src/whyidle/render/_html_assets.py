@@ -50,7 +50,7 @@ border-radius:8px;padding:8px 10px;font-size:12px;box-shadow:0 6px 20px rgba(0,0
 .wi .wi-tip-r b{margin-left:auto;padding-left:12px;font-weight:600;font-variant-numeric:tabular-nums}
 .wi .wi-finding{border:1px solid var(--line);border-left:5px solid var(--c,#888);border-radius:10px;padding:14px 16px;margin:0 0 14px}
 .wi .wi-finding h3{font-size:15px;margin:0 0 4px;font-weight:650}
-.wi .wi-chip{display:inline-block;font-size:11px;font-weight:600;padding:1px 8px;border-radius:10px;color:#fff;
+.wi .wi-chip{display:inline-block;font-size:11px;font-weight:600;padding:1px 8px;border-radius:10px;color:var(--ci,#fff);
 background:var(--c,#888);margin-right:6px;vertical-align:1px;white-space:nowrap}
 .wi .wi-stat{color:var(--muted);margin:0 0 8px}
 .wi .wi-finding h4{font-size:12px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);margin:10px 0 4px}
@@ -61,6 +61,12 @@ background:var(--c,#888);margin-right:6px;vertical-align:1px;white-space:nowrap}
 .wi .wi-fix{background:#f3f8f1;border-radius:8px;padding:10px 12px;margin:10px 0 0}
 .wi .wi-fix b{color:#2b7a2b}
 .wi .wi-verify{color:var(--muted);margin:6px 0 0}
+.wi .wi-docs{margin:8px 0 0}
+.wi .wi-docs summary{cursor:pointer;color:var(--accent);font-weight:600}
+.wi .wi-doc{border-left:3px solid var(--line);padding:2px 0 2px 12px;margin:6px 0 0;font-size:13px}
+.wi .wi-doc h5{font-size:13.5px;margin:12px 0 4px}
+.wi .wi-doc h6{font-size:13px;margin:10px 0 4px}
+.wi .wi-doc p{margin:6px 0}
 .wi table{border-collapse:collapse;width:100%;font-size:12.5px}
 .wi th,.wi td{text-align:left;padding:5px 8px;border-bottom:1px solid var(--line);vertical-align:top}
 .wi th{color:var(--muted);font-weight:600;white-space:nowrap;user-select:none}

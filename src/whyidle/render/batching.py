@@ -6,6 +6,7 @@ import html
 import json
 from typing import Any
 
+from whyidle.catalogue import GROUP_COLOURS
 from whyidle.tune.batching import BatchingResult, Candidate
 from whyidle.tune.instances import InstanceAdvice
 from whyidle.tune.latency import LatencyProfile
@@ -150,10 +151,9 @@ def serving_text(d: ServingDiagnosis) -> str:
 
 def serving_html(d: ServingDiagnosis) -> str:
     """One offline page: the causes as bars over the window, the text report, the data as JSON."""
-    colours = {"insufficient_demand": "#cc79a7", "underfilled": "#e69f00", "starvation": "#d55e00"}
     bars = "".join(
         f'<div style="margin:2px 0"><span style="display:inline-block;width:{max(c.share_of_window, 0.002) * 400:.0f}px;'
-        f'height:14px;background:{colours.get(c.group, "#999")}"></span> {html.escape(c.key)} {c.share_of_window:.0%}</div>'
+        f'height:14px;background:{GROUP_COLOURS.get(c.group, "#999")}"></span> {html.escape(c.key)} {c.share_of_window:.0%}</div>'
         for c in d.causes
     )
     data = html.escape(json.dumps(d.to_dict()))

@@ -28,8 +28,10 @@ from whyidle.analyses.strip import BUSY_CLASSES, activity_strip
 from whyidle.catalogue import BUSY, CATALOGUE, GROUP_COLOURS
 from whyidle.findings.labels import BUSY_LABELS, GROUP_LABELS, cause_label
 from whyidle.findings.model import Finding, GapRecord, Report
+from whyidle.pages import PAGES, explain_command, page_title
 from whyidle.render._html_assets import CSS, JS
 from whyidle.render import TITLE_GPU, busy_finding_stat, busy_idle_rows, counter_value, title
+from whyidle.render._markdown import page_html
 from whyidle.render._source import analyses_for
 from whyidle.timeline.model import Timeline
 from whyidle.units import format_ns
@@ -38,12 +40,31 @@ __all__ = ["render_html", "CAUSE_COLORS", "BUSY_COLORS", "DEFAULT_BINS"]
 
 DEFAULT_BINS = 1200  # about one bin per pixel of a laptop-wide strip
 
-# Colours come from the cause catalogue: warm hues for idle (one per group), cool ones for busy.
+# Colours come from the cause catalogue: a colour per cause, a hue family per group (see its
+# docstring and tests/test_palette.py); blues and green for busy work.
 CAUSE_COLORS: dict[str, str] = {e.key: e.colour for e in CATALOGUE}
 BUSY_COLORS: dict[str, str] = {k: colour for k, (_, colour) in BUSY.items()}
 GROUP_COLORS: dict[str, str] = dict(GROUP_COLOURS)
+_INK_DARK = "#1d2330"  # the page's text colour (--ink)
 
 _e = html.escape
+
+
+def _luminance(hex_colour: str) -> float:
+    """WCAG 2 relative luminance of an sRGB colour."""
+    lin = [(c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4) for c in (int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5))]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def _ink(background: str) -> str:
+    """The text colour (white or the page's ink) with the higher WCAG contrast on a chip of
+    ``background``: light causes (yellows, light greys) take dark text."""
+    y = _luminance(background)
+    return "#fff" if 1.05 / (y + 0.05) >= (y + 0.05) / (_luminance(_INK_DARK) + 0.05) else _INK_DARK
+
+
+def _chip_style(colour: str) -> str:
+    return f"--c:{colour};--ci:{_ink(colour)}"
 
 
 def _ms(ns: float | None) -> str:
@@ -287,10 +308,23 @@ def _finding(i: int, f: Finding, w0: int, window_ns: int) -> str:
     if f.prediction is not None:
         fix.append(f'<div class="wi-verify"><b>{_e(f.prediction.summary())}</b>. Assumed: {_e(f.prediction.assumption)}.</div>')
     fix.append(f'<div class="wi-verify"><b>Verify:</b> {_e(f.fix.verify)}</div>')
-    if f.fix.docs:
-        fix.append(f'<div class="wi-verify">Docs: <code>{_e(f.fix.docs)}</code></div>')
     body.append('<div class="wi-fix">' + "".join(fix) + "</div>")
-    return f'<div class="wi-finding" style="--c:{color}">' + "".join(body) + "</div>"
+    body.append(_docs(f))
+    return f'<div class="wi-finding" style="{_chip_style(color)}">' + "".join(body) + "</div>"
+
+
+def _docs(f: Finding) -> str:
+    """The finding's cause page, embedded (closed until clicked): the report works offline."""
+    if f.group not in PAGES:
+        return f'<div class="wi-verify">Docs: <code>{_e(f.fix.docs)}</code></div>' if f.fix.docs else ""
+    more = ""
+    if f.fix.docs and f.fix.docs not in PAGES:  # a finding about an input format: its section of whyidle's docs
+        more = f" More in whyidle's documentation: <code>{_e(f.fix.docs)}</code>."
+    return (
+        f'<details class="wi-docs"><summary>How whyidle finds this cause: {_e(page_title(f.group))}</summary>'
+        f'<div class="wi-doc">{page_html(f.group)}'
+        f'<p class="wi-verify">The same page in a terminal: <code>{_e(explain_command(f.group))}</code>.{more}</p></div></details>'
+    )
 
 
 def _findings(r: Report) -> str:
@@ -319,7 +353,7 @@ def _gap_row(i: int, g: GapRecord, w0: int) -> str:
         f'<td class="num" data-v="{g.start_ns - w0}">{(g.start_ns - w0) / 1e6:,.1f} ms</td>'
         f'<td class="num" data-v="{g.dur_ns}">{_e(_ms(g.dur_ns))}</td>'
         f'<td class="num" data-v="{g.device}">{g.device}</td>'
-        f'<td data-v="{_e(cause)}"><span class="wi-chip" style="--c:{color}">{_e(cause)}</span></td>'
+        f'<td data-v="{_e(cause)}"><span class="wi-chip" style="{_chip_style(color)}">{_e(cause)}</span></td>'
         + _cell(g.before)
         + _cell(g.during)
         + _cell(g.python_line)

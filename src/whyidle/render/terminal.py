@@ -17,6 +17,7 @@ from rich.text import Text
 from whyidle.findings.labels import cause_label
 from whyidle.findings.model import Finding, Report
 from whyidle.output import clean
+from whyidle.pages import PAGES, explain_command
 from whyidle.render import busy_finding_stat, busy_idle_rows, counter_value, title
 from whyidle.units import format_ns
 
@@ -108,6 +109,8 @@ def _finding_panel(i: int, f: Finding, window_ns: int) -> Panel:
         body.append(Text(f"  - {s}"))
     body.append(Text(f.fix.code, style="cyan"))
     body.append(Text(f"Verify: {f.fix.verify}", style="dim"))
+    if f.group in PAGES:
+        body.append(Text(f"Docs: {explain_command(f.group)} (how whyidle finds this cause, offline)", style="dim"))
     return Panel(Group(*body), title=Text(f"{i}. {f.group} / {f.cause}", style=style), title_align="left", expand=True)
 
 
