@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -169,6 +170,92 @@ def test_readme_quick_start_commands_run(tmp_path: Path, monkeypatch: pytest.Mon
         assert rc in (0, 1), argv  # 1: the CI gate line fails on this starved trace, as it should
     assert (tmp_path / "report.json").is_file()
     assert "gate failed: finding in group starvation" in capsys.readouterr().err
+
+
+def test_readme_sample_outputs_are_what_whyidle_prints(resnet0: Path, resnet4: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README shows the first lines of a diagnosis and of a comparison on the shared ResNet-50
+    traces: they are whyidle's output today, line for line."""
+    readme = _readme()
+    block = readme.split("On the TensorBoard plugin's own sample trace", 1)[1].split("```\n", 1)[1].split("```", 1)[0]
+    assert block.count("\n") >= 20
+    assert main(["diagnose", str(resnet0), "--width", "80"]) == 0
+    assert capsys.readouterr().out.startswith(block)
+    shown = readme.split("\n    Verdict:", 1)[1].split("\n\n", 2)
+    lines = ("Verdict:" + shown[0] + "\n\n" + shown[1]).splitlines()
+    assert len(lines) >= 5
+    assert main(["compare", str(resnet0), str(resnet4)]) == 0
+    out = capsys.readouterr().out
+    assert "\n".join(ln[4:] for ln in lines) in out
+
+
+def _readme_command_lines() -> list[str]:
+    """Every whyidle command line the README shows: in code blocks and inline."""
+    text = _readme()
+    lines = [ln.strip() for ln in text.splitlines() if ln.startswith("    ") and ln.strip().startswith("whyidle ")]
+    lines += re.findall(r"`(whyidle [^`]+)`", text)
+    lines += [part.strip() for ln in text.splitlines() for part in ln.split("&&")[1:] if part.strip().startswith("whyidle ")]
+    return lines
+
+
+def test_readme_command_lines_parse() -> None:
+    """Each command line of the README names a command and options that exist (parsed, not run)."""
+    import shlex
+
+    lines = _readme_command_lines()
+    assert len(lines) >= 25
+    parser = build_parser()
+    for line in lines:
+        argv = shlex.split(line, comments=True)[1:]
+        argv = [a.replace("CAUSE", "starvation") for a in argv]
+        if len(argv) == 1:  # a command named in prose
+            assert argv[0] in COMMANDS, line
+            continue
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse's error exit
+            raise AssertionError(f"README: {line!r} does not parse") from exc
+        assert args.command, line
+
+
+def test_readme_names_exist() -> None:
+    """Every whyidle.NAME(...) called in the README and docs/capture.md is public API."""
+    text = _readme() + (ROOT / "docs" / "capture.md").read_text()
+    names = set(re.findall(r"\bwhyidle\.([A-Za-z_]\w*)\(", text))
+    assert {"track", "diagnose", "schedule", "handler", "sync_finder", "LightningCallback", "HFCallback"} <= names
+    for name in names:
+        assert name in whyidle.__all__, name
+        try:
+            assert callable(getattr(whyidle, name)), name
+        except whyidle.MissingExtraError:  # a trainer callback without its library
+            assert name in ("LightningCallback", "HFCallback")
+
+
+class _Tensor:
+    """Stands in for a CPU tensor in the README loop, whose .cuda() needs a GPU."""
+
+    def cuda(self, non_blocking: bool = False) -> "_Tensor":
+        return self
+
+
+def test_readme_training_loop_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    section = _readme().split("## In your training loop", 1)[1]
+    code = textwrap.dedent(section.split("\n\n", 2)[1])
+    assert code.startswith("tracker = whyidle.track(loader)") and "print(tracker.report())" in code
+    seen = []
+    env = {"whyidle": whyidle, "loader": [(_Tensor(), _Tensor()) for _ in range(6)], "train_step": lambda x, y: seen.append(x)}
+    exec(compile(code, "README.md", "exec"), env)
+    assert len(seen) == 6
+    assert capsys.readouterr().out.startswith("whyidle: why is this loop waiting?")
+
+
+def test_demo_hint_runs_as_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo's 'In your own loop' hint defines everything it uses but the loader and the step."""
+    from whyidle.commands.demo import OWN_LOOP
+
+    seen = []
+    env = {"whyidle": whyidle, "loader": [[1.0] * 4 for _ in range(5)], "train_step": seen.append}
+    exec(compile(OWN_LOOP, "demo", "exec"), env)
+    assert len(seen) == 5 and capsys.readouterr().out.startswith("whyidle: why is this loop waiting?")
 
 
 # -- installing -----------------------------------------------------------------------------
