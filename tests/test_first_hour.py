@@ -258,6 +258,20 @@ def test_demo_hint_runs_as_printed(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(seen) == 5 and capsys.readouterr().out.startswith("whyidle: why is this loop waiting?")
 
 
+def test_readme_says_what_the_suite_needs_and_a_missing_trace_skips_by_name() -> None:
+    setup = _readme().split("## Set-up", 1)[1].split("\n## ", 1)[0]
+    assert "../shared/traces/" in setup and "skip" in setup and "tests/data/" in setup
+    from conftest import shared_trace
+
+    with pytest.raises(pytest.skip.Exception, match="real trace kineto/not_there.json.gz not available"):
+        shared_trace("kineto/not_there.json.gz")
+
+
+def test_trainer_callbacks_are_documented_where_users_look() -> None:
+    for doc in (_readme(), (ROOT / "docs" / "capture.md").read_text()):
+        assert "whyidle.LightningCallback(" in doc and "whyidle.HFCallback(" in doc
+
+
 # -- installing -----------------------------------------------------------------------------
 
 

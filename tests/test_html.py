@@ -454,6 +454,10 @@ def test_multi_rank_report_in_a_real_browser(browser, tmp_path: Path, capsys: py
     assert _console_errors(browser) == []
     rows = browser.find_elements(By.CSS_SELECTOR, "table.wi-ranks tbody tr")
     assert len(rows) == 8
+    heads = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "table.wi-ranks th")]
+    assert heads[5:8] == ["comm exposed", "comm hidden", "waiting for the slowest"]
+    comm = {c.rank: c for c in m.cross_rank.comm}
+    from whyidle.render.html import _ms
     for e, row in zip(m.ranks, rows):
         assert e.report is not None
         cells = row.find_elements(By.TAG_NAME, "td")
@@ -461,6 +465,10 @@ def test_multi_rank_report_in_a_real_browser(browser, tmp_path: Path, capsys: py
         bar = cells[1].find_elements(By.CSS_SELECTOR, ".wi-rankbar span")
         assert len(bar) == 1 + sum(1 for ns in e.report.idle_by_cause_ns.values() if ns > 0)  # busy, then each cause
         assert bar[0].is_displayed() and cells[1].size["width"] >= 360
+        # communication: exposed vs hidden behind compute, and the wait for the slowest rank
+        c = comm[e.rank]
+        assert [x.text for x in cells[5:8]] == [_ms(c.exposed_ns), _ms(c.hidden_ns), _ms(c.waiting_ns)]
+    assert sum(c.exposed_ns for c in comm.values()) > 0 and sum(c.hidden_ns for c in comm.values()) > 0
     # the stragglers, as the analysis names them
     text = browser.find_element(By.TAG_NAME, "body").text
     for s in m.cross_rank.stragglers:
