@@ -32,7 +32,7 @@ class Rule:
     name: str
     description: str
     needs: tuple[str, ...]  # keys of NEEDS
-    docs: str
+    docs: str  # a cause page (whyidle.pages: a group name) or a path under the repository's docs/
     apply: Callable[[Analyses, Config], Outcome]
 
 
@@ -70,10 +70,10 @@ RULES: tuple[Rule, ...] = (
         "docs/causes/",
         idle_cause_findings,
     ),
-    Rule("fp32_math", "GEMM/convolution kernel time in FP32 without tensor cores", ("device_activity", "warm"), "docs/causes/underfilled.md", fp32_findings),
-    Rule("nsys_api", "CUDA API patterns only an Nsight capture shows (pageable and synchronous copies, blocking calls)", ("nsys", "device_activity", "gaps"), "docs/causes/", _nsys_api),
-    Rule("small_grids", "kernels whose grids leave most SMs idle", ("device_activity",), "docs/causes/underfilled.md", _small_grids),
-    Rule("exposed_h2d_copy", "host-to-device copies with no kernel running", ("device_activity",), "docs/causes/starvation.md", _exposed_copies),
+    Rule("fp32_math", "GEMM/convolution kernel time in FP32 without tensor cores", ("device_activity", "warm"), "underfilled", fp32_findings),
+    Rule("nsys_api", "CUDA API patterns only an Nsight capture shows (pageable and synchronous copies, blocking calls)", ("nsys", "device_activity", "gaps"), "docs/inputs.md#nsight-systems", _nsys_api),
+    Rule("small_grids", "kernels whose grids leave most SMs idle", ("device_activity",), "underfilled", _small_grids),
+    Rule("exposed_h2d_copy", "host-to-device copies with no kernel running", ("device_activity",), "starvation", _exposed_copies),
 )
 
 
