@@ -122,3 +122,17 @@ def test_a_wheel_ships_the_pages(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stderr.startswith(str(site)) and out.stdout == page_text("underfilled")
+
+
+def test_a_findings_other_docs_are_named_and_old_paths_are_not(starved: Path) -> None:
+    """A finding about an input format (Nsight, counter logs) also names its section of whyidle's
+    docs; a report saved before the pages shipped (docs/causes/...) gets the page, not the dead path."""
+    import msgspec
+
+    from whyidle.render.html import _docs
+
+    f = whyidle.diagnose(starved).findings[0]
+    nsys = msgspec.structs.replace(f, fix=msgspec.structs.replace(f.fix, docs="docs/inputs.md#nsight-systems"))
+    assert "More in whyidle's documentation: <code>docs/inputs.md#nsight-systems</code>" in _docs(nsys)
+    old = msgspec.structs.replace(f, fix=msgspec.structs.replace(f.fix, docs="docs/causes/starvation.md"))
+    assert "docs/causes" not in _docs(old) and page_html(f.group) in _docs(old)

@@ -318,7 +318,9 @@ def _docs(f: Finding) -> str:
     if f.group not in PAGES:
         return f'<div class="wi-verify">Docs: <code>{_e(f.fix.docs)}</code></div>' if f.fix.docs else ""
     more = ""
-    if f.fix.docs and f.fix.docs not in PAGES:  # a finding about an input format: its section of whyidle's docs
+    # a finding about an input format: its section of whyidle's docs (a report saved before the
+    # pages shipped names docs/causes/...: the page below is that page)
+    if f.fix.docs and f.fix.docs not in PAGES and not f.fix.docs.startswith("docs/causes/"):
         more = f" More in whyidle's documentation: <code>{_e(f.fix.docs)}</code>."
     return (
         f'<details class="wi-docs"><summary>How whyidle finds this cause: {_e(page_title(f.group))}</summary>'
