@@ -80,13 +80,16 @@ def run_family(family: str, n: int, seed: int, budget_s: float, work: Path, keep
             counts["inputs"] += 1
             try:
                 if family == "report":
-                    from whyidle.commands.compare import load_side, render_text
                     from whyidle.config import Config
-                    from whyidle.tune.compare import compare_reports
+                    from whyidle.render.comparison import render_text
+                    from whyidle.render.perfetto import render_perfetto
+                    from whyidle.tune.compare import compare_reports, read_side
 
-                    a, _ = load_side(str(p), Config())
-                    b, _ = load_side(str(good), Config())
-                    render_text(compare_reports(a, b, None, None, limit=10))
+                    a = read_side(str(p), Config())
+                    b = read_side(str(good), Config())
+                    render_text(compare_reports(a, b, limit=10))
+                    if a.gap_columns is not None and a.activity is not None:
+                        render_perfetto(a)  # a loaded report draws every gap from its own columns
                 else:
                     whyidle.diagnose(p)
                 counts["reports"] += 1

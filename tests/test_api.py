@@ -13,11 +13,14 @@ SRC = Path(whyidle.__file__).parent
 
 
 def test_public_api_is_pinned() -> None:
-    assert set(whyidle.__all__) >= {
-        "__version__", "Config", "Evidence", "Finding", "Fix", "GapRecord", "InputError", "Kind", "Lane",
-        "MissingExtraError", "Report", "Skipped", "Timeline", "TraceFormatError", "UnsupportedInputError",
-        "UsageError", "WhyidleError", "diagnose", "load",
-    }
+    assert sorted(whyidle.__all__) == sorted([
+        "__version__", "Comparison", "Config", "Diagnosis", "Evidence", "Finding", "Fix", "GapRecord", "HFCallback",
+        "InputError", "Kind", "Lane", "LightningCallback", "MissingExtraError", "OutputError", "Report", "Skipped",
+        "Timeline", "TraceFormatError", "Trial", "TrialResult", "UnsupportedInputError", "UsageError", "WhyidleError",
+        "Workload", "annotate", "compare", "diagnose", "handler", "load", "load_report", "load_requests",
+        "profile_latency", "profile_steps", "schedule", "sync_finder", "track", "tune_batching",
+    ])  # fmt: skip
+    assert whyidle.Report is whyidle.Diagnosis
     for name in whyidle.__all__:
         try:
             assert hasattr(whyidle, name), name
@@ -67,4 +70,4 @@ def test_import_whyidle_is_light_and_its_names_resolve_on_use() -> None:
         "whyidle.load is whyidle.sources.load, whyidle.Report.__name__)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == "True True True True Report"
+    assert out == "True True True True Diagnosis"

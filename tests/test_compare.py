@@ -84,10 +84,11 @@ def test_saved_reports_compare_like_their_traces(resnet0: Path, resnet4: Path, t
     mixed = json.loads(capsys.readouterr().out)
     (b, nb), (a, na) = _side(resnet0), _side(resnet4)
     from_traces = compare_reports(b, a, nb, na).to_dict()
-    for d in (from_reports, mixed):
+    for d in (from_reports, mixed):  # a saved report holds the per-name times: nothing is lost
         assert d["verdict"] == from_traces["verdict"]
         assert d["idle_by_cause_ns"] == from_traces["idle_by_cause_ns"]
-        assert d["kernels"] == [] and "need both traces" in d["names_note"]
+        assert d["kernels"] == from_traces["kernels"] != [] and d["ops"] == from_traces["ops"] and d["names_note"] == ""
+    assert whyidle.compare(rb, ra).to_dict() == from_traces  # the public API, from either
 
 
 # -- saved reports ---------------------------------------------------------------------------------
@@ -133,6 +134,27 @@ def test_bad_saved_reports_fail_clearly(tmp_path: Path) -> None:
     with pytest.raises(whyidle.TraceFormatError, match="missing or malformed field"):
         load_report(p)
     assert main(["compare", str(p), str(p)]) == 2
+    good = json.loads(whyidle.diagnose(write_trace(training_trace("starvation"), tmp_path / "t.json")).render("json"))
+    breakages = [
+        ("start_ns", lambda g: g["start_ns"].pop(), "has 309 values, expected 310"),
+        ("next_work", lambda g: g["next_work"].__setitem__(0, 10**6), "points past the string table"),
+        ("thread", lambda g: g["thread"].__setitem__(0, 99), "points past the lanes"),
+        ("causes_ns", lambda g: g["causes_ns"].__setitem__("starvation/teleport", [0] * 310), "does not know"),
+        ("end_ns", lambda g: g["end_ns"].__setitem__(0, "x"), "not a list of integers"),
+        ("host_end_ns", lambda g: g["host_end_ns"].__setitem__(0, 2**62), "out of range"),
+    ]
+    assert good["gap_columns"]["count"] == 310
+    for _key, breaks, message in breakages:
+        d = json.loads(json.dumps(good))
+        breaks(d["gap_columns"])
+        p.write_text(json.dumps(d))
+        with pytest.raises(whyidle.TraceFormatError, match=message):
+            load_report(p)
+    d = json.loads(json.dumps(good))
+    d["activity"][0]["compute"]["end_ns"][0] = d["activity"][0]["compute"]["start_ns"][0]
+    p.write_text(json.dumps(d))
+    with pytest.raises(whyidle.TraceFormatError, match="sorted list of disjoint intervals"):
+        load_report(p)
 
 
 # -- exact comparisons on timelines built in code -------------------------------------------------
@@ -165,9 +187,12 @@ def test_exact_per_step_deltas_and_verdict() -> None:
     (k,) = c.kernels
     assert (k.name, k.before_ns, k.after_ns) == ("gemm", 395 * US, 895 * US)
     assert c.step_time_ns.delta == 0 and c.regression == pytest.approx(0.0)
-    removed = compare_reports(b, _side(_loader_job(0.001))[0])
+    import msgspec
+
+    old = msgspec.structs.replace(_side(_loader_job(0.001))[0], name_times=None)  # as saved before name_times
+    removed = compare_reports(b, old)
     assert removed.verdict.startswith("input starvation removed: \u2212")
-    assert "need both traces" in removed.names_note
+    assert "per-name times from both runs" in removed.names_note and removed.kernels == ()
 
 
 def test_no_change_verdict() -> None:

@@ -42,4 +42,4 @@ def test_unreachable_scheduler_is_a_usage_error() -> None:
     from whyidle.errors import UsageError
 
     with pytest.raises(UsageError, match="cannot reach the Dask scheduler"):
-        map_dask(["x.json"], Config(), scheduler="tcp://127.0.0.1:1", connect_timeout_s=1.0)
+        map_dask(len, ["x.json"], Config(), scheduler="tcp://127.0.0.1:1", connect_timeout_s=1.0)

@@ -9,12 +9,12 @@ import textwrap
 
 import pytest
 
-from whyidle.capture import _torch
+from whyidle.commands import demo
 from whyidle.cli import main
 
 
 def test_demo_without_torch_uses_the_labelled_synthetic_example(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(_torch, "torch_available", lambda: False)
+    monkeypatch.setattr(demo, "torch_available", lambda: False)
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert "SYNTHETIC" in out and "NOT recorded on a GPU" in out

@@ -1,8 +1,10 @@
-"""The Perfetto / chrome://tracing export: the original trace plus a whyidle track.
+"""The Perfetto / chrome://tracing exports: the original trace plus a whyidle track (annotate), and
+a trace drawn from the diagnosis alone (render_perfetto).
 
-Checks that the output is valid Chrome trace JSON holding every original event, one B/E slice
-per gap named by its cause with the evidence in its arguments, flow arrows that land inside the
-CPU op they name, and that whyidle reads the annotated trace to the same diagnosis.
+Checks that the annotated output is valid Chrome trace JSON holding every original event, one B/E
+slice per gap named by its cause with the evidence in its arguments, flow arrows that land inside
+the CPU op they name, and that whyidle reads the annotated trace to the same diagnosis; and that
+the diagnosis alone, its input deleted or saved as JSON and loaded back, still draws every gap.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from whyidle.pipeline import analyse
 from whyidle.findings.labels import cause_label
 from whyidle.lab.synthetic import training_trace, write_trace
 from whyidle.render.json import report_to_dict
-from whyidle.render.perfetto import FLOW_CATEGORY, GAP_CATEGORY, render_perfetto
+from whyidle.render.perfetto import FLOW_CATEGORY, GAP_CATEGORY, annotate, render_perfetto
 
 
 def _same_diagnosis(a: whyidle.Report, b: whyidle.Report) -> None:
@@ -34,7 +36,7 @@ def _same_diagnosis(a: whyidle.Report, b: whyidle.Report) -> None:
 def _export(trace: Path, tmp_path: Path, name: str = "annotated.json") -> tuple[whyidle.Report, dict[str, Any], Path]:
     r = whyidle.diagnose(trace)
     out = tmp_path / name
-    out.write_bytes(render_perfetto(r, gzip=name.endswith(".gz")))
+    out.write_bytes(annotate(trace, r, gzip=name.endswith(".gz")))
     raw = out.read_bytes()
     doc = json.loads(gzip.decompress(raw) if name.endswith(".gz") else raw)
     return r, doc, out
@@ -106,7 +108,7 @@ def test_annotated_trace_round_trips_through_whyidle(tmp_path: Path) -> None:
     assert len(whyidle.load(out)) == len(whyidle.load(trace))
     _same_diagnosis(r, whyidle.diagnose(out))
     # ... and exporting the annotated trace again adds a second track, not a corrupted one.
-    again = json.loads(render_perfetto(whyidle.diagnose(out)))
+    again = json.loads(annotate(out, whyidle.diagnose(out)))
     assert len(_by(again["traceEvents"], "B", GAP_CATEGORY)) == 2 * r.gap_count
 
 
@@ -116,21 +118,76 @@ def test_base_time_and_bare_list_traces(tmp_path: Path) -> None:
     doc["baseTimeNanoseconds"] = base_ns
     with_base = write_trace(doc, tmp_path / "base.pt.trace.json")
     r = whyidle.diagnose(with_base)
-    out = json.loads(render_perfetto(r))
+    out = json.loads(annotate(with_base, r))
     first = min(_by(out["traceEvents"], "B", GAP_CATEGORY), key=lambda e: e["ts"])
     assert first["ts"] == round((first["args"]["start_ns"] - base_ns) / 1000)
     assert first["args"]["start_ns"] > base_ns
     bare = write_trace(training_trace("starvation")["traceEvents"], tmp_path / "bare.json")
-    out2 = json.loads(render_perfetto(whyidle.diagnose(bare)))
+    out2 = json.loads(annotate(bare, whyidle.diagnose(bare)))
     assert isinstance(out2, list) and _by(out2, "B", GAP_CATEGORY)
 
 
-def test_export_needs_the_original_trace(tmp_path: Path) -> None:
+def test_annotating_needs_the_original_trace(tmp_path: Path) -> None:
     trace = write_trace(training_trace("starvation"), tmp_path / "s.pt.trace.json")
     r = whyidle.diagnose(trace)
     trace.unlink()
     with pytest.raises(whyidle.InputError, match="needs the original trace"):
-        render_perfetto(r)
+        annotate(trace, r)
+
+
+def _gap_slices(doc: dict[str, Any]) -> list[tuple[int, str, int, int]]:
+    """(GPU, cause, start_ns, idle_ns) of every gap slice of a trace, sorted."""
+    return sorted((b["tid"], b["args"]["cause"], b["args"]["start_ns"], b["args"]["idle_ns"]) for b in _by(doc["traceEvents"], "B", GAP_CATEGORY))
+
+
+def test_diagnosis_alone_draws_every_gap_after_the_input_is_gone(resnet0: Path, tmp_path: Path) -> None:
+    """The done-when test of the lossless Diagnosis: diagnose a real trace, delete the input,
+    and the Perfetto and HTML outputs still carry every gap, as the annotated trace did."""
+    import shutil
+
+    from whyidle.render.html import render_html
+
+    copy = tmp_path / resnet0.name
+    shutil.copyfile(resnet0, copy)
+    r = whyidle.diagnose(copy)
+    annotated = json.loads(annotate(copy, r))
+    html_before = render_html(r)
+    copy.unlink()
+    drawn = json.loads(render_perfetto(r))
+    assert len(_by(drawn["traceEvents"], "B", GAP_CATEGORY)) == r.gap_count == 8286
+    assert _gap_slices(drawn) == _gap_slices(annotated)
+    # the arguments of each gap slice are the annotated trace's, field for field
+    assert _gap_args(drawn) == _gap_args(annotated)
+    assert render_html(r) == html_before  # the HTML never needed the file
+    # busy time: the GPU's compute slices add up to the utilisation's compute time
+    busy = [e for e in drawn["traceEvents"] if e.get("cat") == "whyidle_busy" and e["name"] == "compute"]
+    assert abs(sum(e["dur"] for e in busy) * 1000 - r.utilization.compute_ns) <= len(busy)
+    steps = [e for e in drawn["traceEvents"] if e.get("pid") == 8_999_999 and e["ph"] == "X"]
+    assert [e["name"] for e in steps] == [f"step {n}" for n in r.window.steps]
+    # every flow arrow lands inside a CPU op slice of the thread it names
+    ops = [e for e in drawn["traceEvents"] if e.get("cat") == "cpu_op"]
+    finishes = _by(drawn["traceEvents"], "f", FLOW_CATEGORY)
+    assert finishes and all(any((o["pid"], o["tid"]) == (f["pid"], f["tid"]) and o["ts"] <= f["ts"] <= o["ts"] + o["dur"] for o in ops) for f in finishes)
+
+
+def _gap_args(doc: dict[str, Any]) -> list[str]:
+    return sorted(json.dumps(b["args"], sort_keys=True) for b in _by(doc["traceEvents"], "B", GAP_CATEGORY))
+
+
+def test_saved_report_draws_the_same_trace(tmp_path: Path) -> None:
+    """A JSON report saved and loaded back draws the same Perfetto trace and HTML page."""
+    from whyidle.render.html import render_html
+
+    trace = write_trace(training_trace("starvation"), tmp_path / "s.pt.trace.json")
+    r = whyidle.diagnose(trace)
+    saved = tmp_path / "r.json"
+    r.save(saved)
+    trace.unlink()
+    back = whyidle.load_report(saved)
+    assert isinstance(back, whyidle.Diagnosis)
+    assert render_perfetto(back) == render_perfetto(r)
+    assert render_html(back) == render_html(r)
+    assert back.render("json") == r.render("json") and str(back) == str(r)
 
 
 def test_cli_suffixes(tmp_path: Path) -> None:
@@ -174,21 +231,24 @@ def test_every_small_shared_trace_round_trips(path: Path, tmp_path: Path) -> Non
     except whyidle.WhyidleError:
         pytest.skip("whyidle does not diagnose this trace (tested in test_real_traces.py)")
     out = tmp_path / "annotated.json"
-    out.write_bytes(render_perfetto(r, tl))
+    out.write_bytes(annotate(path, r))
     doc = json.loads(out.read_bytes())
     events = doc if isinstance(doc, list) else doc["traceEvents"]
     assert len(_by(events, "B", GAP_CATEGORY)) == r.gap_count
     _same_diagnosis(r, whyidle.diagnose(out))
 
 
-def test_export_refuses_other_formats(tmp_path: Path) -> None:
+def test_export_refuses_inputs_without_events(tmp_path: Path) -> None:
     from msgspec.structs import replace
 
+    log = Path(__file__).parent / "data" / "h200" / "watch_bursty_matmul.counters.csv"
+    with pytest.raises(whyidle.UnsupportedInputError, match="use -o report.html"):
+        render_perfetto(whyidle.diagnose(log))
     trace = write_trace(training_trace("starvation"), tmp_path / "s.pt.trace.json")
     r = whyidle.diagnose(trace)
     other = replace(r, source=replace(r.source, format="nvidia-smi dmon"))
-    with pytest.raises(whyidle.UnsupportedInputError, match="use -o report.html"):
-        render_perfetto(other)
+    with pytest.raises(whyidle.UnsupportedInputError, match="annotate"):
+        annotate(trace, other)
 
 
 def test_run_folder_exports_one_annotated_trace_per_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -220,7 +280,7 @@ def test_nsys_capture_exports_a_trace_built_from_its_timeline(tmp_path: Path) ->
     db = standard_db(tmp_path / "run.sqlite", "2024.6.2.25")  # the scenario of tests/test_nsys.py
     r = whyidle.diagnose(db)
     tl = whyidle.load(db)
-    doc = json.loads(render_perfetto(r))
+    doc = json.loads(annotate(tl, r))
     events = doc["traceEvents"]
     complete = [e for e in events if e["ph"] == "X"]
     assert len(complete) == len(tl)  # every event of the capture, once

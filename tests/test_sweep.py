@@ -15,7 +15,7 @@ import pytest
 
 from whyidle.cli import main
 from whyidle.config import SweepConfig
-from whyidle.render.sweep import SWEEP_SCHEMA, render_sweep_html, render_sweep_json, render_sweep_terminal, series_of
+from whyidle.tune.sweep_report import SWEEP_SCHEMA, render_sweep_html, render_sweep_json, render_sweep_terminal, series_of
 from whyidle.tune.cache import CachedRunner
 from whyidle.tune.child import Request, is_oom
 from whyidle.tune.fakes import FakeClock, FakeLauncher, FakeRunner

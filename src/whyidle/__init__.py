@@ -2,9 +2,13 @@
 
 Public API (everything else is internal)::
 
-    report = whyidle.diagnose("trace.json.gz")     # -> Report
+    d = whyidle.diagnose("trace.json.gz")          # -> Diagnosis (Report is the same class)
     timeline = whyidle.load("trace.json.gz")       # -> Timeline
-    report = whyidle.diagnose(timeline, skip_first_steps=1)
+    d = whyidle.diagnose(timeline, skip_first_steps=1)
+    print(d); d.save("report.html")                # any format: .txt .json .html .json.gz .png .svg
+    d = whyidle.load_report("report.json")         # a saved JSON report: the same Diagnosis
+    c = whyidle.compare("before.json", "after.pt.trace.json.gz")   # traces, reports or diagnoses
+    trace = whyidle.annotate("trace.json.gz", d)   # the original trace plus the whyidle track (bytes)
 
 Live capture (needs torch; imported only when one of these is first used)::
 
@@ -51,12 +55,14 @@ if TYPE_CHECKING:
     from whyidle.tune.latency import profile_latency
     from whyidle.config import Config
     from whyidle.pipeline import diagnose
+    from whyidle.diagnosis import Diagnosis, Report, load_report
+    from whyidle.render.perfetto import annotate
+    from whyidle.tune.compare import Comparison, compare
     from whyidle.findings.model import (
         Evidence,
         Finding,
         Fix,
         GapRecord,
-        Report,
         Skipped,
     )
     from whyidle.sources import load
@@ -65,7 +71,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "__version__",
+    "annotate",
+    "compare",
+    "Comparison",
     "Config",
+    "Diagnosis",
     "Evidence",
     "Finding",
     "Fix",
@@ -90,6 +100,7 @@ __all__ = [
     "diagnose",
     "handler",
     "load",
+    "load_report",
     "profile_steps",
     "profile_latency",
     "load_requests",
@@ -108,7 +119,12 @@ _LAZY = {
     "Finding": "whyidle.findings.model",
     "Fix": "whyidle.findings.model",
     "GapRecord": "whyidle.findings.model",
-    "Report": "whyidle.findings.model",
+    "Report": "whyidle.diagnosis",
+    "Diagnosis": "whyidle.diagnosis",
+    "load_report": "whyidle.diagnosis",
+    "annotate": "whyidle.render.perfetto",
+    "compare": "whyidle.tune.compare",
+    "Comparison": "whyidle.tune.compare",
     "Skipped": "whyidle.findings.model",
     "load": "whyidle.sources",
     "Kind": "whyidle.timeline",

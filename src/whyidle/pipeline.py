@@ -1,4 +1,4 @@
-"""The pipeline: source -> Timeline -> analyses -> findings -> Report.
+"""The pipeline: source -> Timeline -> analyses -> findings -> Diagnosis.
 
 ``diagnose(path_or_timeline)`` is the whole of ``whyidle diagnose`` without the rendering.
 """
@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
+import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from whyidle.analyses import causes as C
-from whyidle.analyses.context import ThreadIndex, gap_context
+from whyidle.analyses.context import GapContext, ThreadIndex, brief_context, explaining_ops, gap_context
 from whyidle.analyses.gaps import find_gaps
 from whyidle.analyses.kernels import kernel_stats
 from whyidle.analyses.links import link_launches
@@ -19,10 +21,14 @@ from whyidle.analyses.quality import assess_quality
 from whyidle.analyses.utilization import measure_utilization
 from whyidle.analyses.window import select_window
 from whyidle.config import Config
-from whyidle.findings.model import rank_key, GapRecord, Report, SourceInfo, WindowInfo
+from whyidle.analyses.names import name_times
+from whyidle.analyses.strip import device_activity
+from whyidle.diagnosis import Diagnosis, as_diagnosis
+from whyidle.findings.model import rank_key, GapColumns, GapRecord, SourceInfo, WindowInfo
 from whyidle.findings.predict import attach_predictions
 from whyidle.findings.registry import apply_rules
 from whyidle.findings.rules import Analyses, capture_advice
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Timeline
 
 __all__ = ["diagnose", "analyse"]
@@ -37,45 +43,104 @@ def analyse(tl: Timeline, cfg: Config | None = None) -> Analyses:
     util = measure_utilization(tl, links, window, gaps, cfg)
     kern = kernel_stats(tl, links, window, cfg)
     quality = assess_quality(tl, links, window, gaps, cfg)
-    return Analyses(tl, window, gaps, util, kern, quality, ThreadIndex(tl))
+    return Analyses(tl, window, gaps, util, kern, quality, ThreadIndex(tl), links)
 
 
-def _gap_records(a: Analyses, cfg: Config) -> tuple[GapRecord, ...]:
+class _Strings:
+    """A string table built as names are added: name -> index."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def add(self, name: str) -> int:
+        return self.index.setdefault(name, len(self.index))
+
+    def table(self) -> tuple[str, ...]:
+        return tuple(self.index)
+
+
+def _gap_tables(a: Analyses, cfg: Config) -> tuple[GapColumns, tuple[GapRecord, ...]]:
+    """Every gap as columns, and the largest ones as records with their full CPU context.
+
+    The context is looked up once for the ``max(context_gaps, report_top_gaps)`` largest gaps
+    (largest first, stable on ties): the columns keep its op before, Python line and open
+    runtime call, the records all of it."""
+    g, tl = a.gaps, a.tl
+    n = len(g)
+    strings = _Strings()
+    i64 = np.int64
+    names = np.full(len(tl.strings), -1, dtype=i64)  # timeline string -> table index, on demand
+
+    def name_col(rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        out = np.full(rows.size, -1, dtype=i64)
+        ok = rows >= 0
+        for k in unique_sorted(tl.name[rows[ok]].astype(i64)) if ok.any() else ():
+            names[k] = strings.add(tl.strings[int(k)])
+        out[ok] = names[tl.name[rows[ok]]]
+        return out
+
+    next_work = name_col(g.next_row)
+    ops = explaining_ops(tl, g, a.index)
+    op = name_col(ops)
+    op_start = np.where(ops >= 0, tl.start_ns[np.maximum(ops, 0)], 0).astype(i64) if n else np.zeros(0, dtype=i64)
+    op_end = np.where(ops >= 0, tl.end_ns[np.maximum(ops, 0)], 0).astype(i64) if n else np.zeros(0, dtype=i64)
+    before, line, runtime = (np.full(n, -1, dtype=i64) for _ in range(3))
+    order = np.argsort(-g.dur_ns, kind="stable")[: max(cfg.context_gaps, cfg.report_top_gaps)]
+    records = []
+    for rank, i in enumerate(order.tolist()):
+        if rank < cfg.report_top_gaps:
+            ctx = gap_context(tl, g, i, a.index)
+            records.append(_gap_record(a, i, ctx, next_work, strings))
+            brief = (ctx.before, ctx.python_line, ctx.runtime_call)
+        else:
+            brief = brief_context(tl, g, i, a.index)
+        if rank < cfg.context_gaps:
+            before[i], line[i], runtime[i] = (strings.add(x) for x in brief)
+    columns = GapColumns(
+        start_ns=g.start_ns,
+        end_ns=g.end_ns,
+        device=g.device,
+        causes_ns=g.slices,
+        drained_by_sync=g.drained_by_sync,
+        host_end_ns=g.host_end_ns,
+        thread=g.thread_lane,
+        next_work=next_work,
+        op=op,
+        op_start_ns=op_start,
+        op_end_ns=op_end,
+        before=before,
+        python_line=line,
+        runtime_call=runtime,
+        strings=strings.table(),
+    )
+    return columns, tuple(records)
+
+
+def _gap_record(a: Analyses, i: int, ctx: GapContext, next_work: npt.NDArray[np.int64], strings: _Strings) -> GapRecord:
     g = a.gaps
-    if len(g) == 0:
-        return ()
-    order = np.argsort(-g.dur_ns, kind="stable")[: cfg.report_top_gaps]
-    out = []
-    for i in order:
-        i = int(i)
-        parts = [(C.CAUSES[c].key, int(ns)) for c, ns in enumerate(g.slices[i]) if ns > 0]
-        parts.sort(key=lambda kv: -kv[1])
-        primary = C.CAUSES[int(np.argmax(g.slices[i]))]
-        ctx = gap_context(a.tl, g, i, a.index)
-        nxt = a.tl.name_of(int(g.next_row[i])) if g.next_row[i] >= 0 else ""
-        out.append(
-            GapRecord(
-                start_ns=int(g.start_ns[i]),
-                end_ns=int(g.end_ns[i]),
-                device=int(g.device[i]),
-                group=primary.group,
-                cause=primary.cause,
-                causes_ns=tuple(parts),
-                next_work=nxt,
-                thread=ctx.thread,
-                before=ctx.before,
-                during=ctx.during,
-                outermost=ctx.outermost,
-                innermost=ctx.innermost,
-                runtime_call=ctx.runtime_call,
-                python_line=ctx.python_line,
-                drained_by_sync=bool(g.drained_by_sync[i]),
-            )
-        )
-    return tuple(out)
+    parts = [(C.CAUSES[c].key, int(ns)) for c, ns in enumerate(g.slices[i]) if ns > 0]
+    parts.sort(key=lambda kv: -kv[1])
+    primary = C.CAUSES[int(np.argmax(g.slices[i]))]
+    return GapRecord(
+        start_ns=int(g.start_ns[i]),
+        end_ns=int(g.end_ns[i]),
+        device=int(g.device[i]),
+        group=primary.group,
+        cause=primary.cause,
+        causes_ns=tuple(parts),
+        next_work=a.tl.name_of(int(g.next_row[i])) if g.next_row[i] >= 0 else "",
+        thread=ctx.thread,
+        before=ctx.before,
+        during=ctx.during,
+        outermost=ctx.outermost,
+        innermost=ctx.innermost,
+        runtime_call=ctx.runtime_call,
+        python_line=ctx.python_line,
+        drained_by_sync=bool(g.drained_by_sync[i]),
+    )
 
 
-def report_from(a: Analyses, cfg: Config) -> Report:
+def report_from(a: Analyses, cfg: Config) -> Diagnosis:
     findings, skipped = apply_rules(a, cfg)
     findings = tuple(sorted(findings, key=rank_key))
     findings, path = attach_predictions(a.tl, a.window, findings, a.utilization.batch_size, cfg)
@@ -83,7 +148,8 @@ def report_from(a: Analyses, cfg: Config) -> Report:
     totals = a.gaps.total_by_cause()
     idle_by_cause = {c.key: int(totals[i]) for i, c in enumerate(C.CAUSES)}
     devices = tuple(str(d.get("name", "")) for d in tl.meta.devices)
-    return Report(
+    columns, records = _gap_tables(a, cfg)
+    return Diagnosis(
         source=SourceInfo(
             path=tl.meta.path,
             format=tl.meta.source_format,
@@ -108,11 +174,15 @@ def report_from(a: Analyses, cfg: Config) -> Report:
         gap_count=len(a.gaps),
         findings=findings,
         skipped=skipped,
-        gaps=_gap_records(a, cfg),
+        gaps=records,
         quality=a.quality.notes + capture_advice(a, cfg),
         cold_start=a.quality.cold_start,
         no_device_activity=a.quality.no_device_activity,
         extra={"critical_path": path} if path is not None else {},
+        gap_columns=columns,
+        activity=device_activity(tl, a.links, a.window),
+        lanes=tuple(tl.lanes),
+        name_times=name_times(tl, a.links, a.window),
     )
 
 
@@ -121,8 +191,8 @@ def diagnose(
     config: Config | None = None,
     counters: str | os.PathLike[str] | None = None,
     **overrides: object,
-) -> Report:
-    """Diagnose a profile (a path to any supported input, or a Timeline) and return the Report.
+) -> Diagnosis:
+    """Diagnose a profile (a path to any supported input, or a Timeline) and return the Diagnosis.
 
     Keyword overrides replace fields of ``config``: ``diagnose(path, skip_first_steps=2)``.
     ``counters``: a GPU counter log joined with the trace by wall-clock time as extra evidence.
@@ -146,7 +216,7 @@ def diagnose(
     return report
 
 
-def _counter_report(tl: Timeline, cfg: Config) -> Report:
+def _counter_report(tl: Timeline, cfg: Config) -> Diagnosis:
     from whyidle.analyses.counters import analyse_counters
     from whyidle.findings.counter_rules import counter_only_report
     from whyidle.sources.counters import load_counters
@@ -154,10 +224,12 @@ def _counter_report(tl: Timeline, cfg: Config) -> Report:
     log = tl.meta.counters
     if (cfg.counters_utc_offset_min is not None or cfg.counters_interval_ms is not None) and tl.meta.path:
         log = load_counters(tl.meta.path, utc_offset_min=cfg.counters_utc_offset_min, interval_ms=cfg.counters_interval_ms)
-    return counter_only_report(report_from(analyse(tl, cfg), cfg), analyse_counters(log, cfg), cfg)
+    # a counter log has samples, not events: no gap columns or device activity to draw
+    base = msgspec.structs.replace(report_from(analyse(tl, cfg), cfg), gap_columns=None, activity=None, lanes=(), name_times=None)
+    return as_diagnosis(counter_only_report(base, analyse_counters(log, cfg), cfg))
 
 
-def _join_counters(report: Report, a: Analyses, path: str | os.PathLike[str], cfg: Config) -> Report:
+def _join_counters(report: Diagnosis, a: Analyses, path: str | os.PathLike[str], cfg: Config) -> Diagnosis:
     from whyidle.analyses.counters import join_counters
     from whyidle.findings.counter_rules import with_counters
     from whyidle.sources.counters import load_counters
@@ -166,4 +238,4 @@ def _join_counters(report: Report, a: Analyses, path: str | os.PathLike[str], cf
     log = load_counters(os.fspath(path), utc_offset_min=cfg.counters_utc_offset_min, interval_ms=cfg.counters_interval_ms)
     devices = sorted({ln.device for ln in a.tl.lanes if ln.kind is LaneKind.GPU_STREAM})
     joined = join_counters(log, (a.window.start_ns, a.window.end_ns), a.tl.meta.devices, devices, cfg)
-    return with_counters(report, joined, cfg)
+    return as_diagnosis(with_counters(report, joined, cfg))

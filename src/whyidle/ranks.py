@@ -23,7 +23,8 @@ from whyidle.analyses.links import link_launches
 from whyidle.analyses.ranks import CrossRank, RankProfile, cross_rank, rank_profile
 from whyidle.config import Config
 from whyidle.errors import InputError, WhyidleError
-from whyidle.findings.model import MultiRankReport, RankEntry, Report
+from whyidle.diagnosis import MultiRankReport
+from whyidle.findings.model import DiagnosisData, RankEntry
 
 __all__ = ["RankResult", "rank_job", "diagnose_ranks", "rank_from_name", "assign_ranks", "build_multi_rank", "map_local"]
 
@@ -39,7 +40,7 @@ class RankResult:
     path: str
     trace_rank: int | None  # from distributedInfo
     world_size: int | None
-    report: Report | None
+    report: DiagnosisData | None
     profile: RankProfile | None
     error: str = ""
 
@@ -114,7 +115,7 @@ def map_local(paths: Sequence[str], cfg: Config, jobs: int | None = None, progre
                 progress(i + 1, n)
         return out
     results: list[RankResult | None] = [None] * n
-    from whyidle.sources._twoway import quiet_worker
+    from whyidle.sources import quiet_worker
 
     with ProcessPoolExecutor(max_workers=jobs, initializer=quiet_worker) as pool:
         futures = {pool.submit(rank_job, p, cfg): i for i, p in enumerate(paths)}
@@ -182,7 +183,7 @@ def diagnose_ranks(
         from whyidle.distributed.dask import map_dask
 
         said: list[str] = []
-        results = map_dask(paths, cfg, scheduler=scheduler, workers=workers, progress=progress, said=said)
+        results = map_dask(rank_job, paths, cfg, scheduler=scheduler, workers=workers, progress=progress, said=said)
     else:
         said = []
         results = map_local(paths, cfg, jobs=jobs, progress=progress)

@@ -18,8 +18,10 @@ user annotations that wrap whole phases are skipped, DataLoader ranges are kept)
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
@@ -27,9 +29,10 @@ import numpy.typing as npt
 
 from whyidle.analyses.gaps import Gaps
 from whyidle.analyses.hostops import is_dataloader, python_line
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
-__all__ = ["GapContext", "CauseEvidence", "ThreadIndex", "gap_context", "cause_evidence"]
+__all__ = ["GapContext", "CauseEvidence", "ThreadIndex", "gap_context", "cause_evidence", "explaining_ops", "brief_context"]
 
 I64 = npt.NDArray[np.int64]
 _WORK = (int(Kind.CPU_OP), int(Kind.RUNTIME), int(Kind.SYNC))
@@ -77,6 +80,21 @@ class _Thread(msgspec.Struct, frozen=True):
         return int(self.top[k]), end
 
 
+class _ThreadLists(NamedTuple):
+    """A thread's op tables (see :class:`_Thread`) as lists; ``name``, ``stack`` and ``is_op``
+    are per position in ``rows``."""
+
+    rows: list[int]
+    s: list[int]
+    e: list[int]
+    top: list[int]
+    top_s: list[int]
+    top_e: list[int]
+    name: list[int]
+    stack: list[int]
+    is_op: list[bool]
+
+
 class ThreadIndex:
     """Per-thread op tables, built lazily per thread."""
 
@@ -84,6 +102,17 @@ class ThreadIndex:
         self.tl = tl
         self._cache: dict[int, _Thread] = {}
         self._dl = tl.name_mask(is_dataloader)
+        self._lines: dict[int, str] = {}
+        self._lists: dict[int, _ThreadLists] = {}
+
+    def line_of_stack(self, stack: int) -> str:
+        """The innermost user frame of call stack ``stack`` (a string index; -1: none), parsed once."""
+        if stack < 0:
+            return ""
+        line = self._lines.get(stack)
+        if line is None:
+            line = self._lines[stack] = python_line(self.tl.strings[stack])
+        return line
 
     def thread(self, lane: int) -> _Thread:
         got = self._cache.get(lane)
@@ -104,6 +133,26 @@ class ThreadIndex:
         self._cache[lane] = th
         return th
 
+    def lists(self, lane: int) -> _ThreadLists:
+        """The thread's tables as Python lists, for per-gap lookups (bisect on a list is several
+        times faster than a numpy call on one value)."""
+        got = self._lists.get(lane)
+        if got is None:
+            th = self.thread(lane)
+            tl = self.tl
+            got = self._lists[lane] = _ThreadLists(
+                rows=th.rows.tolist(),
+                s=th.s.tolist(),
+                e=th.e.tolist(),
+                top=th.top.tolist(),
+                top_s=th.top_s.tolist(),
+                top_e=th.top_e.tolist(),
+                name=tl.name[th.rows].tolist(),
+                stack=tl.stack[th.rows].tolist(),
+                is_op=(tl.kind[th.rows] == int(Kind.CPU_OP)).tolist(),
+            )
+        return got
+
     def rows(self, lane: int) -> tuple[I64, npt.NDArray[np.bool_], I64]:
         """(rows, top-level mask over rows, python_function rows) of one thread."""
         th = self.thread(lane)
@@ -112,13 +161,11 @@ class ThreadIndex:
         return th.rows, is_top, th.py
 
 
-def _line_of_rows(tl: Timeline, rows: I64) -> str:
-    for r in rows[::-1]:  # innermost first
-        st = tl.stack_of(int(r))
-        if st:
-            line = python_line(st)
-            if line:
-                return line
+def _line_of_rows(tl: Timeline, rows: I64, index: ThreadIndex) -> str:
+    for r in rows[::-1].tolist():  # innermost first
+        line = index.line_of_stack(int(tl.stack[r]))
+        if line:
+            return line
     return ""
 
 
@@ -151,10 +198,10 @@ def gap_context(tl: Timeline, gaps: Gaps, i: int, index: ThreadIndex) -> GapCont
         ov = np.minimum(th.top_e[lo:hi], he) - np.maximum(th.top_s[lo:hi], gs)
         j = lo + int(np.argmax(ov))
         during, during_ns = tl.name_of(int(th.rows[th.top[j]])), int(ov[j - lo])
-    line = _line_of_rows(tl, open_at) or _python_frames_at(tl, th.py, gs)
+    line = _line_of_rows(tl, open_at, index) or _python_frames_at(tl, th.py, gs)
     if not line and j >= 0:
         a, b = th.nested_span(j)
-        line = _line_of_rows(tl, th.rows[a:b]) or _python_frames_at(tl, th.py, int(th.top_s[j]))
+        line = _line_of_rows(tl, th.rows[a:b], index) or _python_frames_at(tl, th.py, int(th.top_s[j]))
     return GapContext(
         thread=tl.lanes[lane].label,
         before=before,
@@ -165,6 +212,40 @@ def gap_context(tl: Timeline, gaps: Gaps, i: int, index: ThreadIndex) -> GapCont
         during_ns=during_ns,
         python_line=line,
     )
+
+
+def brief_context(tl: Timeline, gaps: Gaps, i: int, index: ThreadIndex) -> tuple[str, str, str]:
+    """(op before, Python line, open runtime call) of gap ``i``: the same as :func:`gap_context`'s
+    ``before``, ``python_line`` and ``runtime_call``, looked up with bisect on the thread's lists
+    (about 4x faster: the Perfetto track carries these for thousands of gaps)."""
+    lane = int(gaps.thread_lane[i])
+    if lane < 0:
+        return "", "", ""
+    t = index.lists(lane)
+    gs = int(gaps.start_ns[i])
+    he = max(int(gaps.host_end_ns[i]), gs + 1)
+    lo, hi = bisect_right(t.top_e, gs), bisect_left(t.top_s, he)
+    before = tl.strings[t.name[t.top[lo - 1]]] if lo > 0 else ""
+    open_at: list[int] = []  # positions in t.rows, outermost first
+    k = bisect_right(t.top_s, gs) - 1
+    if k >= 0 and t.top_e[k] > gs:
+        open_at = [p for p in range(t.top[k], bisect_right(t.s, gs)) if t.e[p] > gs]
+    runtime = next((tl.strings[t.name[p]] for p in reversed(open_at) if not t.is_op[p]), "")
+    line = _line_of_positions(t, open_at, index) or _python_frames_at(tl, index.thread(lane).py, gs)
+    if not line and hi > lo:
+        ov = [min(t.top_e[q], he) - max(t.top_s[q], gs) for q in range(lo, hi)]
+        j = lo + ov.index(max(ov))
+        end = t.top[j + 1] if j + 1 < len(t.top) else len(t.rows)
+        line = _line_of_positions(t, list(range(t.top[j], end)), index) or _python_frames_at(tl, index.thread(lane).py, t.top_s[j])
+    return before, line, runtime
+
+
+def _line_of_positions(t: _ThreadLists, positions: list[int], index: ThreadIndex) -> str:
+    for p in reversed(positions):  # innermost first
+        line = index.line_of_stack(t.stack[p])
+        if line:
+            return line
+    return ""
 
 
 def cause_evidence(
@@ -216,3 +297,34 @@ def cause_evidence(
     top_ops = tuple((n, ns, ops_gaps[n]) for n, ns in ops_ns.most_common(5))
     ex = tuple((int(gaps.start_ns[i]), int(gaps.end_ns[i]), int(part[i])) for i in order[:examples])
     return CauseEvidence(top_ops, tuple(lines.most_common(5)), int(idx.size), ex)
+
+
+def explaining_ops(tl: Timeline, gaps: Gaps, index: ThreadIndex) -> I64:
+    """For each gap, the timeline row of the top-level CPU op on its launching thread that
+    overlaps its host part ``[start, host_end)`` most (-1: none): the op that explains the wait.
+
+    Per thread, the top-level ops are disjoint and sorted, so the candidates of a gap are the
+    contiguous run between two binary searches (the first op ending after the gap's start, the
+    first starting after its host end)."""
+    out = np.full(len(gaps), -1, dtype=np.int64)
+    lanes = gaps.thread_lane[gaps.thread_lane >= 0]
+    for lane in unique_sorted(lanes):
+        rows, top, _py = index.rows(int(lane))
+        trow = rows[top]
+        if trow.size == 0:
+            continue
+        ts, te = tl.start_ns[trow], tl.end_ns[trow]
+        te_reach = np.maximum.accumulate(te)
+        for i in np.flatnonzero(gaps.thread_lane == lane):
+            gs, he = int(gaps.start_ns[i]), int(gaps.host_end_ns[i])
+            if he <= gs:
+                continue
+            lo = int(np.searchsorted(te_reach, gs, side="right"))
+            hi = int(np.searchsorted(ts, he, side="left"))
+            if hi <= lo:
+                continue
+            ov = np.minimum(te[lo:hi], he) - np.maximum(ts[lo:hi], gs)
+            j = int(np.argmax(ov))
+            if ov[j] > 0:
+                out[i] = int(trow[lo + j])
+    return out

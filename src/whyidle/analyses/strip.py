@@ -28,7 +28,7 @@ from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
 
-__all__ = ["BUSY_CLASSES", "DeviceStrip", "activity_strip"]
+__all__ = ["BUSY_CLASSES", "DeviceActivity", "DeviceStrip", "activity_strip", "bin_activity", "device_activity"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -64,13 +64,30 @@ def _spread(gs: I64, ge: I64, amount: I64, points: I64) -> I64:
     return np.asarray(full + part, dtype=np.int64)
 
 
-def activity_strip(tl: Timeline, links: Links, window: Window, gaps: Gaps, bins: int) -> tuple[DeviceStrip, ...]:
-    """One :class:`DeviceStrip` per device with work in the timeline (empty when the window is)."""
+class DeviceActivity(msgspec.Struct, frozen=True):
+    """What one device did over the window, lossless: its busy time as three disjoint sets.
+
+    ``compute`` is the union of kernels; ``communication`` the collectives not under a kernel;
+    ``copies`` the memcpy and memset time under neither (the split of
+    :mod:`whyidle.analyses.utilization`), each clipped to the window. The idle time is the
+    window less their union, and the gaps say why.
+    """
+
+    device: int
+    compute: Intervals
+    communication: Intervals
+    copies: Intervals
+
+    def sets(self) -> tuple[Intervals, Intervals, Intervals]:
+        """The busy sets in the order of :data:`BUSY_CLASSES`."""
+        return (self.compute, self.communication, self.copies)
+
+
+def device_activity(tl: Timeline, links: Links, window: Window) -> tuple[DeviceActivity, ...]:
+    """One :class:`DeviceActivity` per device with work in the timeline (empty when the window is)."""
     lo, hi = window.start_ns, window.end_ns
-    if hi <= lo or links.device_rows.size == 0 or bins <= 0:
+    if hi <= lo or links.device_rows.size == 0:
         return ()
-    n = int(min(bins, hi - lo))
-    edges = lo + (np.arange(n + 1, dtype=np.int64) * (hi - lo)) // n
     rows = links.device_rows
     dev_of_lane = np.array([ln.device for ln in tl.lanes], dtype=np.int64)
     devices = dev_of_lane[tl.lane[rows]]
@@ -81,15 +98,35 @@ def activity_strip(tl: Timeline, links: Links, window: Window, gaps: Gaps, bins:
         compute = _union(tl, r[k == int(Kind.KERNEL)]).clip(lo, hi)
         comm = _union(tl, r[k == int(Kind.COLLECTIVE)]).clip(lo, hi)
         copies = _union(tl, r[(k == int(Kind.MEMCPY)) | (k == int(Kind.MEMSET))]).clip(lo, hi)
-        sets = (compute, comm - compute, copies - (compute | comm))
-        busy = np.stack([np.diff(s.covered_before(edges)) for s in sets], axis=1).astype(np.int64)
-        sel = gaps.device == dev
-        gs, ge, sl = gaps.start_ns[sel], gaps.end_ns[sel], gaps.slices[sel]
+        out.append(DeviceActivity(int(dev), compute, comm - compute, copies - (compute | comm)))
+    return tuple(out)
+
+
+def bin_activity(
+    activity: tuple[DeviceActivity, ...], gap_start_ns: I64, gap_end_ns: I64, gap_device: I64, gap_causes_ns: I64, lo: int, hi: int, bins: int
+) -> tuple[DeviceStrip, ...]:
+    """The activity and the gaps (their per-cause ns, rows aligned with CAUSES' columns) in
+    ``bins`` equal bins of the window [lo, hi): one :class:`DeviceStrip` per device."""
+    if hi <= lo or not activity or bins <= 0:
+        return ()
+    n = int(min(bins, hi - lo))
+    edges = lo + (np.arange(n + 1, dtype=np.int64) * (hi - lo)) // n
+    out = []
+    for act in activity:
+        busy = np.stack([np.diff(s.covered_before(edges)) for s in act.sets()], axis=1).astype(np.int64)
+        sel = gap_device == act.device
+        gs, ge, sl = gap_start_ns[sel], gap_end_ns[sel], gap_causes_ns[sel]
         order = np.argsort(gs, kind="stable")
         gs, ge, sl = gs[order], ge[order], sl[order]
         idle = np.zeros((n, len(C.CAUSES)), dtype=np.int64)
         for c in range(len(C.CAUSES)):
             if sl.size and sl[:, c].any():
                 idle[:, c] = np.diff(_spread(gs, ge, sl[:, c], edges))
-        out.append(DeviceStrip(int(dev), edges, busy, idle))
+        out.append(DeviceStrip(act.device, edges, busy, idle))
     return tuple(out)
+
+
+def activity_strip(tl: Timeline, links: Links, window: Window, gaps: Gaps, bins: int) -> tuple[DeviceStrip, ...]:
+    """One :class:`DeviceStrip` per device with work in the timeline (empty when the window is)."""
+    act = device_activity(tl, links, window)
+    return bin_activity(act, gaps.start_ns, gaps.end_ns, gaps.device, gaps.slices, window.start_ns, window.end_ns, bins)

@@ -10,3 +10,7 @@
 
 Importing this package imports nothing heavy; each function imports torch when it is called.
 """
+
+from whyidle.capture._torch import require_torch, torch_available
+
+__all__ = ["require_torch", "torch_available"]

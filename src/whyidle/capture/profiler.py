@@ -32,7 +32,7 @@ from typing import Any, TextIO
 
 from whyidle.capture._torch import require_torch
 from whyidle.config import Config
-from whyidle.findings.model import Report
+from whyidle.diagnosis import Report
 
 __all__ = ["schedule", "handler", "TraceHandler", "profile_steps", "DEFAULT_SCHEDULE"]
 

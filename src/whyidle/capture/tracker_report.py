@@ -28,12 +28,12 @@ from whyidle.analyses.kernels import KernelStats
 from whyidle.analyses.utilization import StepFigures, Utilization
 from whyidle.capture.tracker import StepRecord, TrackerStats
 from whyidle.config import Config
+from whyidle.diagnosis import Diagnosis
 from whyidle.findings.levers import lever_for
 from whyidle.findings.model import (
     Evidence,
     Finding,
     Fix,
-    Report,
     Skipped,
     SourceInfo,
     WindowInfo,
@@ -99,8 +99,8 @@ def _seen_here(cause: C.Cause, st: TrackerStats, per_step_ns: float, mean_step_n
     return ()
 
 
-def report_from_tracker(st: TrackerStats, config: Config | None = None) -> Report:
-    """Build the Report for a tracked run (pure: no I/O)."""
+def report_from_tracker(st: TrackerStats, config: Config | None = None) -> Diagnosis:
+    """Build the Diagnosis for a tracked run (pure: no I/O)."""
     cfg = config or Config()
     steps = st.selected()
     quality: list[str] = list(st.notes)
@@ -201,7 +201,7 @@ def report_from_tracker(st: TrackerStats, config: Config | None = None) -> Repor
         quality.append("no step was tracked: nothing to diagnose")
     start = steps[0].start_ns if steps else 0
     end = steps[-1].end_ns if steps else 0
-    return Report(
+    return Diagnosis(
         source=SourceInfo(
             path="live run (whyidle.track)",
             format=SOURCE_FORMAT,

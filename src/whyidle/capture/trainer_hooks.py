@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from whyidle.config import Config
-from whyidle.findings.model import Report
+from whyidle.diagnosis import Report
 
 __all__ = ["TrainerHooks", "HookedCallback", "headline", "REPORT_FILES"]
 

@@ -1,4 +1,7 @@
-"""Choosing output formats, and the progress indicator (writing outputs: :mod:`whyidle.output`)."""
+"""What the commands print on stderr: the files written, the progress indicators.
+
+Choosing formats and rendering: :mod:`whyidle.render`; writing files: :mod:`whyidle.output`.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +12,9 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from whyidle.errors import UsageError
 from whyidle.output import clean
 
-__all__ = ["say_written", "format_for", "progress", "RENDERERS"]
+__all__ = ["say_written", "progress", "progress_bar"]
 
 
 def say_written(path: str | os.PathLike[str], what: str) -> None:
@@ -20,41 +22,6 @@ def say_written(path: str | os.PathLike[str], what: str) -> None:
     size = os.path.getsize(path)
     shown = f"{size / 1024:,.0f} KB" if size >= 1024 else f"{size} bytes"
     print(f"whyidle: wrote {what} to {clean(os.fspath(path), newlines=False)} ({shown})", file=sys.stderr)
-
-
-# format name -> "module:function" rendering a Report to str or bytes
-RENDERERS: dict[str, str] = {
-    "terminal": "whyidle.render.terminal:render_terminal",
-    "json": "whyidle.render.json:render_json",
-    "html": "whyidle.render.html:render_html",
-    "perfetto": "whyidle.render.perfetto:render_perfetto",
-    "png": "whyidle.render.plots:render_png",
-    "svg": "whyidle.render.plots:render_svg",
-}
-_SUFFIXES = {".json": "json", ".txt": "terminal"}
-# `-o x.json` stays the JSON report; a gzipped Chrome trace is the annotated Perfetto export.
-_SUFFIXES.update({".html": "html", ".htm": "html", ".json.gz": "perfetto", ".png": "png", ".svg": "svg"})
-
-
-def format_for(fmt: str | None, output: str | None) -> str:
-    if fmt:
-        if fmt not in RENDERERS:
-            raise UsageError(f"unknown format {fmt!r}; expected one of {', '.join(RENDERERS)}")
-        return fmt
-    if output:
-        name = output.lower()
-        for suffix, f in sorted(_SUFFIXES.items(), key=lambda kv: -len(kv[0])):
-            if name.endswith(suffix) and f in RENDERERS:
-                return f
-        raise UsageError(f"cannot tell the output format from {output!r}; pass --format ({', '.join(RENDERERS)})")
-    return "terminal"
-
-
-def renderer(fmt: str) -> Callable[..., str | bytes]:
-    import importlib
-
-    mod, fn = RENDERERS[fmt].split(":")
-    return getattr(importlib.import_module(mod), fn)  # type: ignore[no-any-return]
 
 
 @contextlib.contextmanager

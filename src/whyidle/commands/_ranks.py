@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from whyidle.commands._output import format_for, progress_bar
+from whyidle.commands._output import progress_bar
 from whyidle.config import Config
 from whyidle.errors import UsageError
-from whyidle.findings.model import MultiRankReport
+from whyidle.diagnosis import MultiRankReport
 
 __all__ = ["is_run_dir", "run_ranks"]
 
@@ -30,8 +30,9 @@ def run_ranks(args: argparse.Namespace, cfg: Config) -> MultiRankReport:
             raise UsageError(f"--{opt} must be a positive number of processes")
     if args.scheduler and args.workers:
         raise UsageError("pass either --scheduler (an existing Dask cluster) or --workers (a local one), not both")
+    from whyidle.render import MULTI_RANK_FORMATS, format_for
+
     fmt = "json" if args.json and not args.output else format_for(args.format, args.output)
-    from whyidle.render import MULTI_RANK_FORMATS
 
     if fmt not in MULTI_RANK_FORMATS:
         raise UsageError(f"a run folder (one trace per rank) is reported as {', '.join(MULTI_RANK_FORMATS)}, not {fmt}; diagnose one rank's trace for {fmt}")

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     )
     mem = int(args.memory_gb * 1e9) if args.memory_gb else None
     advice = advise_instances(res, profile, gpu=args.gpu or "", memory_bytes=mem)
-    from whyidle.render.batching import batching_dict, batching_html, batching_text
+    from whyidle.tune.batching_report import batching_dict, batching_html, batching_text
 
     out = args.output or ""
     if args.json or out.endswith(".json"):

@@ -35,7 +35,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from whyidle.sources import load
-    from whyidle.sources.parquet import _pa, write_parquet
+    from whyidle.sources.parquet import require_pyarrow, write_parquet
 
     out = Path(args.output)
     if out.suffix != ".parquet":
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     check_not_input(out, (args.trace,))
     from whyidle.sources import kineto_stream
 
-    _pa()  # the extra is needed: say so before parsing a large trace
+    require_pyarrow()  # the extra is needed: say so before parsing a large trace
     big = kineto_stream.should_stream(Path(args.trace))
     if args.stream == "always" or (args.stream == "auto" and big):
         with progress_bar(f"whyidle: reading {Path(args.trace).name}") as update:
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _load_in_memory(path: str) -> Any:
-    from whyidle.sources._io import read_bytes
+    from whyidle.sources import read_bytes
     from whyidle.sources.kineto import load_kineto
 
     return load_kineto(Path(path), read_bytes(Path(path)))

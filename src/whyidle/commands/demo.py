@@ -20,7 +20,7 @@ from pathlib import Path
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from whyidle.capture import _torch
+from whyidle.capture import torch_available
 
 if TYPE_CHECKING:
     from whyidle.capture.tracker import StepRecord
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         from whyidle.errors import UsageError
 
         raise UsageError("--steps must be at least 3 (the first step is left out as start-up)")
-    if args.synthetic or not _torch.torch_available():
+    if args.synthetic or not torch_available():
         return synthetic_demo(args, torch_missing=not args.synthetic)
     return live_demo(args)
 

@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from whyidle.analyses.causes import GROUPS
-from whyidle.commands._output import format_for, progress, say_written
+from whyidle.commands._output import progress, say_written
 from whyidle.config import Config
 from whyidle.errors import UsageError
+from whyidle.findings.gate import gate_failures
 from whyidle.output import check_not_input, clean, write_stdout
+from whyidle.render import RENDERERS, format_for
 
-__all__ = ["add_parser", "run", "parse_steps", "gate"]
+__all__ = ["add_parser", "run", "parse_steps"]
 
 
 def parse_steps(text: str) -> tuple[int, ...]:
@@ -107,61 +109,31 @@ def _config(args: argparse.Namespace) -> Config:
     )
 
 
-def gate(report: Any, cfg: Config) -> list[str]:
-    """The CI gate failures, as sentences."""
-    failures = []
-    for f in report.findings:
-        if f.group in cfg.fail_on_groups:
-            failures.append(f"finding in group {f.group}: {f.title}")
-    if cfg.min_busy_fraction is not None and report.utilization.busy_fraction < cfg.min_busy_fraction:
-        failures.append(f"device busy {report.utilization.busy_fraction:.1%} is below --min-busy {cfg.min_busy_fraction:.1%}")
-    return failures
-
-
-def emit(report: Any, args: argparse.Namespace, timeline: Any = None) -> None:
-    from whyidle.findings.model import MultiRankReport
-    from whyidle.render import render, save, save_multi_rank
+def emit(report: Any, args: argparse.Namespace, original: Any = None) -> None:
+    """Print or write the diagnosis as the arguments ask; ``original``: the input (a path or
+    its Timeline), which a Perfetto output annotates."""
+    from whyidle.render import render, save_report
 
     fmt = "json" if args.json and not args.output else format_for(args.format, args.output)
-    if fmt in ("png", "svg") and not args.output:
-        raise UsageError(f"--format {fmt} writes an image; pass -o FILE.{fmt}")
+    if RENDERERS[fmt].binary and not args.output:
+        raise UsageError(f"--format {fmt} writes a binary file; pass -o FILE{RENDERERS[fmt].suffixes[0]}")
     if args.output:
         inputs = (args.trace, getattr(args, "counters", None))
-        if fmt in ("html", "perfetto") and isinstance(report, MultiRankReport):
-            files = save_multi_rank(report, args.output, fmt, inputs)
-            if fmt == "html":
-                say_written(args.output, _WHAT["html"])
-                print(f"whyidle: wrote {len(files)} rank pages beside it, linked from it ({Path(args.output).stem}.rankN.html)", file=sys.stderr)
-            else:
-                for f in files:
-                    say_written(f, "one rank's annotated trace (open it in ui.perfetto.dev)")
-        else:
-            path, fmt = save(report, args.output, fmt, timeline=timeline, width=args.width or 80, inputs=inputs)
-            say_written(path, _WHAT.get(fmt, fmt))
+        for w in save_report(report, args.output, fmt, width=args.width or 80, inputs=inputs, original=original):
+            say_written(w.path, w.what)
         if args.json:
             write_stdout(str(render(report, "json")))
         return
     width = args.width or min(getattr(sys.stdout, "isatty", lambda: False)() and __import__("shutil").get_terminal_size().columns or 80, 100)
-    text = render(report, fmt, timeline=timeline, width=width, color=bool(sys.stdout.isatty()))
-    text = text if isinstance(text, str) else text.decode()
+    text = str(render(report, fmt, width=width, color=bool(sys.stdout.isatty())))
     write_stdout(text if fmt in ("terminal", "json") else clean(text))  # the terminal renderer escapes its own
-
-
-_WHAT = {
-    "terminal": "the terminal report",
-    "json": "the JSON report",
-    "html": "the HTML report (open it in a browser)",
-    "perfetto": "the annotated trace (open it in ui.perfetto.dev)",
-    "png": "the step plot",
-    "svg": "the step plot",
-}
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = _config(args)
     if args.output:
         check_not_input(args.output, (args.trace, getattr(args, "counters", None)))  # before reading
-    from whyidle.sources._io import ReadAhead
+    from whyidle.sources import ReadAhead
 
     with ReadAhead() as read_ahead:
         read_ahead.start(args.trace, cfg.stream_min_bytes)  # read while numpy and the analyses import
@@ -171,15 +143,16 @@ def run(args: argparse.Namespace) -> int:
         if is_run_dir(args.trace) or args.workers or args.scheduler:
             run_report = run_ranks(args, cfg)
             emit(run_report, args)
-            failures = [f"rank {e.rank}: {m}" for e in run_report.ranks if e.report is not None for m in gate(e.report, cfg)]
+            failures = [f"rank {e.rank}: {m}" for e in run_report.ranks if e.report is not None for m in gate_failures(e.report, cfg)]
         else:
+            from whyidle.render.perfetto import annotation_source
             from whyidle.sources import load
 
             with progress(f"whyidle: reading {args.trace}"):
                 timeline = load(args.trace, step_pattern=cfg.step_range, jobs=2 if args.jobs is None else args.jobs, read_ahead=read_ahead)
                 report = diagnose(timeline, cfg, counters=getattr(args, "counters", None))
-            emit(report, args, timeline)
-            failures = gate(report, cfg)
+            emit(report, args, annotation_source(args.trace, timeline))
+            failures = gate_failures(report, cfg)
     for msg in failures:
         print(f"whyidle: gate failed: {clean(msg, newlines=False)}", file=sys.stderr)  # titles quote trace names
     return 1 if failures else 0

@@ -47,7 +47,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from whyidle.capture._torch import require_torch
+    from whyidle.capture import require_torch
 
     require_torch("whyidle lab")
     if args.record_all:
@@ -66,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     for flaw in flaws:
         res = run_lab(flaw, dev, steps=args.steps, trace_dir=args.trace_dir)
         if args.json:
-            reports.append(res.report.to_dict())
+            from whyidle.render.json import to_dict
+
+            reports.append(to_dict(res.report))
         else:
             from whyidle.render.terminal import render_terminal
 

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         util = diagnose(args.trace).utilization
         busy, basis = util.busy_fraction, f"{args.trace}: device busy over its own window, taken as the log's period"
     d = diagnose_requests(log, device_busy_share=busy, device_busy_basis=basis, slo_ms=args.slo_ms, max_batch=args.max_batch)
-    from whyidle.render.batching import serving_html, serving_text
+    from whyidle.tune.batching_report import serving_html, serving_text
 
     out = args.output or ""
     if args.json or out.endswith(".json"):

@@ -144,9 +144,9 @@ def _finding_ids(path: str) -> list[str]:
 
 def _progress(entry: Any) -> None:
     r = entry.result
-    from whyidle.render.sweep import _rate
+    from whyidle.tune.sweep_report import format_rate
 
-    what = f"{_rate(r.samples_per_s)} samples/s" + ("" if r.steady else " (not steady)") if r.ok else f"{r.status}: {r.message}"
+    what = f"{format_rate(r.samples_per_s)} samples/s" + ("" if r.steady else " (not steady)") if r.ok else f"{r.status}: {r.message}"
     tail = f" - {entry.decision}" if entry.decision else ""
     if entry.guard is not None:
         tail += f" [quality guard: {entry.guard.message}]"
@@ -164,7 +164,7 @@ def _started(stage: str, trial: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from whyidle.output import check_not_input, write_atomic, write_stdout
     from whyidle.config import SweepConfig
-    from whyidle.render.sweep import render_sweep_html, render_sweep_json, render_sweep_terminal
+    from whyidle.tune.sweep_report import render_sweep_html, render_sweep_json, render_sweep_terminal
     from whyidle.tune.runner import CommandRunner, FunctionRunner, TrialRunner
     from whyidle.tune.search import run_sweep
 

@@ -1,8 +1,9 @@
 """Per-rank work on a Dask cluster: parse and analyse where the data is, send back summaries.
 
-``map_dask(paths, cfg, scheduler="tcp://host:8786")`` connects to an existing cluster;
+``map_dask(job, paths, cfg, scheduler="tcp://host:8786")`` connects to an existing cluster;
 ``workers=N`` starts a local one with N worker processes for the duration of the call. Each task
-is :func:`whyidle.ranks.rank_job` on one trace path, which must be readable from the workers
+is ``job`` (:func:`whyidle.ranks.rank_job`, passed in: this module does not import the layer
+above it) on one trace path, which must be readable from the workers
 (a shared filesystem or object store path); only its :class:`~whyidle.ranks.RankResult` (the
 rank's Report and a few hundred numbers of collectives and steps) travels back to the client.
 """
@@ -27,6 +28,7 @@ def _distributed() -> Any:
 
 
 def map_dask(
+    job: Callable[..., Any],
     paths: Sequence[str],
     cfg: Config,
     *,
@@ -36,12 +38,10 @@ def map_dask(
     connect_timeout_s: float = 30.0,
     said: list[str] | None = None,
 ) -> list[Any]:
-    """Run ``rank_job`` for every path on Dask and return the results in ``paths`` order.
+    """Run ``job(path, cfg=cfg)`` for every path on Dask and return the results in ``paths`` order.
 
     ``said``, when given, receives one sentence saying which cluster did the work.
     """
-    from whyidle.ranks import rank_job
-
     dd = _distributed()
     if scheduler and workers:
         raise UsageError("pass either a scheduler address or a number of local workers, not both")
@@ -60,7 +60,7 @@ def map_dask(
                 n = len(client.scheduler_info().get("workers", {}))
                 where = f"the Dask scheduler at {scheduler}" if scheduler else "a local Dask cluster"
                 said.append(f"the {len(paths)} ranks were read on {where} ({n} worker{'s' if n != 1 else ''})")
-            futures = client.map(rank_job, list(paths), cfg=cfg, pure=False)
+            futures = client.map(job, list(paths), cfg=cfg, pure=False)
             index = {f.key: i for i, f in enumerate(futures)}
             out: list[Any] = [None] * len(futures)
             for done, fut in enumerate(dd.as_completed(futures), 1):

@@ -7,6 +7,7 @@ import msgspec
 from whyidle.analyses.context import ThreadIndex
 from whyidle.analyses.gaps import Gaps
 from whyidle.analyses.kernels import KernelStats
+from whyidle.analyses.links import Links
 from whyidle.analyses.quality import Quality
 from whyidle.analyses.utilization import Utilization
 from whyidle.analyses.window import Window
@@ -25,3 +26,4 @@ class Analyses(msgspec.Struct, frozen=True):
     kernels: KernelStats
     quality: Quality
     index: ThreadIndex
+    links: Links

@@ -14,7 +14,7 @@ from typing import Any
 from whyidle.analyses.counters import CounterAnalysis, GpuCounters
 from whyidle.analyses.utilization import Utilization
 from whyidle.config import Config
-from whyidle.findings.model import rank_key, Evidence, Finding, Fix, Report, Skipped, WindowInfo
+from whyidle.findings.model import rank_key, Evidence, Finding, Fix, DiagnosisData, Skipped, WindowInfo
 
 __all__ = [
     "METRIC_EXPLANATIONS",
@@ -274,7 +274,7 @@ def counter_utilization(a: CounterAnalysis) -> Utilization:
     return Utilization.busy_only(span, n, busy)
 
 
-def counter_only_report(base: Report, a: CounterAnalysis, cfg: Config) -> Report:
+def counter_only_report(base: DiagnosisData, a: CounterAnalysis, cfg: Config) -> DiagnosisData:
     """The report of a counter log read on its own (``whyidle diagnose dmon.log``)."""
     findings, skipped = counter_findings(a, cfg)
     util = counter_utilization(a)
@@ -295,7 +295,7 @@ def counter_only_report(base: Report, a: CounterAnalysis, cfg: Config) -> Report
     )
 
 
-def with_counters(report: Report, a: CounterAnalysis, cfg: Config) -> Report:
+def with_counters(report: DiagnosisData, a: CounterAnalysis, cfg: Config) -> DiagnosisData:
     """A trace's report with a counter log's figures and findings added as extra evidence."""
     findings, skipped = counter_findings(a, cfg, trace_groups=report.idle_by_group_ns if a.joined else None)
     idle = report.utilization.idle_ns

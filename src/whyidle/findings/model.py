@@ -1,22 +1,37 @@
-"""The diagnosis as typed objects: Finding, Evidence, Fix, Skipped, GapRecord, Report.
+"""The diagnosis as typed objects: Finding, Evidence, Fix, Skipped, GapRecord, GapColumns, DiagnosisData.
 
-A Report is what every renderer (terminal, JSON, HTML, Perfetto) takes; it holds measured numbers
-only, in nanoseconds and fractions, never pre-formatted text for a particular output.
+:class:`DiagnosisData` is what every renderer (terminal, JSON, HTML, Perfetto) takes, and all it
+takes: besides the findings it holds every gap as columns (:class:`GapColumns`), each device's
+busy time (``activity``) and the lanes of the trace, so no output reads the input again. It holds
+measured numbers only, in nanoseconds and fractions, never pre-formatted text for an output.
+
+This module imports no renderer: the public :class:`whyidle.Diagnosis` (``whyidle/diagnosis.py``)
+is this data with the conveniences that render it (``print(d)``, ``d.save("report.html")``).
 """
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from whyidle.timeline.model import Lane
 
 if TYPE_CHECKING:  # annotations only: a Kineto diagnosis need not import the counter analyses
     from whyidle.analyses.counters import CounterAnalysis
     from whyidle.analyses.kernels import KernelStats
+    from whyidle.analyses.names import NameTimes
+    from whyidle.analyses.strip import DeviceActivity
     from whyidle.analyses.utilization import Utilization
 
-__all__ = ["Prediction", "Fix", "Evidence", "Finding", "Skipped", "GapRecord", "SourceInfo", "WindowInfo", "Report", "RankEntry", "MultiRankReport"]
+__all__ = [
+    "Prediction", "Fix", "Evidence", "Finding", "Skipped", "GapRecord", "GapColumns", "SourceInfo", "WindowInfo",
+    "DiagnosisData", "RankEntry", "MultiRankData",
+]  # fmt: skip
+
+I64 = npt.NDArray[np.int64]
 
 
 class Fix(msgspec.Struct, frozen=True):
@@ -130,6 +145,52 @@ class GapRecord(msgspec.Struct, frozen=True):
         return self.end_ns - self.start_ns
 
 
+class GapColumns(msgspec.Struct, frozen=True):
+    """Every device-idle gap of the window, one row each, sorted by device then start: the gaps
+    of :class:`whyidle.analyses.gaps.Gaps` with the names a renderer shows, not one object each.
+
+    Names are indexes into ``strings``; ``-1`` is "none". ``thread`` indexes the diagnosis's
+    ``lanes``. The CPU context columns (``before``, ``python_line``, ``runtime_call``) are
+    filled for the ``Config.context_gaps`` largest gaps only (``-1`` elsewhere: not looked up),
+    as looking them up costs about 15 us a gap.
+    """
+
+    start_ns: I64
+    end_ns: I64
+    device: I64
+    causes_ns: I64  # shape (n, len(CAUSES)): ns of each gap held by each cause, columns as CAUSES
+    drained_by_sync: npt.NDArray[np.bool_]
+    host_end_ns: I64  # end of the host-side part [start, host_end) (the next launch, clipped)
+    thread: I64  # the launching thread: index into DiagnosisData.lanes (-1: unknown)
+    next_work: I64  # the device work that ended the gap (-1: none before the window's end)
+    op: I64  # the top-level CPU op on the launching thread overlapping the host part most (-1: none)
+    op_start_ns: I64  # that op's start and end (0 when none)
+    op_end_ns: I64
+    before: I64  # the last top-level op before the gap (-1: not looked up)
+    python_line: I64  # the innermost user frame (-1: not looked up)
+    runtime_call: I64  # the runtime call open when the gap began (-1: not looked up)
+    strings: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return int(self.start_ns.size)
+
+    @property
+    def dur_ns(self) -> I64:
+        return self.end_ns - self.start_ns
+
+    @property
+    def primary(self) -> I64:
+        """Index into CAUSES of the cause that holds most of each gap."""
+        if self.causes_ns.shape[0] == 0:
+            return np.empty(0, dtype=np.int64)
+        return np.asarray(np.argmax(self.causes_ns, axis=1), dtype=np.int64)
+
+    def text(self, column: I64, i: int) -> str:
+        """The string of row ``i`` of a name column ('' for -1)."""
+        k = int(column[i])
+        return self.strings[k] if k >= 0 else ""
+
+
 class SourceInfo(msgspec.Struct, frozen=True):
     path: str
     format: str
@@ -156,31 +217,9 @@ class WindowInfo(msgspec.Struct, frozen=True):
         return self.end_ns - self.start_ns
 
 
-class _Renderable:
-    """What a report does for a user: print as the terminal report, render and save in any format."""
+class DiagnosisData(msgspec.Struct, frozen=True):
+    """Everything whyidle found about one profile; the input is not needed again to show it."""
 
-    __slots__ = ()
-
-    def __str__(self) -> str:
-        """The terminal report, 80 columns: ``print(report)`` shows what ``whyidle diagnose`` prints."""
-        from whyidle.render import render
-
-        return str(render(self, "terminal"))
-
-    def render(self, format: str = "terminal", *, timeline: Any = None, width: int = 80) -> str | bytes:
-        """The report as terminal text, json, html, perfetto (bytes), png or svg (bytes)."""
-        from whyidle.render import render
-
-        return render(self, format, timeline=timeline, width=width)
-
-    def save(self, path: str | os.PathLike[str], format: str | None = None, *, timeline: Any = None) -> str:
-        """Write the report to ``path`` (format from the suffix: .html, .json, .txt, .json.gz, .png, .svg); returns the format."""
-        from whyidle.render import save
-
-        return save(self, path, format, timeline=timeline)[1]
-
-
-class Report(msgspec.Struct, _Renderable, frozen=True):
     source: SourceInfo
     window: WindowInfo
     utilization: Utilization
@@ -189,12 +228,18 @@ class Report(msgspec.Struct, _Renderable, frozen=True):
     gap_count: int
     findings: tuple[Finding, ...]
     skipped: tuple[Skipped, ...]
-    gaps: tuple[GapRecord, ...]  # the largest gaps, with their CPU context
+    gaps: tuple[GapRecord, ...]  # the largest gaps, with their full CPU context
     quality: tuple[str, ...]
     cold_start: bool
     no_device_activity: bool
     extra: dict[str, Any] = msgspec.field(default_factory=dict)
     counters: CounterAnalysis | None = None  # GPU counter figures (a counter log, alone or joined)
+    # Every gap, each device's busy time and the trace's lanes (None: the input has no events,
+    # a counter log or the step tracker, or a report saved before they were recorded).
+    gap_columns: GapColumns | None = None
+    activity: tuple[DeviceActivity, ...] | None = None
+    lanes: tuple[Lane, ...] = ()
+    name_times: NameTimes | None = None  # time per kernel and op name in the window (compare)
 
     @property
     def idle_ns(self) -> int:
@@ -220,31 +265,18 @@ class Report(msgspec.Struct, _Renderable, frozen=True):
     def problems(self) -> tuple[Finding, ...]:
         return self.findings
 
-    def to_dict(self) -> dict[str, Any]:
-        from whyidle.render.json import report_to_dict
-
-        return report_to_dict(self)
-
-    def _repr_html_(self) -> str:
-        try:
-            from whyidle.render.html import render_html  # type: ignore[import-not-found,unused-ignore]
-
-            return str(render_html(self))
-        except ImportError:  # pragma: no cover - the HTML renderer is part of the package
-            return f"<pre>{self!r}</pre>"
-
 
 class RankEntry(msgspec.Struct, frozen=True):
     """One rank of a multi-rank run: its own single-rank report, or why it has none."""
 
     rank: int
     path: str
-    report: Report | None
+    report: DiagnosisData | None
     error: str = ""  # why the file could not be read (the run goes on without it)
 
 
-class MultiRankReport(msgspec.Struct, _Renderable, frozen=True):
-    """A distributed job: one Report per rank plus the cross-rank analysis (analyses/ranks.py)."""
+class MultiRankData(msgspec.Struct, frozen=True):
+    """A distributed job: one diagnosis per rank plus the cross-rank analysis (analyses/ranks.py)."""
 
     run_dir: str
     rank_basis: str  # "distributedInfo", "file name", "file order" or a mix, said in words
@@ -256,8 +288,3 @@ class MultiRankReport(msgspec.Struct, _Renderable, frozen=True):
     @property
     def findings(self) -> tuple[Finding, ...]:
         return tuple(f for e in self.ranks if e.report is not None for f in e.report.findings)
-
-    def to_dict(self) -> dict[str, Any]:
-        from whyidle.render.json import multi_rank_to_dict
-
-        return multi_rank_to_dict(self)

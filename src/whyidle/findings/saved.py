@@ -1,9 +1,13 @@
-"""Saved JSON reports read back into a Report (the inverse of :mod:`whyidle.render.json`).
+"""Saved JSON reports read back into diagnosis data (the inverse of :mod:`whyidle.render.json`).
 
 ``whyidle diagnose trace -o report.json`` saves a report; ``load_report("report.json")`` gives
-the same Report back, so a saved run can be compared or rendered again without its trace. Only
-the figures the JSON schema holds come back: the names of the largest FP32 kernels are not in
-it, and derived shares (tensor-core share...) are turned back into nanoseconds.
+the diagnosis back, every gap, the device activity and the lanes included, so a saved run can be
+compared or rendered again (HTML, Perfetto) without its trace: the loaded diagnosis renders to
+the same JSON, terminal and HTML reports as the original. What the JSON does not hold does not
+come back: the names of the largest FP32 kernels (rule evidence only), the tensor-core and FP32
+times beyond their shares' precision, and the counter figures (``counters``: a counter log's
+report loads without its counter section). Reports saved before the gap columns load without
+them; their HTML has no timeline strip.
 """
 
 from __future__ import annotations
@@ -13,19 +17,26 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 
 from whyidle.analyses import causes as C
 from whyidle.analyses.kernel_fill import KernelFill
+from whyidle.analyses.names import NameTimes
+from whyidle.timeline.intervals import Intervals
+from whyidle.timeline.model import Lane, LaneKind
 from whyidle.analyses.kernels import KernelStats
 from whyidle.analyses.utilization import StepFigures, Utilization
+from whyidle.analyses.strip import BUSY_CLASSES, DeviceActivity
 from whyidle.errors import TraceFormatError
 from whyidle.findings.model import (
     Prediction,
     Evidence,
     Finding,
     Fix,
+    DiagnosisData,
+    GapColumns,
     GapRecord,
-    Report,
     Skipped,
     SourceInfo,
     WindowInfo,
@@ -149,8 +160,87 @@ def _share_to_ns(share: Any, total: int) -> int:
     return int(round(float(share) * total)) if share is not None else 0
 
 
-def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> Report:
-    """A Report from the JSON report's dict; raises TraceFormatError naming ``where`` when it is not one."""
+def _col(v: Any, n: int | None, what: str, lo: int = -(2**62)) -> npt.NDArray[np.int64]:
+    """A column of integers (of length ``n`` when given), each within [lo, 2**62)."""
+    if not isinstance(v, list) or not all(type(x) is int for x in v):
+        raise ValueError(f"{what} is not a list of integers")
+    a = np.array(v, dtype=np.int64) if v else np.zeros(0, dtype=np.int64)
+    if n is not None and a.size != n:
+        raise ValueError(f"{what} has {a.size} values, expected {n}")
+    if a.size and (int(a.min()) < lo or int(a.max()) >= 2**62):
+        raise ValueError(f"{what} holds a value out of range")
+    return a
+
+
+def _gap_columns(d: dict[str, Any], n_lanes: int) -> GapColumns:
+    n = _i64(d["count"])
+    strings = _strs(d["strings"], "gap_columns.strings")
+
+    def names(key: str) -> npt.NDArray[np.int64]:
+        a = _col(d[key], n, f"gap_columns.{key}", lo=-1)
+        if a.size and int(a.max()) >= len(strings):
+            raise ValueError(f"gap_columns.{key} points past the string table")
+        return a
+
+    causes = np.zeros((n, len(C.CAUSES)), dtype=np.int64)
+    known = {c.key: i for i, c in enumerate(C.CAUSES)}
+    for key, col in d["causes_ns"].items():
+        if key not in known:
+            raise ValueError(f"gap_columns.causes_ns names the cause {key!r}, which this whyidle does not know (a newer whyidle wrote it)")
+        causes[:, known[key]] = _col(col, n, f"gap_columns.causes_ns[{key}]", lo=0)
+    thread = _col(d["thread"], n, "gap_columns.thread", lo=-1)
+    if thread.size and int(thread.max()) >= n_lanes:
+        raise ValueError("gap_columns.thread points past the lanes")
+    return GapColumns(
+        start_ns=_col(d["start_ns"], n, "gap_columns.start_ns"),
+        end_ns=_col(d["end_ns"], n, "gap_columns.end_ns"),
+        device=_col(d["device"], n, "gap_columns.device", lo=0),
+        causes_ns=causes,
+        drained_by_sync=_col(d["drained_by_sync"], n, "gap_columns.drained_by_sync", lo=0).astype(np.bool_),
+        host_end_ns=_col(d["host_end_ns"], n, "gap_columns.host_end_ns"),
+        thread=thread,
+        next_work=names("next_work"),
+        op=names("cpu_op"),
+        op_start_ns=_col(d["cpu_op_start_ns"], n, "gap_columns.cpu_op_start_ns"),
+        op_end_ns=_col(d["cpu_op_end_ns"], n, "gap_columns.cpu_op_end_ns"),
+        before=names("cpu_before"),
+        python_line=names("python_line"),
+        runtime_call=names("runtime_call"),
+        strings=strings,
+    )
+
+
+def _intervals(d: dict[str, Any], what: str) -> Intervals:
+    s = _col(d["start_ns"], None, f"{what}.start_ns")
+    e = _col(d["end_ns"], s.size, f"{what}.end_ns")
+    if s.size and (np.any(e <= s) or np.any(s[1:] < e[:-1])):
+        raise ValueError(f"{what} is not a sorted list of disjoint intervals")
+    return Intervals(s, e)
+
+
+def _activity(v: Any) -> tuple[DeviceActivity, ...]:
+    out = []
+    for a in v:
+        sets = [_intervals(a[k], f"activity.{k}") for k in BUSY_CLASSES]
+        out.append(DeviceActivity(_i64(a["device"]), *sets))
+    return tuple(out)
+
+
+def _name_times(v: dict[str, Any]) -> NameTimes:
+    def per_name(x: Any, what: str) -> dict[str, int]:
+        if not isinstance(x, dict):
+            raise ValueError(f"name_times.{what} is not an object")
+        return {str(k): _i64(n) for k, n in x.items()}
+
+    return NameTimes(per_name(v["kernels_ns"], "kernels_ns"), per_name(v["ops_ns"], "ops_ns"), _i64(v["steps"]), _i64(v["window_ns"]))
+
+
+def _lanes(v: Any) -> tuple[Lane, ...]:
+    return tuple(Lane(LaneKind(x["kind"]), _i64(x["device"]), str(x["pid"]), str(x["tid"]), str(x.get("name", ""))) for x in v)
+
+
+def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> DiagnosisData:
+    """Diagnosis data from the JSON report's dict; raises TraceFormatError naming ``where`` when it is not one."""
     version = str(d.get("schema_version", ""))
     if not version:
         raise TraceFormatError(where, "is JSON but not a whyidle report (no 'schema_version')")
@@ -168,9 +258,9 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> Report:
             mean_launch_ns=k.get("mean_launch_call_ns"),
             sm_efficiency=k.get("est_sm_efficiency"),
             achieved_occupancy_pct=k.get("est_achieved_occupancy_pct"),
-            tensor_core_ns=_share_to_ns(k.get("tensor_core_share"), _i64(k["total_ns"])),
-            fp32_math_ns=_share_to_ns(k.get("fp32_math_share"), _i64(k["total_ns"])),
-            top_fp32_kernels=(),
+            tensor_core_ns=_i64(k["tensor_core_ns"]) if "tensor_core_ns" in k else _share_to_ns(k.get("tensor_core_share"), _i64(k["total_ns"])),
+            fp32_math_ns=_i64(k["fp32_math_ns"]) if "fp32_math_ns" in k else _share_to_ns(k.get("fp32_math_share"), _i64(k["total_ns"])),
+            top_fp32_kernels=tuple((str(x["name"]), _i64(x["ns"])) for x in k.get("top_fp32_kernels", ())),
             fill=msgspec.convert(k["fill"], KernelFill) if k.get("fill") else None,
         )
         util = Utilization(
@@ -189,7 +279,8 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> Report:
             batch_size_basis=th.get("batch_size_basis", ""),
         )
         by_cause = {c.key: _i64(d.get("idle_by_cause_ns", {}).get(c.key, 0)) for c in C.CAUSES}
-        return Report(
+        lanes = _lanes(d.get("lanes", ()))
+        return DiagnosisData(
             source=SourceInfo(
                 path=src.get("path", ""),
                 format=src.get("format", ""),
@@ -213,14 +304,18 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> Report:
             cold_start=bool(d.get("cold_start", False)),
             no_device_activity=bool(d.get("no_device_activity", False)),
             extra=dict(d.get("extra", {})),
+            gap_columns=_gap_columns(d["gap_columns"], len(lanes)) if d.get("gap_columns") is not None else None,
+            activity=_activity(d["activity"]) if d.get("activity") is not None else None,
+            lanes=lanes,
+            name_times=_name_times(d["name_times"]) if d.get("name_times") is not None else None,
         )
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise TraceFormatError(where, f"is a whyidle report with a missing or malformed field ({type(exc).__name__}: {exc})") from None
 
 
-def load_report(path: str | os.PathLike[str]) -> Report:
+def load_report(path: str | os.PathLike[str]) -> DiagnosisData:
     """Read a JSON report saved by ``whyidle diagnose -o report.json`` (plain or gzipped)."""
-    from whyidle.sources._io import read_bytes
+    from whyidle.sources import read_bytes
 
     p = Path(path)
     raw = read_bytes(p)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from whyidle.findings.model import Report
+from whyidle.findings.model import DiagnosisData
 
 __all__ = ["EXPECTED", "CPU_FLAWS", "GPU_ONLY", "CheckResult", "check_report"]
 
@@ -50,7 +50,7 @@ class CheckResult:
     message: str
 
 
-def check_report(flaw: str, report: Report, basis: str) -> CheckResult:
+def check_report(flaw: str, report: DiagnosisData, basis: str) -> CheckResult:
     if flaw not in EXPECTED:
         raise ValueError(f"unknown flaw {flaw!r}; expected one of {', '.join(EXPECTED)}")
     expected = EXPECTED[flaw]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from whyidle.capture._torch import require_torch
+from whyidle.capture import require_torch
 
 __all__ = ["FLAWS", "LabSpec", "LabRun", "spec_for", "run_job", "apply_fix"]
 

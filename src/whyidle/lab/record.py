@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whyidle.capture._torch import require_torch
+from whyidle.capture import require_torch
 from whyidle.errors import UsageError
 from whyidle.lab.job import FLAWS
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import msgspec.structs
 
-from whyidle.capture._torch import require_torch
+from whyidle.capture import require_torch
 from whyidle.capture.tracker_report import report_from_tracker
 from whyidle.config import Config
 from whyidle.errors import UsageError
-from whyidle.findings.model import Report
+from whyidle.findings.model import DiagnosisData
 from whyidle.lab.check import CPU_FLAWS, GPU_ONLY, CheckResult, check_report
 from whyidle.lab.job import LabRun, LabSpec, run_job, spec_for
 
@@ -25,12 +25,12 @@ __all__ = ["LabResult", "run_lab", "pick_device", "lab_report"]
 @dataclass(frozen=True)
 class LabResult:
     run: LabRun
-    tracker_report: Report | None
-    trace_report: Report | None
+    tracker_report: DiagnosisData | None
+    trace_report: DiagnosisData | None
     check: CheckResult
 
     @property
-    def report(self) -> Report:
+    def report(self) -> DiagnosisData:
         """The report the check read, with the lab's context in ``extra['lab']``."""
         base = self.trace_report if self.check.basis == "trace" and self.trace_report is not None else self.tracker_report
         assert base is not None
@@ -42,7 +42,7 @@ class LabResult:
         return st.samples_per_s if st is not None else None
 
 
-def lab_report(base: Report, res: LabResult) -> Report:
+def lab_report(base: DiagnosisData, res: LabResult) -> DiagnosisData:
     s = res.run.spec
     lab = {
         "flaw": s.flaw,

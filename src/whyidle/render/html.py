@@ -24,19 +24,17 @@ import msgspec
 
 from whyidle import __version__
 from whyidle.analyses import causes as C
-from whyidle.analyses.strip import BUSY_CLASSES, activity_strip
+from whyidle.analyses.strip import BUSY_CLASSES, bin_activity
 from whyidle.catalogue import BUSY, CATALOGUE, GROUP_COLOURS
 from whyidle.findings.labels import BUSY_LABELS, GROUP_LABELS, cause_label
-from whyidle.findings.model import Finding, GapRecord, Report
+from whyidle.findings.model import Finding, GapRecord, DiagnosisData
 from whyidle.pages import PAGES, explain_command, page_title
 from whyidle.render._html_assets import CSS, JS
 from whyidle.render import TITLE_GPU, busy_finding_stat, busy_idle_rows, counter_value, title
 from whyidle.render._markdown import page_html
-from whyidle.render._source import analyses_for
-from whyidle.timeline.model import Timeline
 from whyidle.units import format_ns
 
-__all__ = ["render_html", "CAUSE_COLORS", "BUSY_COLORS", "DEFAULT_BINS"]
+__all__ = ["render_html", "CAUSE_COLORS", "BUSY_COLORS", "DEFAULT_BINS", "CSS"]
 
 DEFAULT_BINS = 1200  # about one bin per pixel of a laptop-wide strip
 
@@ -84,17 +82,15 @@ def _permille(parts: Any, bin_ns: float) -> list[int]:
     return [int(round(1000 * float(v) / bin_ns)) if bin_ns > 0 else 0 for v in parts]
 
 
-def _timeline_data(report: Report, timeline: Timeline | None, bins: int) -> tuple[list[dict[str, Any]], str]:
+def _timeline_data(report: DiagnosisData, bins: int) -> tuple[list[dict[str, Any]], str]:
     if report.no_device_activity or report.window.duration_ns <= 0:
         return [], "No device activity in the window."
     if report.window.basis == "counter log" or report.source.format == "whyidle.track":
         return [], ""  # no events to draw: the counter table and the per-step bars show these inputs
-    a, note = analyses_for(report, timeline)
-    if a is None:
-        return [], note
-    from whyidle.analyses.links import link_launches
-
-    strips = activity_strip(a.tl, link_launches(a.tl), a.window, a.gaps, bins)
+    g, act = report.gap_columns, report.activity
+    if g is None or act is None:
+        return [], "this report was saved before whyidle kept every gap, so the timeline cannot be drawn; diagnose the trace again"
+    strips = bin_activity(act, g.start_ns, g.end_ns, g.device, g.causes_ns, report.window.start_ns, report.window.end_ns, bins)
     out = []
     names = report.source.devices
     for s in strips:
@@ -109,10 +105,10 @@ def _timeline_data(report: Report, timeline: Timeline | None, bins: int) -> tupl
         name = names[s.device] if 0 <= s.device < len(names) and names[s.device] else ""
         label = f"GPU {s.device}" + (f" ({name})" if name else "") + ": all streams"
         out.append({"device": s.device, "label": label, "bins": s.bins, "bin_ns": bin_ns, "parts": parts})
-    return out, note
+    return out, ""
 
 
-def _steps_data(report: Report) -> list[dict[str, Any]]:
+def _steps_data(report: DiagnosisData) -> list[dict[str, Any]]:
     out = []
     w0 = report.window.start_ns
     for s in report.utilization.steps:
@@ -140,7 +136,7 @@ def _card(key: str, value: str, detail: str = "") -> str:
     return f'<div class="wi-card"><div class="k">{_e(key)}</div><div class="v">{_e(value)}</div>{d}</div>'
 
 
-def _lead(r: Report) -> str:
+def _lead(r: DiagnosisData) -> str:
     u = r.utilization
     if r.no_device_activity:
         return "No GPU activity in this trace: nothing to diagnose."
@@ -168,7 +164,7 @@ def _lead(r: Report) -> str:
     return text
 
 
-def _cards(r: Report) -> str:
+def _cards(r: DiagnosisData) -> str:
     u = r.utilization
     cards = [_card(label, value, detail) for label, value, detail in busy_idle_rows(r, _ms)]
     times = u.step_times_ns
@@ -193,7 +189,7 @@ def _legend(keys: list[tuple[str, str, str]]) -> str:
     return f'<div class="wi-legend">{items}</div>'
 
 
-def _cause_bar(r: Report) -> str:
+def _cause_bar(r: DiagnosisData) -> str:
     idle = sum(r.idle_by_cause_ns.values())
     if idle <= 0:
         return ""
@@ -227,7 +223,7 @@ _PATH_COLORS = {
 }
 
 
-def _critical_path(r: Report) -> str:
+def _critical_path(r: DiagnosisData) -> str:
     """The median step's critical path, drawn to scale, with the time per kind."""
     cp = r.extra.get("critical_path")
     if not cp or not cp.get("duration_ns"):
@@ -329,7 +325,7 @@ def _docs(f: Finding) -> str:
     )
 
 
-def _findings(r: Report) -> str:
+def _findings(r: DiagnosisData) -> str:
     w0 = r.window.start_ns
     if r.findings:
         inner = "".join(_finding(i, f, w0, r.window.duration_ns) for i, f in enumerate(r.findings, 1))
@@ -365,7 +361,7 @@ def _gap_row(i: int, g: GapRecord, w0: int) -> str:
     )
 
 
-def _gaps(r: Report) -> str:
+def _gaps(r: DiagnosisData) -> str:
     if not r.gaps:
         return ""
     w0 = r.window.start_ns
@@ -392,7 +388,7 @@ def _gaps(r: Report) -> str:
     )
 
 
-def _counters(r: Report) -> str:
+def _counters(r: DiagnosisData) -> str:
     """The GPU counter figures per GPU (a counter log, alone or joined with a trace)."""
     a = r.counters
     if a is None or not a.gpus:
@@ -424,7 +420,7 @@ def _counters(r: Report) -> str:
     return "".join(out) + "</section>"
 
 
-def _notes(r: Report, timeline_note: str) -> str:
+def _notes(r: DiagnosisData, timeline_note: str) -> str:
     items = []
     artifacts = r.artifact_idle_ns
     if artifacts and r.window.duration_ns:
@@ -459,7 +455,7 @@ def _timeline_section(devices: list[dict[str, Any]]) -> str:
     )
 
 
-def _steps_section(r: Report) -> str:
+def _steps_section(r: DiagnosisData) -> str:
     if not r.utilization.steps:
         return ""
     keys = [(c["key"], c["label"], c["color"]) for c in _classes()]
@@ -474,14 +470,13 @@ def _steps_section(r: Report) -> str:
     )
 
 
-def render_html(report: Report, timeline: Timeline | None = None, *, bins: int = DEFAULT_BINS) -> str:
-    """The report as one self-contained HTML document (also embeddable: styles are scoped).
+def render_html(report: DiagnosisData, *, bins: int = DEFAULT_BINS) -> str:
+    """The diagnosis as one self-contained HTML document (also embeddable: styles are scoped).
 
-    ``timeline`` is the Timeline the report was made from; without it the trace is read again
-    from ``report.source.path`` for the timeline strip (and the strip is left out, with a note,
-    when that file is gone).
+    Everything comes from the diagnosis: the timeline strip is its device activity and gap
+    columns in ``bins`` bins per device, so the input file is not needed.
     """
-    devices, tl_note = _timeline_data(report, timeline, bins)
+    devices, tl_note = _timeline_data(report, bins)
     data = {
         "classes": _classes(),
         "window": {"start_ns": report.window.start_ns, "duration_ns": report.window.duration_ns},

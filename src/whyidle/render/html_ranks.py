@@ -20,7 +20,7 @@ from typing import Any
 from whyidle import __version__
 from whyidle.analyses import causes as C
 from whyidle.findings.labels import cause_label
-from whyidle.findings.model import MultiRankReport
+from whyidle.findings.model import MultiRankData
 from whyidle.render._html_assets import CSS
 from whyidle.render.html import BUSY_COLORS, CAUSE_COLORS, _ms
 from whyidle.units import format_ns
@@ -70,7 +70,7 @@ def _rank_bar(report: Any) -> str:
     return f'<div class="wi-rankbar" role="img" aria-label="busy and idle by cause">{spans}</div>'
 
 
-def _ranks_table(m: MultiRankReport, links: dict[int, str]) -> str:
+def _ranks_table(m: MultiRankData, links: dict[int, str]) -> str:
     comm = {c.rank: c for c in m.cross_rank.comm}
     rows = []
     for e in m.ranks:
@@ -107,7 +107,7 @@ def _ranks_table(m: MultiRankReport, links: dict[int, str]) -> str:
     )
 
 
-def _stragglers(m: MultiRankReport) -> str:
+def _stragglers(m: MultiRankData) -> str:
     cr = m.cross_rank
     if not cr.collectives:
         return '<section><h2>Stragglers</h2><p class="wi-empty">No collective was matched across ranks.</p></section>'
@@ -134,7 +134,7 @@ def _stragglers(m: MultiRankReport) -> str:
     )
 
 
-def _collective_timeline(m: MultiRankReport) -> str:
+def _collective_timeline(m: MultiRankData) -> str:
     cr = m.cross_rank
     if not cr.collectives:
         return ""
@@ -166,7 +166,7 @@ def _collective_timeline(m: MultiRankReport) -> str:
     )
 
 
-def render_multi_rank_html(m: MultiRankReport, links: dict[int, str] | None = None) -> str:
+def render_multi_rank_html(m: MultiRankData, links: dict[int, str] | None = None) -> str:
     """The job's page; ``links`` maps a rank to the (relative) address of its own page."""
     links = links or {}
     cr = m.cross_rank

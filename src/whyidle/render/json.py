@@ -6,6 +6,8 @@ Fields are only added within a major schema version, never renamed or removed.
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 import msgspec
@@ -13,7 +15,8 @@ import numpy as np
 
 from whyidle import __version__
 from whyidle.analyses import causes as C
-from whyidle.findings.model import Finding, GapRecord, Prediction, Report
+from whyidle.analyses.strip import BUSY_CLASSES
+from whyidle.findings.model import DiagnosisData, Finding, GapColumns, GapRecord, Prediction
 
 __all__ = ["SCHEMA_VERSION", "report_to_dict", "render_json", "multi_rank_to_dict", "cross_rank_to_dict"]
 
@@ -158,7 +161,7 @@ def _dist_dict(ds: Any) -> dict[str, Any]:
     }
 
 
-def report_to_dict(r: Report) -> dict[str, Any]:
+def report_to_dict(r: DiagnosisData) -> dict[str, Any]:
     u = r.utilization
     k = r.kernels
     times = u.step_times_ns
@@ -243,6 +246,9 @@ def report_to_dict(r: Report) -> dict[str, Any]:
             "tensor_core_share": k.tensor_core_share,
             "fp32_math_share": k.fp32_math_share,
             "fill": msgspec.to_builtins(k.fill) if k.fill is not None else None,
+            "tensor_core_ns": k.tensor_core_ns,
+            "fp32_math_ns": k.fp32_math_ns,
+            "top_fp32_kernels": [{"name": n, "ns": ns} for n, ns in k.top_fp32_kernels],
         },
         "idle_ns": r.idle_ns,
         "idle_by_group_ns": by_group,
@@ -257,7 +263,49 @@ def report_to_dict(r: Report) -> dict[str, Any]:
         "no_device_activity": r.no_device_activity,
         **({"extra": r.extra} if r.extra else {}),
         **({"counters": counters_to_dict(r.counters)} if r.counters is not None else {}),
+        **({"lanes": [_lane(ln) for ln in r.lanes]} if r.lanes else {}),
+        **({"gap_columns": gap_columns_to_dict(r.gap_columns)} if r.gap_columns is not None else {}),
+        **({"activity": [_activity(a) for a in r.activity]} if r.activity is not None else {}),
+        **({"name_times": _name_times(r.name_times)} if r.name_times is not None else {}),
     }
+
+
+def _name_times(n: Any) -> dict[str, Any]:
+    # sorted by name: the analysis builds these dicts in an order that may vary between runs
+    return {"steps": n.steps, "window_ns": n.window_ns, "kernels_ns": dict(sorted(n.kernels_ns.items())), "ops_ns": dict(sorted(n.ops_ns.items()))}
+
+
+def _lane(ln: Any) -> dict[str, Any]:
+    return {"kind": ln.kind.value, "device": ln.device, "pid": ln.pid, "tid": ln.tid, "name": ln.name}
+
+
+def gap_columns_to_dict(g: GapColumns) -> dict[str, Any]:
+    """Every gap as columns (lists of equal length; names index ``strings``, -1 is none)."""
+    return {
+        "count": len(g),
+        "start_ns": g.start_ns.tolist(),
+        "end_ns": g.end_ns.tolist(),
+        "device": g.device.tolist(),
+        "causes_ns": {c.key: g.causes_ns[:, i].tolist() for i, c in enumerate(C.CAUSES) if len(g) and g.causes_ns[:, i].any()},
+        "drained_by_sync": g.drained_by_sync.astype(np.int8).tolist(),
+        "host_end_ns": g.host_end_ns.tolist(),
+        "thread": g.thread.tolist(),
+        "next_work": g.next_work.tolist(),
+        "cpu_op": g.op.tolist(),
+        "cpu_op_start_ns": g.op_start_ns.tolist(),
+        "cpu_op_end_ns": g.op_end_ns.tolist(),
+        "cpu_before": g.before.tolist(),
+        "python_line": g.python_line.tolist(),
+        "runtime_call": g.runtime_call.tolist(),
+        "strings": list(g.strings),
+    }
+
+
+def _activity(a: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"device": a.device}
+    for kind, busy in zip(BUSY_CLASSES, a.sets()):
+        out[kind] = {"start_ns": busy.start.tolist(), "end_ns": busy.end.tolist()}
+    return out
 
 
 def cross_rank_to_dict(cr: Any) -> dict[str, Any]:
@@ -330,7 +378,7 @@ def cross_rank_to_dict(cr: Any) -> dict[str, Any]:
 
 
 def multi_rank_to_dict(r: Any) -> dict[str, Any]:
-    """A MultiRankReport: one entry per rank with its report, beside the cross-rank results."""
+    """A MultiRankData: one entry per rank with its report, beside the cross-rank results."""
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "whyidle", "version": __version__},
@@ -352,8 +400,48 @@ def multi_rank_to_dict(r: Any) -> dict[str, Any]:
     }
 
 
-def render_json(r: Report) -> str:
-    from whyidle.findings.model import MultiRankReport
+def to_dict(r: Any) -> dict[str, Any]:
+    """The JSON report of a diagnosis or a multi-rank run, as plain data."""
+    from whyidle.findings.model import MultiRankData
 
-    data = multi_rank_to_dict(r) if isinstance(r, MultiRankReport) else report_to_dict(r)
-    return msgspec.json.format(msgspec.json.encode(data), indent=2).decode() + "\n"
+    return multi_rank_to_dict(r) if isinstance(r, MultiRankData) else report_to_dict(r)
+
+
+# The columns (every gap, the busy intervals) are long lists of numbers: one line each, not one
+# line per number, so the file stays readable and a golden diff shows a column as one line.
+_COLUMN_KEYS = ("gap_columns", "activity", "lanes")
+
+
+def _compact(d: Any, found: list[bytes], nonce: str) -> Any:
+    """``d`` with each column list (and each lane) replaced by a placeholder string (``nonce``
+    and a number: no trace string can be mistaken for one); the compact JSON of what was
+    replaced is appended to ``found``."""
+
+    def hole(v: Any) -> str:
+        found.append(msgspec.json.encode(v))
+        return f"{nonce}{len(found) - 1}"
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list) and (not v or not isinstance(v[0], (dict, list))):
+            return hole(v)
+        if isinstance(v, list) and isinstance(v[0], dict) and "pid" in v[0]:
+            return [hole(x) for x in v]  # lanes: one line each
+        return [walk(x) for x in v] if isinstance(v, list) else v
+
+    if isinstance(d, dict) and "ranks" in d and isinstance(d["ranks"], list):
+        return {**d, "ranks": [{**e, "report": _compact(e["report"], found, nonce)} if e.get("report") else e for e in d["ranks"]]}
+    if not isinstance(d, dict):
+        return d
+    return {k: (walk(v) if k in _COLUMN_KEYS else v) for k, v in d.items()}
+
+
+def render_json(r: DiagnosisData) -> str:
+    found: list[bytes] = []
+    nonce = f"whyidle-column-{os.urandom(8).hex()}-"
+    data = _compact(to_dict(r), found, nonce)
+    text = msgspec.json.format(msgspec.json.encode(data), indent=2)
+    if found:
+        text = re.sub(b'"' + nonce.encode() + rb'(\d+)"', lambda m: found[int(m.group(1))], text)
+    return text.decode() + "\n"

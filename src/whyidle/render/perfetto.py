@@ -1,6 +1,16 @@
-"""The Perfetto / chrome://tracing export: the original trace plus a whyidle track.
+"""Perfetto / chrome://tracing exports of a diagnosis: drawn from it alone, or annotating the original.
 
-The output is the input trace, byte for byte, with these events added to ``traceEvents``:
+:func:`render_perfetto` (the ``perfetto`` renderer) builds a Chrome trace from the diagnosis
+alone, so it works without the input file (a saved JSON report, a trace since deleted):
+
+* one process per GPU, with a thread per kind of busy time (compute, exposed communication,
+  copies) holding the device's busy intervals;
+* the whyidle track (below); the CPU op that explains each host-caused gap, on its thread;
+* the steps of the window, on a thread of their own.
+
+:func:`annotate` is the other export: the original trace, byte for byte, with the whyidle track
+added to ``traceEvents`` (an Nsight Systems capture or a Parquet timeline, which have no Chrome
+trace of their own, get one built from their Timeline). The whyidle track is:
 
 * a process "whyidle: device idle" with one thread per GPU;
 * one slice per device-idle gap on that GPU's thread, named by the gap's cause, its arguments
@@ -18,6 +28,7 @@ list so the start and end of the file, which the reader samples, are the origina
 
 from __future__ import annotations
 
+import os
 import zlib
 from pathlib import Path
 from typing import Any
@@ -27,20 +38,18 @@ import numpy as np
 
 from whyidle import __version__
 from whyidle.analyses import causes as C
-from whyidle.analyses.context import gap_context
+from whyidle.analyses.strip import BUSY_CLASSES
 from whyidle.catalogue import CATALOGUE
 from whyidle.errors import InputError, TraceFormatError, UnsupportedInputError
 from whyidle.findings.labels import cause_label
-from whyidle.findings.model import Report
-from whyidle.findings.rules import Analyses
-from whyidle.render._source import analyses_for
-from whyidle.sources._io import read_bytes
+from whyidle.findings.model import DiagnosisData, GapColumns
+from whyidle.sources import read_bytes
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, LaneKind, Timeline
 
-__all__ = ["render_perfetto", "GAP_CATEGORY", "FLOW_CATEGORY", "CONTEXT_GAPS", "TIMELINE_FORMATS"]
+__all__ = ["render_perfetto", "annotate", "annotation_source", "GAP_CATEGORY", "FLOW_CATEGORY", "TIMELINE_FORMATS"]
 
-# Inputs with no Chrome-trace JSON of their own: the export builds one from the Timeline.
+# Inputs with no Chrome-trace JSON of their own: annotate() builds one from the Timeline.
 TIMELINE_FORMATS = ("nsys", "parquet")
 # Kineto's category for each kind, so Perfetto groups the events as it does a profiler trace.
 _CATEGORY = {
@@ -51,12 +60,10 @@ _CATEGORY = {
 
 GAP_CATEGORY = "whyidle_gap"
 FLOW_CATEGORY = "whyidle_flow"
-# Gaps (largest first) that get the full CPU context (op before, Python line) in their
-# arguments; the rest carry the cheap fields only. 2,000 keeps the export under a few seconds
-# on traces with 10^5 gaps (measured: about 0.1 ms of context per gap on the ResNet-50 trace).
-CONTEXT_GAPS = 2000
+BUSY_CATEGORY = "whyidle_busy"
 _PID = 7825529  # "why" in ASCII; bumped if the trace already uses it
-_GPU_PID = 9_000_000  # + device index: a GPU's process in a trace built from the timeline
+_GPU_PID = 9_000_000  # + device index: a GPU's process in a trace built from the timeline or the diagnosis
+_STEPS_PID = 8_999_999  # the steps, in a trace drawn from the diagnosis
 _HOST_CAUSES = {i for i, e in enumerate(CATALOGUE) if e.host_side}  # the gap's host-side op explains it
 
 
@@ -68,40 +75,22 @@ def _json_id(text: str) -> int | str:
         return text
 
 
-def _explaining_ops(a: Analyses) -> np.ndarray:
-    """For each gap, the timeline row of the top-level CPU op overlapping its host part most (-1: none)."""
-    g = a.gaps
-    tl = a.tl
-    out = np.full(len(g), -1, dtype=np.int64)
-    for lane in unique_sorted(g.thread_lane[g.thread_lane >= 0]):
-        rows, top, _py = a.index.rows(int(lane))
-        trow = rows[top]
-        if trow.size == 0:
-            continue
-        ts, te = tl.start_ns[trow], tl.end_ns[trow]
-        te_reach = np.maximum.accumulate(te)
-        for i in np.flatnonzero(g.thread_lane == lane):
-            gs, he = int(g.start_ns[i]), int(g.host_end_ns[i])
-            if he <= gs:
-                continue
-            lo = int(np.searchsorted(te_reach, gs, side="right"))
-            hi = int(np.searchsorted(ts, he, side="left"))
-            if hi <= lo:
-                continue
-            ov = np.minimum(te[lo:hi], he) - np.maximum(ts[lo:hi], gs)
-            j = int(np.argmax(ov))
-            if ov[j] > 0:
-                out[i] = int(trow[lo + j])
-    return out
+def _columns(d: DiagnosisData) -> GapColumns:
+    if d.gap_columns is None or d.activity is None:
+        raise UnsupportedInputError(
+            d.source.path or "(unknown)",
+            f"is a {d.source.format or 'non-trace'} diagnosis with no device events to draw (a counter log, the step tracker, "
+            "or a report saved before whyidle kept every gap); use -o report.html for this one",
+        )
+    return d.gap_columns
 
 
 def _us(ns: int, base_ns: int) -> int:
     return int(round((ns - base_ns) / 1000))
 
 
-def _events(a: Analyses, base_ns: int, pid: int) -> list[dict[str, Any]]:
-    g = a.gaps
-    tl = a.tl
+def _events(d: DiagnosisData, g: GapColumns, base_ns: int, pid: int) -> list[dict[str, Any]]:
+    """The whyidle track: metadata, a B/E slice per gap and a flow arrow per explained gap."""
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "whyidle: device idle"}},
         {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": -1}},
@@ -110,55 +99,55 @@ def _events(a: Analyses, base_ns: int, pid: int) -> list[dict[str, Any]]:
         return events
     for dev in unique_sorted(g.device):
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": int(dev), "args": {"name": f"GPU {int(dev)} idle, by cause"}})
-    ops = _explaining_ops(a)
     primary = g.primary
-    order = np.argsort(-g.dur_ns, kind="stable")
-    with_context = set(order[:CONTEXT_GAPS].tolist())
     last_end: dict[int, int] = {}
     flow_id = 0
-    for i in np.lexsort((g.start_ns, g.device)):
-        i = int(i)
+    for i in np.lexsort((g.start_ns, g.device)).tolist():
         dev = int(g.device[i])
         b = max(_us(int(g.start_ns[i]), base_ns), last_end.get(dev, -(2**62)))
         e = max(_us(int(g.end_ns[i]), base_ns), b)
         last_end[dev] = e
         cause = C.CAUSES[int(primary[i])]
-        args: dict[str, Any] = {
-            "cause": cause.key,
-            "idle_ns": int(g.dur_ns[i]),
-            "causes_ns": {C.CAUSES[c].key: int(v) for c, v in enumerate(g.slices[i]) if v > 0},
-            "start_ns": int(g.start_ns[i]),
-            "next_device_work": tl.name_of(int(g.next_row[i])) if g.next_row[i] >= 0 else "",
-            "drained_by_sync": bool(g.drained_by_sync[i]),
-        }
-        lane = int(g.thread_lane[i])
-        if lane >= 0:
-            args["launching_thread"] = tl.lanes[lane].label
-        op = int(ops[i])
-        if op >= 0:
-            args["cpu_op_during"] = tl.name_of(op)
-        if i in with_context:
-            ctx = gap_context(tl, g, i, a.index)
-            args["cpu_op_before"] = ctx.before
-            args["python_line"] = ctx.python_line
-            if ctx.runtime_call:
-                args["runtime_call_open"] = ctx.runtime_call
         name = cause_label(cause.key)
-        events.append({"ph": "B", "cat": GAP_CATEGORY, "name": name, "pid": pid, "tid": dev, "ts": b, "args": args})
+        events.append({"ph": "B", "cat": GAP_CATEGORY, "name": name, "pid": pid, "tid": dev, "ts": b, "args": _gap_args(d, g, i, cause.key)})
         events.append({"ph": "E", "cat": GAP_CATEGORY, "name": name, "pid": pid, "tid": dev, "ts": e})
+        op = int(g.op[i])
         if op >= 0 and int(primary[i]) in _HOST_CAUSES and e - b >= 2:
             # The arrow's head must land inside the op: an integer microsecond within it.
-            os_, oe = _us(int(tl.start_ns[op]), base_ns), _us(int(tl.end_ns[op]), base_ns)
+            os_, oe = _us(int(g.op_start_ns[i]), base_ns), _us(int(g.op_end_ns[i]), base_ns)
             lo = max(os_ + 1, _us(int(g.start_ns[i]), base_ns))
             hi = min(oe - 1, _us(int(g.host_end_ns[i]), base_ns))
             if hi < lo:
                 continue
-            ln = tl.lanes[int(tl.lane[op])]
+            ln = d.lanes[int(g.thread[i])]  # the op is on the launching thread
             flow_id += 1
             common = {"cat": FLOW_CATEGORY, "name": "explained by", "id": flow_id}
             events.append({"ph": "s", "pid": pid, "tid": dev, "ts": (b + e) // 2, **common})
             events.append({"ph": "f", "bp": "e", "pid": _json_id(ln.pid), "tid": _json_id(ln.tid), "ts": (lo + hi) // 2, **common})
     return events
+
+
+def _gap_args(d: DiagnosisData, g: GapColumns, i: int, key: str) -> dict[str, Any]:
+    """A gap slice's arguments: its evidence, the CPU context where the diagnosis looked it up."""
+    args: dict[str, Any] = {
+        "cause": key,
+        "idle_ns": int(g.end_ns[i] - g.start_ns[i]),
+        "causes_ns": {C.CAUSES[c].key: int(v) for c, v in enumerate(g.causes_ns[i].tolist()) if v > 0},
+        "start_ns": int(g.start_ns[i]),
+        "next_device_work": g.text(g.next_work, i),
+        "drained_by_sync": bool(g.drained_by_sync[i]),
+    }
+    lane = int(g.thread[i])
+    if lane >= 0:
+        args["launching_thread"] = d.lanes[lane].label
+    if g.op[i] >= 0:
+        args["cpu_op_during"] = g.text(g.op, i)
+    if g.before[i] >= 0:  # looked up for the largest gaps only (Config.context_gaps)
+        args["cpu_op_before"] = g.text(g.before, i)
+        args["python_line"] = g.text(g.python_line, i)
+        if g.text(g.runtime_call, i):
+            args["runtime_call_open"] = g.text(g.runtime_call, i)
+    return args
 
 
 def _split_doc(raw: bytes, path: str) -> tuple[dict[str, msgspec.Raw] | None, list[msgspec.Raw]]:
@@ -172,30 +161,89 @@ def _split_doc(raw: bytes, path: str) -> tuple[dict[str, msgspec.Raw] | None, li
     return doc, events
 
 
-def render_perfetto(report: Report, timeline: Timeline | None = None, *, gzip: bool = False) -> bytes:
-    """The original trace with a whyidle track of gap slices and flow arrows, as JSON bytes.
+def render_perfetto(diagnosis: DiagnosisData, *, gzip: bool = False) -> bytes:
+    """A Chrome trace drawn from the diagnosis alone (no input file): per GPU its busy time by
+    kind, the whyidle track, the CPU ops that explain gaps, and the steps. Times are microseconds
+    from the window's start; every gap of the diagnosis is one slice."""
+    g = _columns(diagnosis)
+    d = diagnosis
+    base_ns = d.window.start_ns
+    events: list[dict[str, Any]] = []
+    for act in d.activity or ():
+        pid = _GPU_PID + act.device
+        name = d.source.devices[act.device] if 0 <= act.device < len(d.source.devices) else ""
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"GPU {act.device}" + (f" ({name})" if name else "")}})
+        for tid, (kind, busy) in enumerate(zip(BUSY_CLASSES, act.sets())):
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"{kind} (all streams)"}})
+            starts, durs = ((busy.start - base_ns) / 1e3).tolist(), ((busy.end - busy.start) / 1e3).tolist()
+            events += [{"ph": "X", "cat": BUSY_CATEGORY, "name": kind, "pid": pid, "tid": tid, "ts": t, "dur": u} for t, u in zip(starts, durs)]
+    events += _explaining_op_slices(d, g, base_ns)
+    steps = d.utilization.steps
+    if steps:
+        events.append({"ph": "M", "name": "process_name", "pid": _STEPS_PID, "tid": 0, "args": {"name": "steps"}})
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"step {s.number}", "pid": _STEPS_PID, "tid": 0, "ts": (s.start_ns - base_ns) / 1e3, "dur": s.duration_ns / 1e3}
+            for s in steps
+        ]
+    events += _events(d, g, base_ns, _PID)
+    note = {"tool": "whyidle", "version": __version__, "gaps": len(g), "gap_category": GAP_CATEGORY, "built_from": "diagnosis", "source": d.source.path}
+    return _encode({"traceEvents": events, "displayTimeUnit": "ms", "whyidle_annotation": note}, gzip)
 
-    Reads the original events again from ``report.source.path``; ``timeline`` (the Timeline the
-    report was made from) saves parsing it a second time. ``gzip=True`` compresses the output.
+
+def _explaining_op_slices(d: DiagnosisData, g: GapColumns, base_ns: int) -> list[dict[str, Any]]:
+    """The CPU ops that explain gaps, once each, on their threads (the flow arrows land on them)."""
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[int, int, int]] = set()
+    named: set[int] = set()
+    for i in np.flatnonzero(g.op >= 0).tolist():
+        lane = int(g.thread[i])
+        key = (lane, int(g.op_start_ns[i]), int(g.op_end_ns[i]))
+        if key in seen:
+            continue
+        seen.add(key)
+        ln = d.lanes[lane]
+        pid, tid = _json_id(ln.pid), _json_id(ln.tid)
+        if lane not in named:
+            named.add(lane)
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": ln.label}})
+        ts, dur = (key[1] - base_ns) / 1e3, (key[2] - key[1]) / 1e3
+        out.append({"ph": "X", "cat": "cpu_op", "name": g.text(g.op, i), "pid": pid, "tid": tid, "ts": ts, "dur": dur})
+    return out
+
+
+def annotation_source(path: str | os.PathLike[str], timeline: Timeline) -> str | os.PathLike[str] | Timeline | None:
+    """What :func:`annotate` takes for an input read from ``path`` into ``timeline``: the file itself
+    for a PyTorch profiler trace (its events are copied byte for byte), the Timeline for an input
+    with no Chrome trace of its own (Nsight Systems, Parquet), None for the others (drawn from
+    the diagnosis alone)."""
+    fmt = timeline.meta.source_format
+    return path if fmt == "kineto" else timeline if fmt in TIMELINE_FORMATS else None
+
+
+def annotate(trace: str | os.PathLike[str] | Timeline, diagnosis: DiagnosisData, *, gzip: bool = False) -> bytes:
+    """The original trace with the whyidle track of gap slices and flow arrows, as JSON bytes.
+
+    ``trace``: the PyTorch profiler trace the diagnosis was made from (its events are copied
+    byte for byte), or the Timeline of an input with no Chrome trace of its own (Nsight Systems,
+    Parquet: a trace is built from it). ``gzip=True`` compresses the output. The gaps and their
+    evidence come from the diagnosis; only the original events are read from ``trace``.
     """
-    path = report.source.path
-    if report.source.format in TIMELINE_FORMATS:
-        a, _note = analyses_for(report, timeline)
-        if a is None:
-            raise InputError(path or "(unknown)", f"cannot be analysed again for the Perfetto export: {_note}")
-        return _from_timeline(a, gzip)
-    if report.source.format != "kineto":
+    g = _columns(diagnosis)
+    if isinstance(trace, Timeline):
+        return _from_timeline(trace, diagnosis, g, gzip)
+    path = os.fspath(trace)
+    if diagnosis.source.format in TIMELINE_FORMATS:
+        from whyidle.sources import load
+
+        return _from_timeline(load(path), diagnosis, g, gzip)
+    if diagnosis.source.format != "kineto":
         raise UnsupportedInputError(
             path or "(unknown)",
-            f"is a {report.source.format or 'non-Kineto'} profile; the Perfetto export annotates Chrome-trace JSON "
-            "(PyTorch profiler) files and builds one from Nsight Systems captures and Parquet timelines; "
-            "use -o report.html for a timeline of this one",
+            f"is a {diagnosis.source.format or 'non-Kineto'} profile; annotate() adds the whyidle track to Chrome-trace JSON "
+            "(PyTorch profiler) files and builds one from Nsight Systems captures and Parquet timelines",
         )
     if not path or not Path(path).is_file():
-        raise InputError(path or "(unknown)", "the Perfetto export needs the original trace file, which is not available")
-    a, _note = analyses_for(report, timeline)
-    if a is None:
-        raise InputError(path, f"cannot be analysed again for the Perfetto export: {_note}")
+        raise InputError(path or "(unknown)", "annotating needs the original trace file, which is not available")
     raw = read_bytes(Path(path))
     doc, events = _split_doc(raw, path)
     base_ns = 0
@@ -204,11 +252,11 @@ def render_perfetto(report: Report, timeline: Timeline | None = None, *, gzip: b
             base_ns = int(msgspec.json.decode(doc["baseTimeNanoseconds"]))
         except (msgspec.DecodeError, TypeError, ValueError):
             base_ns = 0
-    used = {ln.pid for ln in a.tl.lanes}
+    used = {ln.pid for ln in diagnosis.lanes}
     pid = _PID
     while str(pid) in used:
         pid += 1
-    added = [msgspec.Raw(msgspec.json.encode(e)) for e in _events(a, base_ns, pid)]
+    added = [msgspec.Raw(msgspec.json.encode(e)) for e in _events(diagnosis, g, base_ns, pid)]
     # One flat list of pieces (views into the original text, no copies) joined once: the output
     # is the only copy made of the trace (it was three: events, object, then gzip's input), and
     # with gzip it is compressed piece by piece, so only the compressed output is made.
@@ -232,7 +280,7 @@ def render_perfetto(report: Report, timeline: Timeline | None = None, *, gzip: b
             head.append(b'"traceEvents":')
             head.extend(pieces)
             head.append(b",")
-        note = {"tool": "whyidle", "version": __version__, "gaps": len(a.gaps), "gap_category": GAP_CATEGORY}
+        note = {"tool": "whyidle", "version": __version__, "gaps": len(g), "gap_category": GAP_CATEGORY}
         head += [b'"whyidle_annotation":', msgspec.json.encode(note), b"}"]
         pieces = head
     if not gzip:
@@ -243,11 +291,10 @@ def render_perfetto(report: Report, timeline: Timeline | None = None, *, gzip: b
     return b"".join(out)
 
 
-def _from_timeline(a: Analyses, gzip: bool) -> bytes:
+def _from_timeline(tl: Timeline, d: DiagnosisData, g: GapColumns, gzip: bool) -> bytes:
     """A Chrome trace built from the Timeline (an input without one: Nsight Systems, Parquet), with
     the whyidle track: one process per host process and one per GPU, a thread per stream or host
     thread, every event as a complete (``X``) slice in microseconds since the capture's start."""
-    tl = a.tl
     base_ns = int(tl.start_ns.min()) if len(tl) else 0
     lane_ids: list[tuple[int | str, int | str]] = []
     meta: list[dict[str, Any]] = []
@@ -272,9 +319,13 @@ def _from_timeline(a: Analyses, gzip: bool) -> bytes:
     pid = _PID
     while pid in seen or str(pid) in seen:
         pid += 1
-    added = _events(a, base_ns, pid)
-    note = {"tool": "whyidle", "version": __version__, "gaps": len(a.gaps), "gap_category": GAP_CATEGORY, "built_from": tl.meta.source_format}
-    out = msgspec.json.encode({"traceEvents": [*meta, *events, *added], "displayTimeUnit": "ms", "whyidle_annotation": note})
+    added = _events(d, g, base_ns, pid)
+    note = {"tool": "whyidle", "version": __version__, "gaps": len(g), "gap_category": GAP_CATEGORY, "built_from": tl.meta.source_format}
+    return _encode({"traceEvents": [*meta, *events, *added], "displayTimeUnit": "ms", "whyidle_annotation": note}, gzip)
+
+
+def _encode(doc: dict[str, Any], gzip: bool) -> bytes:
+    out = msgspec.json.encode(doc)
     if not gzip:
         return out
     co = zlib.compressobj(6, zlib.DEFLATED, 31)  # gzip framing, as the Kineto export writes it

@@ -17,7 +17,7 @@ from typing import Any
 from whyidle.analyses import causes as C
 from whyidle.errors import MissingExtraError
 from whyidle.findings.labels import BUSY_LABELS, cause_label
-from whyidle.findings.model import Report
+from whyidle.findings.model import DiagnosisData
 
 __all__ = ["step_figure", "render_png", "render_svg", "step_rows"]
 
@@ -33,7 +33,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def step_rows(report: Report) -> tuple[list[str], list[tuple[str, str, list[float]]]]:
+def step_rows(report: DiagnosisData) -> tuple[list[str], list[tuple[str, str, list[float]]]]:
     """(bar labels, [(key, label, ms per bar)]) for the classes that occur, bottom to top."""
     from whyidle.render.html import BUSY_COLORS, CAUSE_COLORS
 
@@ -60,7 +60,7 @@ def step_rows(report: Report) -> tuple[list[str], list[tuple[str, str, list[floa
     return labels, rows
 
 
-def step_figure(report: Report) -> Any:
+def step_figure(report: DiagnosisData) -> Any:
     """A matplotlib Figure of the per-step breakdown."""
     plt = _pyplot()
     labels, rows = step_rows(report)
@@ -87,7 +87,7 @@ def step_figure(report: Report) -> Any:
     return fig
 
 
-def _render(report: Report, fmt: str) -> bytes:
+def _render(report: DiagnosisData, fmt: str) -> bytes:
     plt = _pyplot()
     fig = step_figure(report)
     buf = io.BytesIO()
@@ -98,9 +98,9 @@ def _render(report: Report, fmt: str) -> bytes:
     return buf.getvalue()
 
 
-def render_png(report: Report) -> bytes:
+def render_png(report: DiagnosisData) -> bytes:
     return _render(report, "png")
 
 
-def render_svg(report: Report) -> bytes:
+def render_svg(report: DiagnosisData) -> bytes:
     return _render(report, "svg")

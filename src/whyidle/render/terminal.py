@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from whyidle.findings.labels import cause_label
-from whyidle.findings.model import Finding, Report
+from whyidle.findings.model import Finding, DiagnosisData
 from whyidle.output import clean
 from whyidle.pages import PAGES, explain_command
 from whyidle.render import busy_finding_stat, busy_idle_rows, counter_value, title
@@ -32,7 +32,7 @@ _GROUP_STYLE = {
 }
 
 
-def _headline(r: Report) -> Table:
+def _headline(r: DiagnosisData) -> Table:
     u = r.utilization
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
@@ -123,19 +123,19 @@ class _SafeConsole(Console):
         return super()._render_buffer(seg if seg.control else Segment(clean(seg.text), seg.style) for seg in buffer)
 
 
-def render_terminal(r: Report, width: int = 80, color: bool = False) -> str:
+def render_terminal(r: DiagnosisData, width: int = 80, color: bool = False) -> str:
     buf = io.StringIO()
     console = _SafeConsole(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False, markup=False, emoji=False)
-    from whyidle.findings.model import MultiRankReport
+    from whyidle.findings.model import MultiRankData
 
-    if isinstance(r, MultiRankReport):
+    if isinstance(r, MultiRankData):
         print_multi_rank(r, console)
     else:
         print_report(r, console)
     return "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
 
 
-def _counters_section(r: Report) -> Group:
+def _counters_section(r: DiagnosisData) -> Group:
     """GPU counter figures per GPU, with what each metric means (only when the report has counters)."""
     from whyidle.findings.counter_rules import explanations_for
 
@@ -176,7 +176,7 @@ def _counters_section(r: Report) -> Group:
     return Group(*parts)
 
 
-def print_report(r: Report, console: Console) -> None:
+def print_report(r: DiagnosisData, console: Console) -> None:
     console.print(Text(title(r), style="bold"))
     console.print(_headline(r))
     if r.counters is not None:

@@ -42,7 +42,7 @@ from whyidle.errors import InputError, MissingExtraError, TraceFormatError
 from whyidle.output import write_atomic
 from whyidle.timeline.model import Kind, Lane, LaneKind, Timeline, TimelineMeta
 
-__all__ = ["write_parquet", "load_parquet", "PARQUET_MAGIC", "METADATA_KEY", "FORMAT_VERSION"]
+__all__ = ["write_parquet", "load_parquet", "require_pyarrow", "PARQUET_MAGIC", "METADATA_KEY", "FORMAT_VERSION"]
 
 PARQUET_MAGIC = b"PAR1"
 METADATA_KEY = b"whyidle.timeline"
@@ -50,6 +50,11 @@ FORMAT_VERSION = 1
 _KIND_NAMES = {int(k): k.name.lower() for k in Kind}
 # Columns added after format version 1 was first written: absent from older files, read as unknown.
 _ADDED_COLUMNS: dict[str, tuple[int, type]] = {"grid": (-1, np.int64), "block": (-1, np.int32)}
+
+
+def require_pyarrow() -> None:
+    """Raise :class:`~whyidle.errors.MissingExtraError` (with the install command) unless pyarrow is installed."""
+    _pa()
 
 
 def _pa() -> tuple[Any, Any]:

@@ -13,15 +13,18 @@ device busy fraction; ``regression`` is the relative drop (0.05 = 5% slower).
 
 from __future__ import annotations
 
+import os
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from whyidle.analyses import causes as C
 from whyidle.analyses.names import NameTimes
+from whyidle.config import Config
 from whyidle.findings.labels import cause_label
-from whyidle.findings.model import Report
+from whyidle.findings.model import DiagnosisData
 
-__all__ = ["Change", "NameChange", "PredictionCheck", "Comparison", "compare_reports", "parse_regression", "REMOVED_BELOW"]
+__all__ = ["Change", "NameChange", "PredictionCheck", "Comparison", "compare", "compare_reports", "read_side", "parse_regression", "REMOVED_BELOW"]
 
 # A cause counts as removed when what remains is under this share of what it was.
 REMOVED_BELOW = 0.1
@@ -89,7 +92,7 @@ class PredictionCheck:
         }
 
 
-def _prediction_check(before: Report, after: Report, causes: dict[str, Change]) -> PredictionCheck | None:
+def _prediction_check(before: DiagnosisData, after: DiagnosisData, causes: dict[str, Change]) -> PredictionCheck | None:
     """Which fix was applied (the cause whose idle fell most) and how its prediction did."""
     fell = [(k, c.delta or 0.0) for k, c in causes.items() if (c.delta or 0.0) < 0]
     if not fell:
@@ -173,7 +176,7 @@ def parse_regression(text: str) -> float:
     return value
 
 
-def _per_basis(r: Report, per_step: bool) -> tuple[float, dict[str, float]]:
+def _per_basis(r: DiagnosisData, per_step: bool) -> tuple[float, dict[str, float]]:
     """(divisor, idle ns per cause divided by it) for one report."""
     u = r.utilization
     if per_step:
@@ -184,7 +187,7 @@ def _per_basis(r: Report, per_step: bool) -> tuple[float, dict[str, float]]:
     return secs, {c.key: r.idle_by_cause_ns.get(c.key, 0) / secs for c in C.CAUSES}
 
 
-def _mean_step(r: Report) -> float | None:
+def _mean_step(r: DiagnosisData) -> float | None:
     t = r.utilization.step_times_ns
     return float(t.mean()) if t.size else None
 
@@ -237,13 +240,17 @@ def _verdict(causes: dict[str, Change], unit: str, scale: float | None) -> str:
 
 
 def compare_reports(
-    before: Report,
-    after: Report,
+    before: DiagnosisData,
+    after: DiagnosisData,
     before_names: NameTimes | None = None,
     after_names: NameTimes | None = None,
     limit: int = 10,
 ) -> Comparison:
-    """Compare two reports of the same job (see the module docstring for the bases)."""
+    """Compare two reports of the same job (see the module docstring for the bases).
+
+    The per-name times default to the diagnoses' own (``DiagnosisData.name_times``)."""
+    before_names = before_names if before_names is not None else before.name_times
+    after_names = after_names if after_names is not None else after.name_times
     bu, au = before.utilization, after.utilization
     per_step = bool(bu.steps) and bool(au.steps)
     basis = "per step" if per_step else "per second of window"
@@ -290,7 +297,7 @@ def compare_reports(
         kernels = _names(before_names.kernels_ns, after_names.kernels_ns, nb, na, limit, floor)
         ops = _names(before_names.ops_ns, after_names.ops_ns, nb, na, limit, floor)
     else:
-        names_note = "kernel and op changes need both traces (a saved JSON report does not hold per-name times)"
+        names_note = "kernel and op changes need per-name times from both runs (a JSON report saved before whyidle kept them has none)"
     return Comparison(
         before_path=before.source.path,
         after_path=after.source.path,
@@ -311,3 +318,39 @@ def compare_reports(
         notes=tuple(notes),
         prediction=_prediction_check(before, after, by_cause),
     )
+
+
+def read_side(source: str | os.PathLike[str] | DiagnosisData, config: Config | None = None, *, read_ahead: Any = None, jobs: int = 1) -> DiagnosisData:
+    """One side of a comparison: a diagnosis as is, a saved JSON report loaded, or a trace diagnosed.
+
+    ``read_ahead`` and ``jobs`` are :func:`whyidle.sources.load`'s (the command line reads both
+    inputs at once and decodes with a second process)."""
+    if isinstance(source, DiagnosisData):
+        return source
+    from pathlib import Path
+
+    from whyidle.findings.saved import load_report, looks_like_report
+
+    p = Path(source)
+    if p.is_file():
+        with p.open("rb") as f:
+            head = f.read(1 << 16)
+        if head.startswith(b"\x1f\x8b"):  # the first 512 bytes of what it decompresses to
+            try:
+                head = zlib.decompressobj(wbits=31).decompress(head, 512)
+            except zlib.error:
+                head = b""  # the reader says what is wrong with it
+        if looks_like_report(head[:512]):
+            return load_report(p)
+    from whyidle.pipeline import diagnose
+    from whyidle.sources import load
+
+    cfg = config or Config()
+    return diagnose(load(source, step_pattern=cfg.step_range, jobs=jobs, read_ahead=read_ahead), cfg)
+
+
+def compare(
+    before: str | os.PathLike[str] | DiagnosisData, after: str | os.PathLike[str] | DiagnosisData, config: Config | None = None, *, limit: int = 10
+) -> Comparison:
+    """Compare two runs of the same job: each a trace, a saved JSON report or a diagnosis."""
+    return compare_reports(read_side(before, config), read_side(after, config), limit=limit)

@@ -179,7 +179,7 @@ def _show(v: Any) -> str:
 
 
 def _torch() -> Any:
-    from whyidle.capture._torch import require_torch
+    from whyidle.capture import require_torch
 
     return require_torch("whyidle sweep")
 

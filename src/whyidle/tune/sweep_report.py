@@ -19,7 +19,7 @@ from whyidle.config import SweepConfig
 from whyidle.tune.search import Sweep
 from whyidle.tune.trial import Trial, TrialResult
 
-__all__ = ["SWEEP_SCHEMA", "sweep_to_dict", "render_sweep_json", "render_sweep_terminal", "render_sweep_html", "series_of"]
+__all__ = ["SWEEP_SCHEMA", "format_rate", "sweep_to_dict", "render_sweep_json", "render_sweep_terminal", "render_sweep_html", "series_of"]
 
 SWEEP_SCHEMA = "whyidle.sweep/1.0"
 
@@ -67,7 +67,7 @@ def render_sweep_json(sw: Sweep, cfg: SweepConfig | None = None) -> str:
     return msgspec.json.format(msgspec.json.encode(sweep_to_dict(sw, cfg)), indent=2).decode() + "\n"
 
 
-def _rate(v: float | None) -> str:
+def format_rate(v: float | None) -> str:
     if v is None:
         return "-"
     return f"{v / 1e6:.2f}M" if v >= 1e6 else f"{v / 1e3:.1f}k" if v >= 1e4 else f"{v:.0f}"
@@ -96,7 +96,7 @@ def _summary_lines(sw: Sweep) -> list[str]:
         out.append(f"rule: {b.rule}")
     if sw.best is not None:
         sp = speedup(sw)
-        out.append(f"recommended: {sw.best.trial.label()} -> {_rate(sw.best.samples_per_s)} samples/s" + (f" ({sp:.2f}x the first configuration)" if sp else ""))
+        out.append(f"recommended: {sw.best.trial.label()} -> {format_rate(sw.best.samples_per_s)} samples/s" + (f" ({sp:.2f}x the first configuration)" if sp else ""))
     out.extend(f"note: {n}" for n in sw.notes)
     return out
 
@@ -128,7 +128,7 @@ def render_sweep_terminal(sw: Sweep, width: int = 100, color: bool = False) -> s
             decision += f" [compile: {r.graph_breaks} graph break(s), {r.compiled_graphs} graph(s), {r.recompilations} recompilation(s), warm-up {r.warmup_ns / 1e9:.1f} s]"
         if not r.ok and r.message:
             decision += f" ({r.message})"
-        rows.append([str(i), e.stage, r.trial.label(), status, _rate(r.samples_per_s), spread, _ms(r.step_ns_p50), dw, _peak(r)])
+        rows.append([str(i), e.stage, r.trial.label(), status, format_rate(r.samples_per_s), spread, _ms(r.step_ns_p50), dw, _peak(r)])
         notes.append(decision.strip())
     table = _table(heads, rows, {0, 4, 5, 6, 7, 8})
     out = ["whyidle sweep", ""]
@@ -211,7 +211,7 @@ def _legend(series: dict[str, list[TrialResult]]) -> str:
 
 
 def render_sweep_html(sw: Sweep, cfg: SweepConfig | None = None) -> str:
-    from whyidle.render._html_assets import CSS
+    from whyidle.render.html import CSS
 
     series = series_of(sw)
     best = sw.best
@@ -220,7 +220,7 @@ def render_sweep_html(sw: Sweep, cfg: SweepConfig | None = None) -> str:
     if best is not None:
         cards = (
             '<div class="wi-cards">'
-            f'<div class="wi-card"><div class="k">best samples/s</div><div class="v">{_e(_rate(best.samples_per_s))}</div><div class="d">{_e(best.trial.label())}</div></div>'
+            f'<div class="wi-card"><div class="k">best samples/s</div><div class="v">{_e(format_rate(best.samples_per_s))}</div><div class="d">{_e(best.trial.label())}</div></div>'
             f'<div class="wi-card"><div class="k">vs the first configuration</div><div class="v">{_e(f"{sp:.2f}x" if sp else "-")}</div></div>'
             f'<div class="wi-card"><div class="k">batch size</div><div class="v">{_e(sw.batch.chosen)}</div><div class="d">{_e("plateau" if sw.batch.plateau else "edge or end of range")}</div></div>'
             f'<div class="wi-card"><div class="k">trials</div><div class="v">{len(sw.entries)}</div></div>'
@@ -235,13 +235,13 @@ def render_sweep_html(sw: Sweep, cfg: SweepConfig | None = None) -> str:
             "<tr>"
             + "".join(
                 f"<td>{_e(c)}</td>"
-                for c in (i, e.stage, r.trial.label(), r.status, _rate(r.samples_per_s), _ms(r.step_ns_p50), _ms(r.step_ns_p95), f"{r.data_wait_share:.0%}" if r.data_wait_share is not None else "-", _peak(r), ("kept: " if e.kept else "") + e.decision, guard, msg)
+                for c in (i, e.stage, r.trial.label(), r.status, format_rate(r.samples_per_s), _ms(r.step_ns_p50), _ms(r.step_ns_p95), f"{r.data_wait_share:.0%}" if r.data_wait_share is not None else "-", _peak(r), ("kept: " if e.kept else "") + e.decision, guard, msg)
             )
             + "</tr>"
         )
     heads = "".join(f"<th>{h}</th>" for h in ("#", "stage", "configuration", "status", "samples/s", "step p50 ms", "step p95 ms", "data wait", "peak memory", "decision", "quality guard", "message"))
     table = f'<div class="wi-table-wrap"><table class="wi-gaps"><thead><tr>{heads}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
-    plots = _svg(series, lambda r: r.samples_per_s, "samples/s by batch size", _rate) + _svg(
+    plots = _svg(series, lambda r: r.samples_per_s, "samples/s by batch size", format_rate) + _svg(
         series, lambda r: r.peak_device_bytes if r.peak_device_bytes is not None else r.peak_host_bytes, "peak memory by batch size (device, or host RSS on CPU)", _mib
     )
     code = f"<section><h2>The recommended configuration</h2><pre>{_e(best.trial.as_code())}</pre></section>" if best else ""

@@ -1,0 +1,85 @@
+"""The public diagnosis: the data of :mod:`whyidle.findings.model` with what a user does with it.
+
+``whyidle.diagnose(...)`` returns a :class:`Diagnosis`: print it for the terminal report, render
+or save it in any format. The data (:class:`~whyidle.findings.model.DiagnosisData`) lives in the
+findings layer, which imports no renderer; this module sits above both, so the import arrows
+point one way (findings -> render -> here)::
+
+    d = whyidle.diagnose("trace.json.gz")
+    print(d)                       # the terminal report
+    d.save("report.html")          # or .json, .txt, .json.gz (Perfetto), .png, .svg
+    again = whyidle.load_report("report.json")   # the same Diagnosis, from a saved JSON report
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+
+from whyidle.findings.model import DiagnosisData, MultiRankData
+
+__all__ = ["Diagnosis", "Report", "MultiRankReport", "as_diagnosis", "load_report"]
+
+
+class _Renderable:
+    """What a diagnosis does for a user: print as the terminal report, render and save in any format."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        """The terminal report, 80 columns: ``print(diagnosis)`` shows what ``whyidle diagnose`` prints."""
+        from whyidle.render import render
+
+        return str(render(self, "terminal"))
+
+    def render(self, format: str = "terminal", **options: Any) -> str | bytes:
+        """The diagnosis as terminal text, json, html, perfetto (bytes), png or svg (bytes);
+        ``options`` are the format's own (``width=`` for terminal, ``gzip=`` for perfetto)."""
+        from whyidle.render import render
+
+        return render(self, format, **options)
+
+    def save(self, path: str | os.PathLike[str], format: str | None = None) -> str:
+        """Write to ``path`` (format from the suffix: .html, .json, .txt, .json.gz, .png, .svg); returns the format."""
+        from whyidle.render import save
+
+        return save(self, path, format)[1]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report as plain data (docs/json-schema.md)."""
+        from whyidle.render.json import to_dict
+
+        return to_dict(self)
+
+
+class Diagnosis(DiagnosisData, _Renderable, frozen=True):
+    """The diagnosis of one profile (see :class:`~whyidle.findings.model.DiagnosisData` for the fields)."""
+
+    def _repr_html_(self) -> str:
+        from whyidle.render.html import render_html
+
+        return render_html(self)
+
+
+Report = Diagnosis  # the name before the diagnosis held every gap; the same class
+
+
+class MultiRankReport(MultiRankData, _Renderable, frozen=True):
+    """A distributed job: one :class:`Diagnosis` per rank plus the cross-rank analysis."""
+
+
+def as_diagnosis(data: DiagnosisData) -> Diagnosis:
+    """The public class around diagnosis data (built by a lower layer: a saved report, counter rules)."""
+    if isinstance(data, Diagnosis):
+        return data
+    return Diagnosis(**msgspec.structs.asdict(data))
+
+
+def load_report(path: str | os.PathLike[str]) -> Diagnosis:
+    """A JSON report saved by ``whyidle diagnose -o report.json`` (plain or gzipped), as the
+    Diagnosis it was made from: every output renders from it as from the original."""
+    from whyidle.findings.saved import load_report as load_data
+
+    return as_diagnosis(load_data(path))
