@@ -217,7 +217,8 @@ def gap_context(tl: Timeline, gaps: Gaps, i: int, index: ThreadIndex) -> GapCont
 def brief_context(tl: Timeline, gaps: Gaps, i: int, index: ThreadIndex) -> tuple[str, str, str]:
     """(op before, Python line, open runtime call) of gap ``i``: the same as :func:`gap_context`'s
     ``before``, ``python_line`` and ``runtime_call``, looked up with bisect on the thread's lists
-    (about 4x faster: the Perfetto track carries these for thousands of gaps)."""
+    (the Perfetto track carries these for thousands of gaps; measured for the 2,000 largest gaps:
+    10.5 ms against 22.8 ms on the ResNet-50 trace, 6.8 against 15.6 ms on the HTA rank-0 trace)."""
     lane = int(gaps.thread_lane[i])
     if lane < 0:
         return "", "", ""
@@ -226,12 +227,21 @@ def brief_context(tl: Timeline, gaps: Gaps, i: int, index: ThreadIndex) -> tuple
     he = max(int(gaps.host_end_ns[i]), gs + 1)
     lo, hi = bisect_right(t.top_e, gs), bisect_left(t.top_s, he)
     before = tl.strings[t.name[t.top[lo - 1]]] if lo > 0 else ""
-    open_at: list[int] = []  # positions in t.rows, outermost first
+    runtime, line = "", ""
     k = bisect_right(t.top_s, gs) - 1
     if k >= 0 and t.top_e[k] > gs:
-        open_at = [p for p in range(t.top[k], bisect_right(t.s, gs)) if t.e[p] > gs]
-    runtime = next((tl.strings[t.name[p]] for p in reversed(open_at) if not t.is_op[p]), "")
-    line = _line_of_positions(t, open_at, index) or _python_frames_at(tl, index.thread(lane).py, gs)
+        # the ops open at gs, innermost first: the last runtime call among them, the first with
+        # a Python line (scanning back from the last op begun by gs; stop once both are found)
+        for p in range(bisect_right(t.s, gs) - 1, t.top[k] - 1, -1):
+            if t.e[p] <= gs:
+                continue
+            if not runtime and not t.is_op[p]:
+                runtime = tl.strings[t.name[p]]
+            if not line:
+                line = index.line_of_stack(t.stack[p])
+            if runtime and line:
+                break
+    line = line or _python_frames_at(tl, index.thread(lane).py, gs)
     if not line and hi > lo:
         ov = [min(t.top_e[q], he) - max(t.top_s[q], gs) for q in range(lo, hi)]
         j = lo + ov.index(max(ov))
@@ -308,23 +318,23 @@ def explaining_ops(tl: Timeline, gaps: Gaps, index: ThreadIndex) -> I64:
     first starting after its host end)."""
     out = np.full(len(gaps), -1, dtype=np.int64)
     lanes = gaps.thread_lane[gaps.thread_lane >= 0]
+    starts, host_ends = gaps.start_ns.tolist(), gaps.host_end_ns.tolist()
     for lane in unique_sorted(lanes):
         rows, top, _py = index.rows(int(lane))
         trow = rows[top]
         if trow.size == 0:
             continue
-        ts, te = tl.start_ns[trow], tl.end_ns[trow]
-        te_reach = np.maximum.accumulate(te)
-        for i in np.flatnonzero(gaps.thread_lane == lane):
-            gs, he = int(gaps.start_ns[i]), int(gaps.host_end_ns[i])
+        ts_a, te_a = tl.start_ns[trow], tl.end_ns[trow]
+        ts, te, te_reach, trows = ts_a.tolist(), te_a.tolist(), np.maximum.accumulate(te_a).tolist(), trow.tolist()
+        for i in np.flatnonzero(gaps.thread_lane == lane).tolist():
+            gs, he = starts[i], host_ends[i]
             if he <= gs:
                 continue
-            lo = int(np.searchsorted(te_reach, gs, side="right"))
-            hi = int(np.searchsorted(ts, he, side="left"))
-            if hi <= lo:
-                continue
-            ov = np.minimum(te[lo:hi], he) - np.maximum(ts[lo:hi], gs)
-            j = int(np.argmax(ov))
-            if ov[j] > 0:
-                out[i] = int(trow[lo + j])
+            best, where = 0, -1  # the first op of largest overlap, as np.argmax picks it
+            for q in range(bisect_right(te_reach, gs), bisect_left(ts, he)):
+                ov = min(te[q], he) - max(ts[q], gs)
+                if ov > best:
+                    best, where = ov, q
+            if where >= 0:
+                out[i] = trows[where]
     return out
