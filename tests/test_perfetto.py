@@ -299,3 +299,41 @@ def test_nsys_capture_exports_a_trace_built_from_its_timeline(tmp_path: Path) ->
     assert main(["diagnose", str(db), "-o", str(out)]) == 0
     with gzip.open(out) as fh:
         assert len(json.load(fh)["traceEvents"]) == len(events)
+
+
+@pytest.mark.parametrize("name", ["serving_queue_wait", "lab_launch_cuda", "sync_after_each_kernel"])
+def test_brief_context_is_gap_context(name: str) -> None:
+    """The Perfetto track's CPU context (brief_context, bisect on lists) is gap_context's, on every gap."""
+    from whyidle.analyses.context import brief_context, gap_context
+
+    tl = whyidle.load(Path(__file__).parent / "data" / "h200" / f"{name}.pt.trace.json.gz")
+    a = analyse(tl)
+    assert len(a.gaps) > 100
+    for i in range(len(a.gaps)):
+        c = gap_context(tl, a.gaps, i, a.index)
+        assert brief_context(tl, a.gaps, i, a.index) == (c.before, c.python_line, c.runtime_call), i
+
+
+def test_cli_perfetto_on_stdout_is_the_annotated_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from whyidle.cli import main
+
+    trace = write_trace(training_trace("starvation"), tmp_path / "s.pt.trace.json")
+    assert main(["diagnose", str(trace), "--format", "perfetto"]) == 0
+    assert capsys.readouterr().out == annotate(trace, whyidle.diagnose(trace)).decode()
+
+
+def test_the_renderer_registry() -> None:
+    """Every format resolves to a function taking a diagnosis and the options it declares; the
+    suffixes choose the formats the command line documents."""
+    import inspect
+
+    from whyidle.render import RENDERERS, format_for, render, renderer
+
+    for fmt, entry in RENDERERS.items():
+        params = inspect.signature(renderer(fmt)).parameters
+        assert list(params)[0] in ("report", "diagnosis", "r") and set(entry.options) <= set(params), fmt
+        assert entry.suffixes and entry.what
+    names = {"r.json": "json", "r.txt": "terminal", "r.html": "html", "r.htm": "html", "t.json.gz": "perfetto", "s.png": "png", "s.svg": "svg"}
+    assert {n: format_for(None, n) for n in names} == names
+    with pytest.raises(whyidle.UsageError, match="unknown render option"):
+        render(whyidle.diagnose(Path(__file__).parent / "data" / "lab" / "lab_starvation.pt.trace.json.gz"), "json", widht=3)

@@ -112,11 +112,11 @@ def _config(args: argparse.Namespace) -> Config:
 def emit(report: Any, args: argparse.Namespace, original: Any = None) -> None:
     """Print or write the diagnosis as the arguments ask; ``original``: the input (a path or
     its Timeline), which a Perfetto output annotates."""
-    from whyidle.render import render, save_report
+    from whyidle.render import produce, render, save_report
 
     fmt = "json" if args.json and not args.output else format_for(args.format, args.output)
-    if RENDERERS[fmt].binary and not args.output:
-        raise UsageError(f"--format {fmt} writes a binary file; pass -o FILE{RENDERERS[fmt].suffixes[0]}")
+    if not RENDERERS[fmt].printable and not args.output:
+        raise UsageError(f"--format {fmt} writes an image; pass -o FILE{RENDERERS[fmt].suffixes[0]}")
     if args.output:
         inputs = (args.trace, getattr(args, "counters", None))
         for w in save_report(report, args.output, fmt, width=args.width or 80, inputs=inputs, original=original):
@@ -125,7 +125,8 @@ def emit(report: Any, args: argparse.Namespace, original: Any = None) -> None:
             write_stdout(str(render(report, "json")))
         return
     width = args.width or min(getattr(sys.stdout, "isatty", lambda: False)() and __import__("shutil").get_terminal_size().columns or 80, 100)
-    text = str(render(report, fmt, width=width, color=bool(sys.stdout.isatty())))
+    out, _what = produce(report, fmt, original=original, width=width, color=bool(sys.stdout.isatty()))
+    text = out if isinstance(out, str) else out.decode()
     write_stdout(text if fmt in ("terminal", "json") else clean(text))  # the terminal renderer escapes its own
 
 

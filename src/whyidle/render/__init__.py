@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from whyidle.errors import UsageError
 
 __all__ = [
-    "Renderer", "RENDERERS", "MULTI_RANK_FORMATS", "Written", "save_multi_rank", "render", "save", "save_report", "format_for", "renderer",
+    "Renderer", "RENDERERS", "MULTI_RANK_FORMATS", "Written", "save_multi_rank", "produce", "render", "save", "save_report", "format_for", "renderer",
     "title", "busy_finding_stat", "counter_value", "busy_idle_rows", "TITLE_GPU",
 ]  # fmt: skip
 
@@ -34,19 +34,20 @@ class Renderer(NamedTuple):
     function: str  # "module:function", called as function(diagnosis, **options)
     suffixes: tuple[str, ...]  # file names it is chosen for; the first is the extension it writes
     binary: bool  # returns bytes (else str)
+    printable: bool  # text a terminal can show (else it must go to a file)
     options: tuple[str, ...]  # the keyword options the function takes
     what: str  # what a file of it holds, as the command line says it
     multi_rank: str = ""  # "module:function" for a multi-rank run ('' : not rendered as one piece)
 
 
 RENDERERS: dict[str, Renderer] = {
-    "terminal": Renderer("whyidle.render.terminal:render_terminal", (".txt",), False, ("width", "color"), "the terminal report", "whyidle.render.terminal:render_terminal"),
-    "json": Renderer("whyidle.render.json:render_json", (".json",), False, (), "the JSON report", "whyidle.render.json:render_json"),
-    "html": Renderer("whyidle.render.html:render_html", (".html", ".htm"), False, ("bins",), "the HTML report (open it in a browser)", "whyidle.render.html_ranks:render_multi_rank_html"),
+    "terminal": Renderer("whyidle.render.terminal:render_terminal", (".txt",), False, True, ("width", "color"), "the terminal report", "whyidle.render.terminal:render_terminal"),
+    "json": Renderer("whyidle.render.json:render_json", (".json",), False, True, (), "the JSON report", "whyidle.render.json:render_json"),
+    "html": Renderer("whyidle.render.html:render_html", (".html", ".htm"), False, True, ("bins",), "the HTML report (open it in a browser)", "whyidle.render.html_ranks:render_multi_rank_html"),
     # `-o x.json` stays the JSON report; a gzipped Chrome trace is the Perfetto export.
-    "perfetto": Renderer("whyidle.render.perfetto:render_perfetto", (".json.gz",), True, ("gzip",), "the Perfetto trace (open it in ui.perfetto.dev)"),
-    "png": Renderer("whyidle.render.plots:render_png", (".png",), True, (), "the step plot"),
-    "svg": Renderer("whyidle.render.plots:render_svg", (".svg",), True, (), "the step plot"),
+    "perfetto": Renderer("whyidle.render.perfetto:render_perfetto", (".json.gz",), True, True, ("gzip",), "the Perfetto trace (open it in ui.perfetto.dev)"),
+    "png": Renderer("whyidle.render.plots:render_png", (".png",), True, False, (), "the step plot"),
+    "svg": Renderer("whyidle.render.plots:render_svg", (".svg",), True, False, (), "the step plot"),
 }  # fmt: skip
 _OPTIONS = {o for r in RENDERERS.values() for o in r.options}
 # What a multi-rank run renders to (perfetto: one file per rank, through save()).
@@ -183,17 +184,20 @@ def save_report(report: Any, path: str, fmt: str, *, width: int = 80, inputs: Se
 
     if isinstance(report, MultiRankData) and fmt in ("html", "perfetto"):
         return save_multi_rank(report, path, fmt, inputs)
-    gz = path.lower().endswith(".gz")
-    what = RENDERERS[fmt].what
+    data, what = produce(report, fmt, original=original, width=width, gzip=path.lower().endswith(".gz"))
+    write_atomic(path, data, inputs=inputs)
+    return [Written(path, what)]
+
+
+def produce(report: Any, fmt: str, *, original: Any = None, **options: Any) -> tuple[str | bytes, str]:
+    """(the output of format ``fmt``, what it holds): :func:`render`, except that a Perfetto
+    output annotates ``original`` (a trace's path or Timeline, :func:`~whyidle.render.perfetto.annotate`)
+    when one is given."""
     if fmt == "perfetto" and original is not None:
         from whyidle.render.perfetto import annotate
 
-        data: str | bytes = annotate(original, report, gzip=gz)
-        what = "the annotated trace (open it in ui.perfetto.dev)"
-    else:
-        data = render(report, fmt, width=width, gzip=gz)
-    write_atomic(path, data, inputs=inputs)
-    return [Written(path, what)]
+        return annotate(original, report, gzip=bool(options.get("gzip", False))), "the annotated trace (open it in ui.perfetto.dev)"
+    return render(report, fmt, **options), RENDERERS[fmt].what
 
 
 def save_multi_rank(report: Any, path: str, fmt: str, inputs: Sequence[Any] = ()) -> list[Written]:
