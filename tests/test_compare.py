@@ -214,3 +214,26 @@ def test_parse_regression(text: str, value: float) -> None:
 def test_parse_regression_refuses(text: str) -> None:
     with pytest.raises(UsageError):
         parse_regression(text)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        Path(__file__).parent / "data" / "h200" / "watch_bursty_matmul.counters.csv",
+        Path(__file__).parent / "data" / "h200" / "lab_h2d_cuda.pt.trace.json.gz",
+        Path(__file__).parent / "data" / "h200" / "serving_queue_wait.pt.trace.json.gz",
+    ],
+    ids=lambda p: p.name.split(".")[0],
+)
+def test_a_saved_report_is_the_same_diagnosis(source: Path, tmp_path: Path) -> None:
+    """Saved and loaded back, a diagnosis renders every text output the same (the counter
+    section of a counter log included) and compares as its trace does."""
+    r = whyidle.diagnose(source)
+    saved = tmp_path / "r.json"
+    r.save(saved)
+    back = whyidle.load_report(saved)
+    for fmt in ("json", "terminal", "html"):
+        assert back.render(fmt) == r.render(fmt), fmt
+    if r.gap_columns is not None:
+        assert back.render("perfetto") == r.render("perfetto")
+    assert whyidle.compare(back, r).to_dict() == whyidle.compare(r, r).to_dict()

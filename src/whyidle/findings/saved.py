@@ -3,11 +3,10 @@
 ``whyidle diagnose trace -o report.json`` saves a report; ``load_report("report.json")`` gives
 the diagnosis back, every gap, the device activity and the lanes included, so a saved run can be
 compared or rendered again (HTML, Perfetto) without its trace: the loaded diagnosis renders to
-the same JSON, terminal and HTML reports as the original. What the JSON does not hold does not
-come back: the names of the largest FP32 kernels (rule evidence only), the tensor-core and FP32
-times beyond their shares' precision, and the counter figures (``counters``: a counter log's
-report loads without its counter section). Reports saved before the gap columns load without
-them; their HTML has no timeline strip.
+the same JSON, terminal and HTML reports as the original, counter figures included. Older
+reports lack some fields and load without them: before the gap columns (no timeline strip in
+their HTML), before the per-name times (compare lists no kernels), before the exact tensor-core
+and FP32 times (taken back from their shares).
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from whyidle.analyses import causes as C
+from whyidle.analyses.counters import BurstPattern, CounterAnalysis, Distribution, GpuCounters
 from whyidle.analyses.kernel_fill import KernelFill
 from whyidle.analyses.names import NameTimes
 from whyidle.timeline.intervals import Intervals
@@ -235,6 +235,59 @@ def _name_times(v: dict[str, Any]) -> NameTimes:
     return NameTimes(per_name(v["kernels_ns"], "kernels_ns"), per_name(v["ops_ns"], "ops_ns"), _i64(v["steps"]), _i64(v["window_ns"]))
 
 
+def _distributions(v: dict[str, Any]) -> tuple[Distribution, ...]:
+    return tuple(
+        Distribution(str(m), str(x["unit"]), _i64(x["samples"]), _i64(x["covered_ns"]), *(float(x[k]) for k in ("mean", "p5", "p50", "p95", "min", "max")))
+        for m, x in v.items()
+    )
+
+
+def _counters(d: dict[str, Any]) -> CounterAnalysis:
+    """The counter section back (``render.json.counters_to_dict``); the per-GPU sampling interval and
+    whether SM activity was logged were added later: older reports take the log's interval and
+    read the second from the distributions."""
+    gpus = []
+    for g in d["gpus"]:
+        p = g.get("pattern")
+        pattern = None
+        if p is not None:
+            period = p["period_ns"]
+            pattern = BurstPattern(
+                str(p["basis"]), float(p["busy_threshold_pct"]), float(p["duty_cycle"]), None if period is None else _i64(period),
+                float(p["regularity"]), _i64(p["pauses"]), float(p["mean_pause_ns"]), bool(p["regular"]),
+            )  # fmt: skip
+        dists = _distributions(g["distributions"])
+        gpus.append(
+            GpuCounters(
+                gpu=str(g["gpu"]),
+                name=str(g["name"]),
+                start_ns=_i64(g["start_ns"]),
+                end_ns=_i64(g["end_ns"]),
+                interval_ns=_i64(g.get("interval_ns", d["interval_ns"])),
+                distributions=dists,
+                pattern=pattern,
+                underfilled_ns=_i64(g["underfilled_ns"]),
+                busy_ns=float(g["busy_ns"]),
+                busy_basis=str(g["busy_basis"]),
+                has_sm_active=bool(g.get("has_sm_active", any(x.metric == "sm_active_pct" for x in dists))),
+                pcie_rx_pause_ratio=g.get("pcie_rx_pause_over_burst"),
+                pause_idle_ns=_i64(g.get("pause_idle_ns", 0)),
+                host_cpu_pause_pct=g.get("host_cpu_pause_pct"),
+                host_cpu_burst_pct=g.get("host_cpu_burst_pct"),
+            )
+        )
+    return CounterAnalysis(
+        source_format=str(d["source_format"]),
+        path=str(d["path"]),
+        clock=str(d["clock"]),
+        interval_ns=_i64(d["interval_ns"]),
+        gpus=tuple(gpus),
+        joined=bool(d["joined_with_trace"]),
+        notes=_strs(d.get("notes", []), "counters.notes"),
+        host=_distributions(d.get("host", {})),
+    )
+
+
 def _lanes(v: Any) -> tuple[Lane, ...]:
     return tuple(Lane(LaneKind(x["kind"]), _i64(x["device"]), str(x["pid"]), str(x["tid"]), str(x.get("name", ""))) for x in v)
 
@@ -308,6 +361,7 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> DiagnosisData:
             activity=_activity(d["activity"]) if d.get("activity") is not None else None,
             lanes=lanes,
             name_times=_name_times(d["name_times"]) if d.get("name_times") is not None else None,
+            counters=_counters(d["counters"]) if d.get("counters") is not None else None,
         )
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise TraceFormatError(where, f"is a whyidle report with a missing or malformed field ({type(exc).__name__}: {exc})") from None

@@ -140,6 +140,8 @@ def counters_to_dict(a: Any) -> dict[str, Any]:
                     "pauses": g.pattern.pauses,
                     "mean_pause_ns": g.pattern.mean_pause_ns,
                 },
+                "interval_ns": g.interval_ns,
+                "has_sm_active": g.has_sm_active,
             }
             for g in a.gpus
         ],
