@@ -20,17 +20,18 @@ import argparse
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
 from whyidle.sources.requestlog import from_records
-from whyidle.tune.batcher import DynamicBatcher, generate_load
+from whyidle.tune.batcher import DynamicBatcher, Overhead, generate_load, measure_overhead, overhead_from_records
 from whyidle.tune.batching import unit_arrivals
 from whyidle.tune.examples import cpu_encoder
-from whyidle.tune.latency import profile_latency
-from whyidle.tune.simulate import Settings, percentile_ns, simulate
+from whyidle.tune.latency import profile_function, profile_latency
+from whyidle.tune.simulate import Draws, Settings, percentile_ns, simulate
 
 SETTINGS = (Settings(1, 0), Settings(4, 2_000_000), Settings(8, 4_000_000), Settings(16, 8_000_000), Settings(32, 8_000_000))
 
@@ -39,25 +40,7 @@ def _sleep_ns(k: int) -> int:
     return 2_000_000 + 250_000 * k
 
 
-class SleepCurve:
-    """A latency curve known exactly: the sleep model's."""
-
-    def __init__(self, max_batch: int) -> None:
-        self.batch_sizes = tuple(range(1, max_batch + 1))
-        self.median_ns = tuple(float(_sleep_ns(k)) for k in self.batch_sizes)
-        self.p90_ns = None
-
-    def service_table(self, b: int) -> list[int]:
-        return [0] + [_sleep_ns(k) for k in range(1, b + 1)]
-
-    def sigma_table(self, b: int) -> list[float]:
-        return [0.0] * (b + 1)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"sleep_ns": "2 ms + 0.25 ms x batch"}
-
-
-def run_real(model: Any, x1: Any, st: Settings, arrivals_s: np.ndarray) -> list[dict[str, int]]:
+def make_run_batch(model: Any, x1: Any) -> Callable[[list[int]], list[int]]:
     def run_batch(items: list[int]) -> list[int]:
         if model is None:
             time.sleep(_sleep_ns(len(items)) / 1e9)
@@ -66,6 +49,10 @@ def run_real(model: Any, x1: Any, st: Settings, arrivals_s: np.ndarray) -> list[
             model(x1.repeat(len(items), 1, 1))
         return items
 
+    return run_batch
+
+
+def run_real(run_batch: Callable[[list[int]], list[int]], st: Settings, arrivals_s: np.ndarray) -> list[dict[str, int]]:
     async def main() -> list[dict[str, int]]:
         b: DynamicBatcher[int, int] = DynamicBatcher(run_batch, max_batch=st.max_batch, max_delay_s=st.max_delay_ns / 1e9)
         async with b:
@@ -75,33 +62,60 @@ def run_real(model: Any, x1: Any, st: Settings, arrivals_s: np.ndarray) -> list[
     return asyncio.run(main())
 
 
-def compare(model: Any, x1: Any, curve: Any, st: Settings, rate: float, n: int, seed: int) -> dict[str, Any]:
+def _figures(lat: np.ndarray, span_ns: int) -> dict[str, float]:
+    return {"p99_ms": percentile_ns(lat, 99) / 1e6, "p50_ms": percentile_ns(lat, 50) / 1e6, "throughput_per_s": lat.size / (span_ns / 1e9)}
+
+
+def _q_ms(x: np.ndarray) -> list[float]:
+    return [round(float(np.percentile(x, q)) / 1e6, 3) for q in (50, 90, 99)] if x.size else []
+
+
+def where_it_went(records: list[dict[str, int]], st: Settings, curve: Any) -> dict[str, Any]:
+    """The real run's batches split: model call vs the curve, per-batch overhead, timer lateness (p50/p90/p99 ms)."""
+    ov = overhead_from_records(records, st.max_batch, st.max_delay_ns)
+    first: dict[int, dict[str, int]] = {}
+    sizes: dict[int, int] = {}
+    for r in records:
+        first.setdefault(r["batch_id"], r)
+        sizes[r["batch_id"]] = sizes.get(r["batch_id"], 0) + 1
+    svc = curve.service_table(st.max_batch)
+    ratio = np.asarray([(r["run_end_ns"] - r["run_start_ns"]) / svc[sizes[b]] for b, r in first.items()])
+    return {"overhead_ms": _q_ms(ov.overhead_ns), "timer_late_ms": _q_ms(ov.late_ns),
+            "model_over_curve_median": [round(float(np.percentile(ratio, q)), 3) for q in (50, 90, 99)]}
+
+
+def compare(run_batch: Any, curve: Any, over: Overhead, st: Settings, rate: float, n: int, seed: int) -> dict[str, Any]:
     arrivals_s = unit_arrivals(n, 1.0, seed=seed) / rate
     arrivals_s -= arrivals_s[0]
-    log = from_records(run_real(model, x1, st, arrivals_s), "batcher", "records")
+    records = run_real(run_batch, st, arrivals_s)
+    log = from_records(records, "batcher", "records")
     a = log.arrival_ns - log.arrival_ns[0]
-    lat = log.finish_ns - log.arrival_ns
-    span = int(log.finish_ns.max() - log.arrival_ns[0])
-    measured = {"p99_ms": percentile_ns(lat, 99) / 1e6, "p50_ms": percentile_ns(lat, 50) / 1e6, "throughput_per_s": n / (span / 1e9)}
+    measured = _figures(log.finish_ns - log.arrival_ns, int(log.finish_ns.max() - log.arrival_ns[0]))
     svc = curve.service_table(st.max_batch)
-    sig = [min(s, 0.75) for s in curve.sigma_table(st.max_batch)]
-    z = np.random.default_rng(seed + 7).standard_normal(n)
-    sim = simulate(a, svc, st, sigma=sig, z=z)
-    predicted = {"p99_ms": sim.percentile_ns(99) / 1e6, "p50_ms": sim.percentile_ns(50) / 1e6, "throughput_per_s": sim.throughput_per_s}
-    # replay with the batch times the real run took, in send order
+    rng = np.random.default_rng(seed + 7)
+    # what the simulator predicted before: the median curve with a log-normal from p90/median
+    sig = [min(x, 0.75) for x in curve.sigma_table(st.max_batch)]
+    before = simulate(a, svc, st, draws=Draws(sigma=sig, z=rng.standard_normal(n)))
+    # now: the passes profile_latency kept, the batcher's measured overhead and timer lateness
+    extra, late = over.draws(n, seed)
+    draws = Draws(spread=curve.spread_table(st.max_batch), u=rng.random(n), overhead_ns=extra, late_ns=late)
+    sim = simulate(a, svc, st, draws=draws)
+    # replay with the batch times the real run took, in send order (the queue logic alone)
     ids, first = np.unique(log.batch, return_index=True)
     order = np.argsort(log.start_ns[first], kind="stable")
     real_svc = (log.finish_ns[first] - log.start_ns[first])[order]
     real_k = np.bincount(log.batch)[ids][order]
-    sizes_table = np.asarray(svc, dtype=np.float64)
     scale = np.ones(n)
-    scale[: real_svc.size] = real_svc / sizes_table[real_k]
-    replay = simulate(a, svc, st, scale=scale)
-    replayed = {"p99_ms": replay.percentile_ns(99) / 1e6, "throughput_per_s": replay.throughput_per_s}
-    err = {k: predicted[k] / measured[k] - 1 for k in ("p99_ms", "throughput_per_s")}
-    return {"settings": [st.max_batch, st.max_delay_ns / 1e6], "rate_per_s": rate, "requests": n, "measured": measured,
-            "predicted": predicted, "replayed_with_real_batch_times": replayed, "relative_error": err,
-            "mean_batch_real": float(np.bincount(log.batch).mean()), "mean_batch_sim": sim.mean_batch}
+    scale[: real_svc.size] = real_svc / np.asarray(svc, dtype=np.float64)[real_k]
+    replay = simulate(a, svc, st, draws=Draws(scale=scale, late_ns=late))
+    out = {"measured": measured, "predicted": _figures(sim.latency_ns, sim.span_ns),
+           "predicted_median_curve_only": _figures(before.latency_ns, before.span_ns),
+           "replayed_with_real_batch_times": _figures(replay.latency_ns, replay.span_ns)}
+    err = {k: out["predicted"][k] / measured[k] - 1 for k in ("p99_ms", "throughput_per_s")}
+    return {"settings": [st.max_batch, st.max_delay_ns / 1e6], "rate_per_s": rate, "requests": n, **out, "relative_error": err,
+            "relative_error_before": {k: out["predicted_median_curve_only"][k] / measured[k] - 1 for k in ("p99_ms", "throughput_per_s")},
+            "mean_batch_real": float(np.bincount(log.batch).mean()), "mean_batch_sim": sim.mean_batch,
+            "where_it_went": where_it_went(records, st, curve)}
 
 
 def main() -> None:
@@ -113,27 +127,35 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     model, x1 = cpu_encoder() if args.model == "encoder" else (None, None)
+    run_batch = make_run_batch(model, x1)
     rows = []
     for i, st in enumerate(SETTINGS):
-        # the curve is measured again before each setting: on a shared machine its speed drifts
+        # the inputs are measured again before each setting (on a shared machine speed drifts):
+        # the curve with every pass kept, and the batcher's overhead and timer at this delay and rate
+        sizes = [b for b in (1, 2, 4, 8, 16, 32) if b <= max(st.max_batch, 2)]
         if model is None:
-            curve: Any = SleepCurve(32)
+            curve: Any = profile_function(lambda k: run_batch(list(range(k))), sizes, warmup=3, iters=30)
         else:
-            curve = profile_latency(model, x1, [b for b in (1, 2, 4, 8, 16, 32) if b <= max(st.max_batch, 2)], warmup=5, iters=30)
+            curve = profile_latency(model, x1, sizes, warmup=5, iters=30)
         print("  curve (ms):", ", ".join(f"{b}: {m / 1e6:.2f} (p90 {q / 1e6:.2f})" for b, m, q in zip(curve.batch_sizes, curve.median_ns, curve.p90_ns or curve.median_ns)))
         rate = args.load / (curve.median_ns[0] / 1e9)  # the same share of the no-batching capacity for all
-        r = compare(model, x1, curve, st, rate, args.requests, seed=i)
+        over = measure_overhead(max(st.max_delay_ns, 1_000_000) / 1e9, rate, 600, seed=i)
+        r = compare(run_batch, curve, over, st, rate, args.requests, seed=i)
         rows.append(r)
-        e = r["relative_error"]
+        e, b, w = r["relative_error"], r["relative_error_before"], r["where_it_went"]
         print(f"max batch {st.max_batch:>2}, delay {st.max_delay_ns / 1e6:g} ms, {r['rate_per_s']:,.0f}/s: "
-              f"p99 measured {r['measured']['p99_ms']:.2f} ms, predicted {r['predicted']['p99_ms']:.2f} ({e['p99_ms']:+.0%}), "
+              f"p99 measured {r['measured']['p99_ms']:.2f} ms, predicted {r['predicted']['p99_ms']:.2f} ({e['p99_ms']:+.0%}; "
+              f"median curve only {r['predicted_median_curve_only']['p99_ms']:.2f}, {b['p99_ms']:+.0%}), "
               f"replayed {r['replayed_with_real_batch_times']['p99_ms']:.2f}; throughput {r['measured']['throughput_per_s']:,.0f} vs "
-              f"{r['predicted']['throughput_per_s']:,.0f} ({e['throughput_per_s']:+.0%}); mean batch {r['mean_batch_real']:.1f} vs {r['mean_batch_sim']:.1f}")
-    within = sum(abs(r["relative_error"]["p99_ms"]) <= 0.10 and abs(r["relative_error"]["throughput_per_s"]) <= 0.10 for r in rows)
-    print(f"{within} of {len(rows)} settings within +-10% on both p99 and throughput")
+              f"{r['predicted']['throughput_per_s']:,.0f} ({e['throughput_per_s']:+.0%}); mean batch {r['mean_batch_real']:.2f} vs {r['mean_batch_sim']:.2f}")
+        print(f"    where it went (p50/p90/p99): overhead {w['overhead_ms']} ms, timer late {w['timer_late_ms']} ms, "
+              f"model / curve median {w['model_over_curve_median']}")
+    for key, name in (("relative_error", "now"), ("relative_error_before", "median curve only")):
+        within = sum(abs(r[key]["p99_ms"]) <= 0.10 and abs(r[key]["throughput_per_s"]) <= 0.10 for r in rows)
+        print(f"{name}: {within} of {len(rows)} settings within +-10% on both p99 and throughput")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"curve": curve.to_dict(), "rows": rows}, f, indent=1)
+            json.dump({"model": args.model, "load": args.load, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

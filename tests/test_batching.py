@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from whyidle.errors import InputError, UsageError
 from whyidle.tune.batching import Traffic, evaluate, tune_batching, unit_arrivals
 from whyidle.tune.latency import LatencyProfile, load_latency
-from whyidle.tune.simulate import Settings, simulate
+from whyidle.tune.simulate import Draws, Settings, simulate
 
 H200 = Path(__file__).parent / "data" / "h200" / "measured.json"
 MS = 1_000_000
@@ -65,7 +65,7 @@ def test_two_instances_share_the_queue() -> None:
 
 
 def test_scale_multiplies_each_batch_in_send_order() -> None:
-    sim = simulate([0, 100], [0, 10], Settings(1, 0), scale=np.array([2.0, 0.5]))
+    sim = simulate([0, 100], [0, 10], Settings(1, 0), draws=Draws(scale=np.array([2.0, 0.5])))
     assert sim.latency_ns.tolist() == [20, 5]
 
 
@@ -83,7 +83,7 @@ def test_mm1_waiting_time() -> None:
     n = 200_000
     a = (unit_arrivals(n, 1.0, seed=4) * 1e9 / 500.0).astype(np.int64)
     scale = np.random.default_rng(5).exponential(1.0, n)
-    sim = simulate(a, [0, s_ns], Settings(1, 0), scale=scale)
+    sim = simulate(a, [0, s_ns], Settings(1, 0), draws=Draws(scale=scale))
     assert sim.wait_ns.mean() == pytest.approx(s_ns, rel=0.05)
     assert sim.latency_ns.mean() == pytest.approx(2 * s_ns, rel=0.05)
 

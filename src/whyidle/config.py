@@ -228,6 +228,12 @@ class Config:
     # 1.7x the median), while a CPU curve timed on this shared 2-core machine showed p90 140x
     # the median (preemption, not the model), whose log-normal mean would be 1,600x the median.
     batching_max_sigma: float = 0.75
+    # A serving loop blocked this long for requests before or inside a batch range had caught up
+    # with its traffic (analyses/serving_loop.py): one draining a backlog goes from batch to batch
+    # in the loop's own overhead (0.11-0.17 ms between serve_batch ranges in the H200 serving
+    # trace), while one waiting for the next request blocks for a share of the gap between
+    # arrivals (1.2-8 ms there).
+    serving_wait_min_ns: int = 1_000_000
     # Requests simulated per run (synthetic traffic; a replayed log is tiled up to this).
     batching_requests: int = 20_000
     # Window for a request log's peak arrival rate: 1 s, the granularity at which serving

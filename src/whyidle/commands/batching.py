@@ -33,6 +33,7 @@ EXAMPLES = """\
   whyidle batching --latency curve.csv --rate 120 --slo-ms 50
   whyidle batching --latency curve.csv --requests access.jsonl --slo-ms 50 --percentile 95
   whyidle batching --measure mypkg.models:make --device cuda --rate 120 --slo-ms 50
+  whyidle batching --curve 1:3.5:3.7,8:4.1:4.5 --rate 139 --slo-ms 20
 """
 
 
@@ -40,6 +41,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("batching", help="dynamic-batching settings that maximise throughput within a latency SLO")
     src = p.add_argument_group("the model's latency per batch size (one of)")
     src.add_argument("--latency", metavar="FILE", help="CSV (batch_size, latency_ms[, latency_ms_p90]) or JSON rows")
+    src.add_argument("--curve", metavar="B:MS[:P90],...", help="inline: batch size:median ms[:p90 ms] pairs, e.g. 1:3.5,8:4.1 (what a trace's demand finding writes)")
     src.add_argument("--measure", metavar="MODULE:FUNCTION", help="measure it: FUNCTION() returns (model, example_input with batch dim 1)")
     p.add_argument("--device", help="with --measure: cpu or cuda (default: the model's)")
     p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128,256", help="with --measure: sizes to time")
@@ -88,10 +90,10 @@ def run(args: argparse.Namespace) -> int:
     from whyidle.config import Config
     from whyidle.tune.batching import Traffic, tune_batching, unit_arrivals
     from whyidle.tune.instances import advise_instances
-    from whyidle.tune.latency import load_latency
+    from whyidle.tune.latency import load_latency, parse_curve
 
-    if bool(args.latency) == bool(args.measure):
-        raise UsageError("give the latency curve: --latency FILE or --measure MODULE:FUNCTION (one of them)")
+    if sum(bool(x) for x in (args.latency, args.curve, args.measure)) != 1:
+        raise UsageError("give the latency curve: --latency FILE, --curve B:MS,... or --measure MODULE:FUNCTION (one of them)")
     if not args.requests and args.rate is None:
         raise UsageError("give the traffic: --requests LOG or --rate REQUESTS_PER_S")
     if args.rate is not None and args.rate <= 0:
@@ -100,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--slo-ms must be above 0 and --instances at least 1")
     cfg = Config()
     n = args.requests_per_run or cfg.batching_requests
-    profile = load_latency(args.latency) if args.latency else _measure(args.measure, args)
+    profile = load_latency(args.latency) if args.latency else parse_curve(args.curve) if args.curve else _measure(args.measure, args)
     if args.requests:
         from whyidle.sources.requestlog import load_requests
         from whyidle.tune.traffic import traffic_from_log

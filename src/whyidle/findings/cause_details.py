@@ -22,6 +22,7 @@ from whyidle.analyses.hostwork import WorkClass
 from whyidle.analyses.links import uncorrelated_by_design
 from whyidle.config import Config
 from whyidle.findings.analyses import Analyses
+from whyidle.findings.demand import demand_facts, demand_steps
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
@@ -287,7 +288,11 @@ DETAILS: dict[C.Cause, Detail] = {
         op_filter=_not_dataloader,
     ),
     C.HOST_PREPROCESSING: Detail(context=(WorkClass.DATA, WorkClass.USER)),
-    C.IDLE_HOST: Detail(facts=lambda a, ci, cfg: _on_cpu_facts(a, ci), context=(WorkClass.WAIT,)),
+    C.IDLE_HOST: Detail(
+        facts=lambda a, ci, cfg: _on_cpu_facts(a, ci) + demand_facts(a.tl, cfg),
+        steps=lambda facts, base, cfg: demand_steps(facts, base),
+        context=(WorkClass.WAIT,),
+    ),
     C.UNTRACED_HOST: Detail(facts=lambda a, ci, cfg: _on_cpu_facts(a, ci), context=(WorkClass.WAIT,)),
     C.DEPENDENCY_WAIT: Detail(facts=lambda a, ci, cfg: _dependency_facts(a, ci), context=(WorkClass.RANKS,)),
     C.NO_LAUNCH_INFO: Detail(variant=_no_correlation),

@@ -17,8 +17,20 @@ and runs what is waiting, up to ``max_batch``. Every request's arrival, batch st
 kept in ``batcher.records`` in the request-log fields (``arrival_ns``, ``start_ns``, ``finish_ns``,
 ``batch_id``), so ``whyidle serving`` and ``whyidle batching --requests`` read them directly.
 
+Each record also holds ``run_start_ns`` and ``run_end_ns``, the model call itself as timed in
+the worker thread, so a log splits every batch into what the model took and what the batcher
+added::
+
+    arrival   deadline  start  run_start            run_end  finish
+    |--delay--|--late---|-hand-|======= model =======|-back--|
+                          off                         (overhead = hand-off + back)
+
 ``generate_load(batcher, arrivals_s, make_item)`` submits requests at given times from now (open
 loop: a slow server does not slow the arrivals) and returns when all have finished.
+
+``measure_overhead()`` measures, with a no-op model, the two costs the batcher adds to the
+model's own latency: the per-batch overhead and how late a deadline's timer fires; the simulator
+draws from both (``whyidle.tune.simulate.Draws``).
 """
 
 from __future__ import annotations
@@ -29,9 +41,12 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+import msgspec
+import numpy as np
+
 from whyidle.errors import UsageError
 
-__all__ = ["DynamicBatcher", "generate_load"]
+__all__ = ["DynamicBatcher", "Overhead", "generate_load", "measure_overhead", "overhead_from_records"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -119,8 +134,9 @@ class DynamicBatcher(Generic[T, R]):
             bid = self._batches
             self._batches += 1
             start = self.clock_ns()
+            timed = [start, start]  # the model call itself, timed in the worker thread
             try:
-                results = await asyncio.to_thread(self.run_batch, [p.item for p in batch])
+                results = await asyncio.to_thread(self._timed, [p.item for p in batch], timed)
                 if len(results) != len(batch):
                     raise UsageError(f"run_batch returned {len(results)} results for {len(batch)} requests")
             except Exception as exc:  # the requests fail, the batcher keeps serving
@@ -134,7 +150,15 @@ class DynamicBatcher(Generic[T, R]):
                     if not p.future.done():
                         p.future.set_result(r)
             for p in batch:
-                self.records.append({"arrival_ns": p.arrival_ns, "start_ns": start, "finish_ns": finish, "batch_id": bid})
+                self.records.append({"arrival_ns": p.arrival_ns, "start_ns": start, "finish_ns": finish, "batch_id": bid,
+                                     "run_start_ns": timed[0], "run_end_ns": timed[1]})
+
+    def _timed(self, items: list[T], timed: list[int]) -> Sequence[R]:
+        timed[0] = self.clock_ns()
+        try:
+            return self.run_batch(items)
+        finally:
+            timed[1] = self.clock_ns()
 
 
 async def generate_load(batcher: DynamicBatcher[T, Any], arrivals_s: Sequence[float], make_item: Callable[[int], T]) -> None:
@@ -148,3 +172,54 @@ async def generate_load(batcher: DynamicBatcher[T, Any], arrivals_s: Sequence[fl
             await asyncio.sleep(delay)
         tasks.append(asyncio.ensure_future(batcher.submit(make_item(i))))
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class Overhead(msgspec.Struct, frozen=True):
+    """What a batcher adds to its model's latency, per batch (ns samples, sorted)."""
+
+    overhead_ns: np.ndarray  # (finish - start) - (run_end - run_start): hand-off to the thread and back
+    late_ns: np.ndarray  # start - (oldest arrival + max_delay), for batches a timer sent
+
+    def draws(self, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` draws of each (with replacement), for ``Draws(overhead_ns=..., late_ns=...)``."""
+        rng = np.random.default_rng(seed)
+        late = self.late_ns if self.late_ns.size else np.zeros(1, dtype=np.int64)
+        return rng.choice(self.overhead_ns, n), rng.choice(late, n)
+
+
+def overhead_from_records(records: Sequence[dict[str, int]], max_batch: int, max_delay_ns: int) -> Overhead:
+    """The batcher's own costs from its records: every batch's overhead, and the timer's lateness
+    for batches that left below ``max_batch`` at their deadline (started after it)."""
+    first: dict[int, dict[str, int]] = {}
+    oldest: dict[int, int] = {}
+    count: dict[int, int] = {}
+    for r in records:
+        b = r["batch_id"]
+        first.setdefault(b, r)
+        oldest[b] = min(oldest.get(b, r["arrival_ns"]), r["arrival_ns"])
+        count[b] = count.get(b, 0) + 1
+    over = [(r["finish_ns"] - r["start_ns"]) - (r["run_end_ns"] - r["run_start_ns"]) for r in first.values()]
+    late = [r["start_ns"] - oldest[b] - max_delay_ns for b, r in first.items() if count[b] < max_batch and max_delay_ns > 0]
+    return Overhead(np.sort(np.asarray(over, dtype=np.int64)), np.sort(np.asarray([x for x in late if x >= 0], dtype=np.int64)))
+
+
+def measure_overhead(max_delay_s: float = 0.002, rate_per_s: float = 200.0, requests: int = 600, seed: int = 0) -> Overhead:
+    """Serve ``requests`` Poisson arrivals at ``rate_per_s`` through a ``DynamicBatcher`` with a
+    no-op model and no batch limit, so every batch leaves on its deadline's timer.
+
+    The arrivals matter: each one wakes the event loop, which then sleeps again with a timeout
+    rounded up to a whole millisecond (epoll), so how late the deadline's timer fires depends on
+    where in the millisecond the last wake-up fell; under real traffic that is spread over the
+    whole millisecond. Measure on the machine and event loop that will serve, at its usual load.
+    """
+    if max_delay_s <= 0 or rate_per_s <= 0 or requests < 1:
+        raise UsageError("measure_overhead needs max_delay_s > 0, rate_per_s > 0 and requests >= 1")
+    arrivals = np.cumsum(np.random.default_rng(seed).exponential(1 / rate_per_s, requests))
+
+    async def run() -> list[dict[str, int]]:
+        b: DynamicBatcher[int, int] = DynamicBatcher(lambda items: items, max_batch=requests + 1, max_delay_s=max_delay_s)
+        async with b:
+            await generate_load(b, (arrivals - arrivals[0]).tolist(), lambda i: i)
+        return b.records
+
+    return overhead_from_records(asyncio.run(run()), requests + 1, int(max_delay_s * 1e9))

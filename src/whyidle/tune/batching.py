@@ -25,7 +25,7 @@ import numpy as np
 from whyidle.config import Config
 from whyidle.errors import UsageError
 from whyidle.tune.latency import LatencyProfile
-from whyidle.tune.simulate import Settings, Simulation, percentile_ns, simulate
+from whyidle.tune.simulate import Draws, Settings, Simulation, percentile_ns, simulate
 
 __all__ = ["Traffic", "Outcome", "Candidate", "BatchingResult", "unit_arrivals", "tune_batching", "evaluate"]
 
@@ -109,7 +109,9 @@ class _Runner:
     def __init__(self, profile: LatencyProfile, traffic: Traffic, q: float, slo_ns: int, jitter: bool, seed: int, cfg: Config) -> None:
         self.profile, self.traffic, self.q, self.slo_ns, self.cfg = profile, traffic, q, slo_ns, cfg
         n = traffic.unit_times_s.size
-        self.z = np.random.default_rng(seed + 1).standard_normal(n) if jitter and profile.p90_ns is not None else None
+        # the measured passes themselves when the curve keeps them, else a log-normal from p90/median
+        self.u = np.random.default_rng(seed + 1).random(n) if jitter and profile.samples_ns is not None else None
+        self.z = np.random.default_rng(seed + 1).standard_normal(n) if jitter and self.u is None and profile.p90_ns is not None else None
         self.count = 0
 
     def sigma(self, max_batch: int) -> list[float]:
@@ -120,7 +122,10 @@ class _Runner:
     def run(self, st: Settings, rate: float) -> Simulation:
         self.count += 1
         svc = self.profile.service_table(st.max_batch)
-        return simulate(self.traffic.at_rate(rate), svc, st, sigma=self.sigma(st.max_batch) if self.z is not None else None, z=self.z)
+        draws = Draws(sigma=self.sigma(st.max_batch), z=self.z) if self.z is not None else None
+        if self.u is not None:
+            draws = Draws(spread=self.profile.spread_table(st.max_batch), u=self.u)
+        return simulate(self.traffic.at_rate(rate), svc, st, draws=draws)
 
     def meets(self, st: Settings, rate: float) -> bool:
         sim = self.run(st, rate)
@@ -135,8 +140,10 @@ class _Runner:
         # time (a log-normal of median m has mean m * exp(sigma^2 / 2)). No rate above it is stable.
         svc = self.profile.service_table(st.max_batch)
         sig = self.sigma(st.max_batch)
+        spread = self.profile.spread_table(st.max_batch) if self.u is not None else None
+        mean = [float(np.mean(f)) for f in spread] if spread else [math.exp(x**2 / 2) for x in sig]
         # Just below it: at the bound itself a server is stable only when arrivals line up exactly.
-        hi = st.instances * max(k / (svc[k] * math.exp(sig[k] ** 2 / 2) / 1e9) for k in range(1, st.max_batch + 1)) * (1 - 1e-3)
+        hi = st.instances * max(k / (svc[k] * mean[k] / 1e9) for k in range(1, st.max_batch + 1)) * (1 - 1e-3)
         lo = hi * self.cfg.batching_min_rate_share
         if lo < start < hi and self.meets(st, start):
             lo = start  # the rate carried without batching: the doubling starts there
@@ -221,6 +228,8 @@ def tune_batching(
 
 
 def _jitter_note(runner: _Runner, profile: LatencyProfile, cfg: Config) -> str:
+    if runner.u is not None:
+        return f"the measured passes per batch size ({sum(len(x) for x in profile.samples_ns or ())} kept with the curve), drawn at random"
     if runner.z is None:
         return "none: the median latency per batch size" + ("" if profile.p90_ns is not None else " (the curve has no p90)")
     raw = max(profile.sigma_table(profile.max_batch))

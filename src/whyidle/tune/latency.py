@@ -21,7 +21,8 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ import msgspec
 
 from whyidle.errors import InputError, MissingExtraError, UsageError
 
-__all__ = ["LatencyProfile", "load_latency", "profile_latency", "Z_P90", "DEFAULT_BATCH_SIZES"]
+__all__ = ["LatencyProfile", "load_latency", "parse_curve", "profile_function", "profile_latency", "Z_P90", "DEFAULT_BATCH_SIZES"]
 
 # The standard normal's 90th percentile: a log-normal with median m and p90 q has sigma = ln(q/m) / Z_P90.
 Z_P90 = 1.2815515655446004
@@ -48,6 +49,9 @@ class LatencyProfile(msgspec.Struct, frozen=True):
     source: str = ""
     device: str = ""
     memory_bytes: int | None = None  # peak memory of the largest batch, when measured
+    # every pass timed, per batch size (ns), when measured here or saved with the curve: the
+    # simulator draws from them (``spread_table``) instead of assuming a shape for the tail
+    samples_ns: tuple[tuple[float, ...], ...] | None = None
 
     @property
     def max_batch(self) -> int:
@@ -69,12 +73,29 @@ class LatencyProfile(msgspec.Struct, frozen=True):
         sig = [max(math.log(q / m), 0.0) / Z_P90 if m > 0 else 0.0 for m, q in zip(self.median_ns, self.p90_ns)]
         return [0.0] + [_interp(k, self.batch_sizes, sig) for k in range(1, max_batch + 1)]
 
+    def spread_table(self, max_batch: int) -> list[list[float]] | None:
+        """Per batch size 0..max_batch, the sorted measured factors (pass time / median), or None.
+
+        A size between two measured ones takes the factors of the next measured size up (the
+        spread is a property of the pass, not of the exact batch size).
+        """
+        if self.samples_ns is None:
+            return None
+        facs = [sorted(x / m for x in smp) for m, smp in zip(self.median_ns, self.samples_ns)]
+        out: list[list[float]] = [[1.0]]
+        for k in range(1, max_batch + 1):
+            i = next((i for i, b in enumerate(self.batch_sizes) if b >= k), len(self.batch_sizes) - 1)
+            out.append(facs[i])
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         rows = []
         for i, b in enumerate(self.batch_sizes):
             row: dict[str, Any] = {"batch_size": b, "latency_ns_median": self.median_ns[i], "samples_per_s": b / (self.median_ns[i] / 1e9)}
             if self.p90_ns is not None:
                 row["latency_ns_p90"] = self.p90_ns[i]
+            if self.samples_ns is not None:
+                row["samples_ns"] = list(self.samples_ns[i])
             rows.append(row)
         return {"source": self.source, "device": self.device, "memory_bytes": self.memory_bytes, "rows": rows}
 
@@ -89,7 +110,10 @@ def _interp(k: int, xs: Sequence[int], ys: Sequence[float]) -> float:
     return float(ys[-1])
 
 
-def _make(path: object, rows: list[tuple[int, float, float | None]], **meta: Any) -> LatencyProfile:
+Row = tuple[int, float, float | None, tuple[float, ...] | None]
+
+
+def _make(path: object, rows: list[Row], **meta: Any) -> LatencyProfile:
     if not rows:
         raise InputError(path, "holds no latency rows; expected batch_size and a latency per batch size")
     rows.sort()
@@ -100,7 +124,9 @@ def _make(path: object, rows: list[tuple[int, float, float | None]], **meta: Any
         raise InputError(path, "has a batch size below 1 or a latency that is not a positive number")
     q90 = [r[2] for r in rows]
     p90 = tuple(float(q) for q in q90 if q is not None) if all(q is not None for q in q90) else None
-    return LatencyProfile(tuple(sizes), tuple(float(r[1]) for r in rows), p90, **meta)
+    smp = [r[3] for r in rows]
+    samples = tuple(x for x in smp if x) if all(smp) else None
+    return LatencyProfile(tuple(sizes), tuple(float(r[1]) for r in rows), p90, samples_ns=samples, **meta)
 
 
 def _latency_of(row: dict[str, Any], p90: bool) -> float | None:
@@ -118,19 +144,39 @@ def _latency_of(row: dict[str, Any], p90: bool) -> float | None:
     return None
 
 
-def _rows_from(path: object, raw: list[dict[str, Any]]) -> list[tuple[int, float, float | None]]:
-    out = []
+def _rows_from(path: object, raw: list[dict[str, Any]]) -> list[Row]:
+    out: list[Row] = []
     for i, row in enumerate(raw):
         try:
             bs = int(float(row.get("batch_size", row.get("batch", ""))))
             med = _latency_of(row, p90=False)
             q90 = _latency_of(row, p90=True)
+            raw_smp = row.get("samples_ns")
+            smp = tuple(float(x) for x in raw_smp) if isinstance(raw_smp, list) and raw_smp else None
         except (TypeError, ValueError):
             raise InputError(path, f"row {i + 1}: expected a batch_size and a latency number") from None
         if med is None:
             raise InputError(path, f"row {i + 1}: no latency column; expected e.g. latency_ms, latency_us or latency_ns_median")
-        out.append((bs, med, q90))
+        out.append((bs, med, q90, smp))
     return out
+
+
+def parse_curve(text: str) -> LatencyProfile:
+    """A curve written inline, ``BATCH:MEDIAN_MS[:P90_MS],...`` (``whyidle batching --curve``;
+    the form the demand finding writes from a trace's own batches), e.g. ``1:3.49:3.66,8:4.06``."""
+    rows: list[Row] = []
+    for part in (p.strip() for p in text.split(",")):
+        bits = part.split(":")
+        try:
+            if not 2 <= len(bits) <= 3:
+                raise ValueError(part)
+            rows.append((int(bits[0]), float(bits[1]) * 1e6, float(bits[2]) * 1e6 if len(bits) == 3 else None, None))
+        except ValueError:
+            raise UsageError(f"--curve {text!r}: expected BATCH:MEDIAN_MS[:P90_MS] pairs separated by commas, e.g. 1:3.5,8:4.1") from None
+    try:
+        return _make("--curve", rows, source="--curve")
+    except InputError as exc:
+        raise UsageError(f"--curve {text!r} {exc.problem}") from None
 
 
 def load_latency(path: str | Path) -> LatencyProfile:
@@ -167,6 +213,34 @@ def load_latency(path: str | Path) -> LatencyProfile:
     return _make(p, _rows_from(p, [{k.strip(): v for k, v in r.items() if k} for r in reader]), **meta)
 
 
+def _row(bs: int, times: list[float]) -> Row:
+    times = sorted(times)
+    return (bs, times[len(times) // 2], times[min(int(len(times) * 0.9), len(times) - 1)], tuple(times))
+
+
+def profile_function(
+    run_batch: Callable[[int], object], batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, *, warmup: int = 5, iters: int = 20, source: str = ""
+) -> LatencyProfile:
+    """Time ``run_batch(k)`` per batch size with ``perf_counter_ns`` after warm-up; every pass is kept.
+
+    For a model outside torch, or the exact function a server calls per batch (the real batcher's
+    ``run_batch``), so the curve holds what the server pays: input assembly, the call, its variance.
+    """
+    if iters < 1 or warmup < 0 or not batch_sizes or min(batch_sizes) < 1:
+        raise UsageError("profiling needs iters >= 1, warmup >= 0 and batch sizes >= 1")
+    rows = []
+    for bs in sorted(set(batch_sizes)):
+        for _ in range(warmup):
+            run_batch(bs)
+        times = []
+        for _ in range(iters):
+            t0 = time.perf_counter_ns()
+            run_batch(bs)
+            times.append(float(time.perf_counter_ns() - t0))
+        rows.append(_row(bs, times))
+    return _make("profile_function", rows, source=source or f"measured: {getattr(run_batch, '__name__', 'function')}, {iters} passes after {warmup} warm-up", device="cpu")
+
+
 def profile_latency(
     model: Any,
     example_input: Any,
@@ -176,51 +250,48 @@ def profile_latency(
     iters: int = 20,
     device: str | None = None,
 ) -> LatencyProfile:
-    """Measure one forward pass per batch size after warm-up (torch; CPU or CUDA).
+    """Measure one forward pass per batch size after warm-up (torch; CPU or CUDA); every pass is kept.
 
     ``example_input`` is one request's input with a leading batch dimension of 1; a batch of ``k``
     repeats it ``k`` times along dimension 0. On CUDA each pass is timed with CUDA events (the
     device's own clock, as tests/data/h200/measured.json's curve was); on CPU with
-    ``time.perf_counter_ns``. The model runs under ``torch.inference_mode()``.
+    ``time.perf_counter_ns``. The model runs under ``torch.inference_mode()``. The passes' times
+    (``samples_ns``) let the simulator draw the measured spread, tail included.
     """
     try:
         import torch
     except ImportError as exc:
         raise MissingExtraError("Latency profiling", "torch", "torch") from exc
-    import time
 
     if iters < 1 or warmup < 0 or not batch_sizes or min(batch_sizes) < 1:
         raise UsageError("profile_latency needs iters >= 1, warmup >= 0 and batch sizes >= 1")
     dev = torch.device(device) if device else next((p.device for p in model.parameters()), torch.device("cpu"))
-    cuda = dev.type == "cuda"
     model = model.to(dev).eval()
     x1 = example_input.to(dev)
-    rows: list[tuple[int, float, float | None]] = []
-    peak: int | None = None
+    source = f"measured: {type(model).__name__}, {iters} passes after {warmup} warm-up"
+
+    def batch_of(bs: int) -> Any:
+        return x1.repeat(bs, *([1] * (x1.dim() - 1)))
+
     with torch.inference_mode():
+        if dev.type != "cuda":
+            xs = {bs: batch_of(bs) for bs in batch_sizes}
+            return profile_function(lambda bs: model(xs[bs]), batch_sizes, warmup=warmup, iters=iters, source=source)
+        rows: list[Row] = []
         for bs in sorted(set(batch_sizes)):
-            x = x1.repeat(bs, *([1] * (x1.dim() - 1)))
-            if cuda:
-                torch.cuda.reset_peak_memory_stats(dev)
+            x = batch_of(bs)
+            torch.cuda.reset_peak_memory_stats(dev)
             for _ in range(warmup):
                 model(x)
             times: list[float] = []
             for _ in range(iters):
-                if cuda:
-                    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-                    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-                    start.record()
-                    model(x)
-                    end.record()
-                    end.synchronize()
-                    times.append(start.elapsed_time(end) * 1e6)
-                else:
-                    t0 = time.perf_counter_ns()
-                    model(x)
-                    times.append(float(time.perf_counter_ns() - t0))
-            times.sort()
-            rows.append((bs, times[len(times) // 2], times[min(int(len(times) * 0.9), len(times) - 1)]))
-            if cuda:
-                peak = int(torch.cuda.max_memory_allocated(dev))
-    name = torch.cuda.get_device_name(dev) if cuda else "cpu"
-    return _make("profile_latency", rows, source=f"measured: {type(model).__name__}, {iters} passes after {warmup} warm-up", device=name, memory_bytes=peak)
+                start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                start.record()
+                model(x)
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) * 1e6)
+            rows.append(_row(bs, times))
+        peak = int(torch.cuda.max_memory_allocated(dev))
+    return _make("profile_latency", rows, source=source, device=torch.cuda.get_device_name(dev), memory_bytes=peak)

@@ -27,14 +27,14 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 import numpy as np
 
 from whyidle.errors import UsageError
 
-__all__ = ["Settings", "Simulation", "simulate", "percentile_ns"]
+__all__ = ["Draws", "Settings", "Simulation", "simulate", "percentile_ns"]
 
 
 class Settings(msgspec.Struct, frozen=True):
@@ -88,86 +88,119 @@ def percentile_ns(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q, method="inverted_cdf"))
 
 
-def simulate(
-    arrivals_ns: np.ndarray | Sequence[int],
-    service_ns: Sequence[int],
-    settings: Settings,
-    *,
-    scale: np.ndarray | None = None,
-    sigma: Sequence[float] | None = None,
-    z: np.ndarray | None = None,
-) -> Simulation:
-    """Run the batcher over sorted arrival times (ns).
+class Draws(msgspec.Struct, frozen=True):
+    """What varies from batch to batch; the ``j``-th value of each array goes to the ``j``-th batch sent.
 
-    ``service_ns[k]`` is the time of a batch of ``k`` (index 0 unused; see
-    ``LatencyProfile.service_table``). Optional per-batch variability, applied to the ``j``-th
-    batch sent: ``scale[j]`` multiplies its time (any distribution, e.g. exponential for M/M/1),
-    and ``exp(sigma[k] * z[j])`` multiplies it by a log-normal factor of median 1.
+    Each is something a user measures rather than a constant to tune:
+
+    * ``scale[j]`` multiplies the batch's time (any distribution: exponential for M/M/1);
+    * ``exp(sigma[k] * z[j])``: a log-normal factor of median 1 from a curve's p90/median;
+    * ``spread[k]``: the sorted factors (sample / median) that ``profile_latency`` measured at
+      batch size ``k``; the batch takes the one at quantile ``u[j]`` (the measured distribution
+      itself, tails included, rather than a mean or a fitted shape);
+    * ``overhead_ns[j]``: added to the batch's time: the server's own cost per batch (hand-off to
+      the model's thread and back; ``whyidle.tune.batcher.measure_overhead``);
+    * ``late_ns[j]``: added to a deadline when an idle instance waits on a timer for it (the timer
+      fires late: asyncio's epoll timeout has whole-millisecond resolution); arrivals in the
+      meantime join the batch, as they do in a real batcher.
     """
-    a_arr = np.asarray(arrivals_ns, dtype=np.int64)
-    n = int(a_arr.size)
+
+    scale: np.ndarray | None = None
+    sigma: Sequence[float] | None = None
+    z: np.ndarray | None = None
+    spread: Sequence[Sequence[float]] | None = None
+    u: np.ndarray | None = None
+    overhead_ns: np.ndarray | None = None
+    late_ns: np.ndarray | None = None
+
+
+def _check(n: int, a: np.ndarray, service_ns: Sequence[int], settings: Settings, d: Draws) -> None:
     bmax, delay, c = settings.max_batch, settings.max_delay_ns, settings.instances
     if bmax < 1 or delay < 0 or c < 1:
         raise UsageError(f"batching settings need max_batch >= 1, max_delay >= 0 and instances >= 1 (got {settings})")
     if len(service_ns) <= bmax:
         raise UsageError(f"the service table covers batch sizes up to {len(service_ns) - 1}, below max_batch {bmax}")
-    if n and bool(np.any(np.diff(a_arr) < 0)):
+    if n and bool(np.any(np.diff(a) < 0)):
         raise UsageError("arrival times must be sorted")
-    for name, arr in (("scale", scale), ("z", z)):
+    for name in ("scale", "z", "u", "overhead_ns", "late_ns"):
+        arr = getattr(d, name)
         if arr is not None and arr.size < n:
             raise UsageError(f"{name} needs one value per possible batch ({n}), got {arr.size}")
-    if z is not None and sigma is None:
-        raise UsageError("z needs sigma (the log-normal spread per batch size)")
-    a = a_arr.tolist()
-    svc = list(service_ns)
-    sc = scale.tolist() if scale is not None else None
-    zz = z.tolist() if z is not None else None
-    sg = list(sigma) if sigma is not None else None
+    if (d.z is None) != (d.sigma is None) or (d.u is None) != (d.spread is None):
+        raise UsageError("z needs sigma (the log-normal spread per batch size), and u needs spread (the measured factors per size)")
+    if d.spread is not None and (len(d.spread) <= bmax or any(len(f) == 0 for f in d.spread[1 : bmax + 1])):
+        raise UsageError(f"spread needs measured factors for every batch size 1..{bmax}")
+
+
+def _varied(d: Draws) -> Callable[[int, int, int], int]:
+    """The time of the ``j``-th batch, of size ``k`` and table time ``s``, with the draws applied."""
+    sc = d.scale.tolist() if d.scale is not None else None
+    zz = d.z.tolist() if d.z is not None else None
+    sg = list(d.sigma) if d.sigma is not None else []
+    uu = d.u.tolist() if d.u is not None else None
+    sp = [list(f) for f in d.spread] if d.spread is not None else []
+    oh = d.overhead_ns.tolist() if d.overhead_ns is not None else None
+
+    def time_of(j: int, k: int, s: int) -> int:
+        f = sc[j] if sc is not None else 1.0
+        if zz is not None:
+            f *= math.exp(sg[k] * zz[j])
+        if uu is not None:
+            f *= sp[k][min(int(uu[j] * len(sp[k])), len(sp[k]) - 1)]
+        return round(s * f) + (int(oh[j]) if oh is not None else 0)
+
+    return time_of
+
+
+def simulate(
+    arrivals_ns: np.ndarray | Sequence[int], service_ns: Sequence[int], settings: Settings, *, draws: Draws | None = None
+) -> Simulation:
+    """Run the batcher over sorted arrival times (ns).
+
+    ``service_ns[k]`` is the time of a batch of ``k`` (index 0 unused; see
+    ``LatencyProfile.service_table``); ``draws`` makes it vary from batch to batch (``Draws``).
+    """
+    a_arr = np.asarray(arrivals_ns, dtype=np.int64)
+    n = int(a_arr.size)
+    d = draws or Draws()
+    _check(n, a_arr, service_ns, settings, d)
+    bmax, delay, c = settings.max_batch, settings.max_delay_ns, settings.instances
+    a, svc = a_arr.tolist(), list(service_ns)
+    vary = _varied(d) if any(getattr(d, f) is not None for f in d.__struct_fields__ if f != "late_ns") else None
+    late = d.late_ns.tolist() if d.late_ns is not None and delay > 0 else None
     starts: list[int] = []
     sizes: list[int] = []
     finishes: list[int] = []
     free = [a[0] if n else 0] * c  # instance free times: a min-heap (all free at the first arrival)
-    i = 0
-    j = 0
+    i = j = 0
     pref = sorted({p for p in settings.preferred if 1 <= p < bmax} | {bmax}) if settings.preferred else []
     trigger = pref[0] if pref else bmax  # the batch count that sends a batch at once
     while i < n:
         t_free = free[0]
-        ai = a[i]
         last = i + trigger - 1
-        t = ai + delay
+        t = a[i] + delay
+        if late is not None and t > t_free:  # an idle instance waits on a timer, which fires late
+            t = max(t + int(late[j]), t_free)
         full = last < n and a[last] <= t
         if full:
             t = a[last]
         if t_free > t:
             t = t_free
             full = last < n and a[last] <= t
-        if pref:
+        if pref or not full:
             k = bisect_right(a, t, i, min(i + bmax, n)) - i  # waiting, up to max_batch
-            if k >= trigger:  # a preferred size can be formed: the largest that fits
+            if pref and k >= trigger:  # a preferred size can be formed: the largest that fits
                 k = pref[bisect_right(pref, k) - 1]
-        elif full:
-            k = bmax
         else:
-            k = bisect_right(a, t, i, min(i + bmax, n)) - i
-        s = svc[k]
-        if sc is not None or zz is not None:
-            f = 1.0
-            if sc is not None:
-                f *= sc[j]
-            if zz is not None and sg is not None:
-                f *= math.exp(sg[k] * zz[j])
-            s = round(s * f)
-        end = t + s
+            k = bmax
+        end = t + (svc[k] if vary is None else vary(j, k, svc[k]))
         heapq.heapreplace(free, end)
         starts.append(t)
         sizes.append(k)
         finishes.append(end)
         i += k
         j += 1
-    b_start = np.asarray(starts, dtype=np.int64)
-    b_size = np.asarray(sizes, dtype=np.int64)
-    b_finish = np.asarray(finishes, dtype=np.int64)
+    b_start, b_size, b_finish = (np.asarray(x, dtype=np.int64) for x in (starts, sizes, finishes))
     latency = np.repeat(b_finish, b_size) - a_arr
     wait = np.repeat(b_start, b_size) - a_arr
     span = int(b_finish.max() - a_arr[0]) if n else 0
