@@ -104,3 +104,51 @@ def test_two_instances_share_the_queue() -> None:
     ids, first = np.unique(log.batch, return_index=True)
     s, f = log.start_ns[first], log.finish_ns[first]
     assert any(s[j] < f[i] and s[i] < f[j] for i in range(len(s)) for j in range(i + 1, len(s)))
+
+
+def test_records_split_the_model_call_from_the_batcher_overhead() -> None:
+    import time
+
+    from whyidle.tune.batcher import overhead_from_records
+
+    def run_batch(items: list[int]) -> list[int]:
+        time.sleep(0.002)
+        return items
+
+    _, records = _serve(run_batch, [0.0, 0.0005, 0.05], max_batch=4, delay_s=0.003)
+    for r in records:
+        assert r["start_ns"] <= r["run_start_ns"] <= r["run_end_ns"] <= r["finish_ns"]
+        assert r["run_end_ns"] - r["run_start_ns"] >= 2_000_000  # the sleep itself
+    ov = overhead_from_records(records, 4, 3_000_000)
+    assert ov.overhead_ns.size == 2 and (ov.overhead_ns >= 0).all()
+    assert ov.late_ns.size == 2 and (ov.late_ns >= 0).all()  # both batches left on their timer, after it
+
+
+def test_measure_overhead_draws() -> None:
+    from whyidle.tune.batcher import measure_overhead
+
+    ov = measure_overhead(0.002, rate_per_s=400, requests=60)
+    assert ov.overhead_ns.size > 0 and ov.late_ns.size > 0
+    assert (ov.late_ns >= 0).all() and (np.diff(ov.overhead_ns) >= 0).all()  # sorted samples
+    extra, late = ov.draws(1000, seed=1)
+    assert extra.size == late.size == 1000 and set(late.tolist()) <= set(ov.late_ns.tolist())
+    with pytest.raises(UsageError):
+        measure_overhead(0.0)
+
+
+def test_profile_function_keeps_every_pass_and_the_tuner_draws_them(tmp_path: Any) -> None:
+    import json
+    import time
+
+    from whyidle.tune.latency import load_latency, profile_function
+
+    prof = profile_function(lambda k: time.sleep(0.0005 * k), [1, 2, 4], warmup=1, iters=7)
+    assert prof.samples_ns is not None and [len(x) for x in prof.samples_ns] == [7, 7, 7]
+    assert prof.median_ns[2] >= 2_000_000
+    table = prof.spread_table(3)
+    # size 3 was not measured: it takes the factors of the next size up (4)
+    assert table is not None and len(table) == 4 and table[3] == sorted(x / prof.median_ns[2] for x in prof.samples_ns[2])
+    path = tmp_path / "curve.json"
+    path.write_text(json.dumps(prof.to_dict()))
+    again = load_latency(path)
+    assert again.samples_ns == prof.samples_ns  # the passes survive --save-latency

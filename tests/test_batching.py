@@ -69,6 +69,25 @@ def test_scale_multiplies_each_batch_in_send_order() -> None:
     assert sim.latency_ns.tolist() == [20, 5]
 
 
+def test_measured_spread_overhead_and_late_timer_exactly() -> None:
+    # spread: the batch takes the factor at quantile u of its size's measured factors
+    sim = simulate([0, 100, 200], [0, 10, 20], Settings(2, 0), draws=Draws(spread=[[1.0], [0.5, 1.0, 3.0], [1.0]], u=np.array([0.0, 0.5, 0.99])))
+    assert sim.latency_ns.tolist() == [5, 10, 30]
+    # overhead: added to every batch's time, so it also delays the next batch on a busy instance
+    sim = simulate([0, 1], [0, 10], Settings(1, 0), draws=Draws(overhead_ns=np.array([3, 4])))
+    assert sim.batch_start_ns.tolist() == [0, 13] and sim.latency_ns.tolist() == [13, 26]
+    # a late timer: the idle instance sends at deadline 5 + 4 = 9, and the arrival at 7 joins it
+    sim = simulate([0, 7, 30], [0, 10, 11, 12], Settings(3, 5), draws=Draws(late_ns=np.array([4, 4, 4])))
+    assert sim.batch_start_ns.tolist() == [9, 30 + 5 + 4] and sim.batch_size.tolist() == [2, 1]
+    # a busy instance freeing after the deadline sends at once: no timer, no lateness
+    sim = simulate([0, 20, 21], [0, 20, 20, 20], Settings(3, 5), draws=Draws(late_ns=np.array([7, 7, 7])))
+    assert sim.batch_start_ns.tolist() == [0 + 5 + 7, 32] and sim.batch_size.tolist() == [1, 2]
+    sim = simulate([0, 1], [0, 20], Settings(1, 0), draws=Draws(late_ns=np.array([7, 7])))
+    assert sim.batch_start_ns.tolist() == [0, 20]  # no delay, no timer
+    with pytest.raises(UsageError):
+        simulate([0, 1], [0, 5, 6], Settings(2, 0), draws=Draws(u=np.array([0.1, 0.2])))  # u needs spread
+
+
 def test_md1_waiting_time() -> None:
     """Batch size 1, Poisson arrivals, fixed service S at load 0.5: Wq = rho S / (2 (1 - rho)) = S/2."""
     s_ns = MS

@@ -9,8 +9,10 @@ serving) and knows the batch sizes::
     device      [k][k][k]  [k]   [k][k]                          [k][k]  [k]
             |<---- one batch of 8: its time ---->|    idle    |<-- a batch of 1 -->|
 
-* the batch ranges: the serving-named range or function seen most often on the host (at least
-  ``MIN_BATCHES``), nested ones counted once (the outermost);
+* the batch ranges: a serving engine's step function (vLLM's ``execute_model``, SGLang's
+  ``forward_batch_generation``, TGI's ``generate_token``), else the serving-named range or function
+  seen most often on the host (at least ``MIN_BATCHES``), nested ones counted once (the outermost);
+  an engine's batch is tokens of many requests, so its input shapes are not taken as a request count;
 * each batch's size: the leading dimension of the first op inside it whose input shape is known
   (``record_shapes=True``), or, without shapes, the number of ranges named for a single request
   (``handle_request``, ``request``) nested in it;
@@ -43,6 +45,7 @@ from whyidle.timeline.model import DEVICE_WORK_KINDS, Kind, Timeline
 __all__ = ["CurvePoint", "ServingLoop", "serving_loop", "MIN_BATCHES"]
 
 MIN_BATCHES = 3  # fewer batch ranges than this give no rate
+_ENGINE_STEP = re.compile(r"(^|[^a-z_])(execute_model|forward_batch_generation|generate_token)$")
 _REQUEST = re.compile(r"(?i)(^|[^a-z])(handle_request|request)([^a-z]|$)")
 _RANGE_KINDS = (int(Kind.ANNOTATION), int(Kind.PYTHON))
 
@@ -91,8 +94,10 @@ def _outermost(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 def _batch_rows(tl: Timeline) -> tuple[str, np.ndarray]:
     """The most frequent serving-named range on one host lane (a batch per row), outermost only."""
-    rows = np.flatnonzero(np.isin(tl.kind, _RANGE_KINDS))
-    rows = rows[tl.name_mask(lambda s: bool(SERVING_NAME.search(_label(s))) and not _REQUEST.search(_label(s)), rows)]
+    ranges = np.flatnonzero(np.isin(tl.kind, _RANGE_KINDS))
+    rows = ranges[tl.name_mask(lambda s: bool(_ENGINE_STEP.search(_label(s))), ranges)]
+    if rows.size == 0:
+        rows = ranges[tl.name_mask(lambda s: bool(SERVING_NAME.search(_label(s))) and not _REQUEST.search(_label(s)), ranges)]
     if rows.size == 0:
         rows = np.flatnonzero(np.isin(tl.kind, _RANGE_KINDS))
         rows = rows[tl.name_mask(lambda s: bool(_REQUEST.search(_label(s))), rows)]
@@ -108,7 +113,8 @@ def _batch_rows(tl: Timeline) -> tuple[str, np.ndarray]:
 def _sizes(tl: Timeline, batches: np.ndarray) -> tuple[np.ndarray, str]:
     """Each batch's size from the first known input shape inside it, else its nested request ranges."""
     lane = int(tl.lane[batches[0]])
-    on = np.flatnonzero((tl.lane == lane) & (tl.kind == int(Kind.CPU_OP)) & (tl.shape0 > 0))
+    engine = bool(_ENGINE_STEP.search(_label(tl.strings[int(tl.name[batches[0]])])))
+    on = np.flatnonzero((tl.lane == lane) & (tl.kind == int(Kind.CPU_OP)) & (tl.shape0 > 0) & (not engine))
     req = np.flatnonzero((tl.lane == lane) & np.isin(tl.kind, _RANGE_KINDS))
     req = req[tl.name_mask(lambda s: bool(_REQUEST.search(_label(s))), req)]
     req = req[~np.isin(req, batches)]
