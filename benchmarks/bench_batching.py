@@ -21,7 +21,7 @@ import numpy as np
 
 from whyidle.tune.batching import Traffic, tune_batching, unit_arrivals
 from whyidle.tune.latency import load_latency
-from whyidle.tune.simulate import Settings, simulate
+from whyidle.tune.simulate import Draws, Settings, simulate
 
 CURVE = Path(__file__).resolve().parents[1] / "tests" / "data" / "h200" / "measured.json"
 
@@ -43,6 +43,19 @@ def main() -> None:
             times.append(time.perf_counter() - t0)
         print(f"simulate 1,000,000 requests, max batch {st.max_batch:>3}, delay {st.max_delay_ns / 1e6:g} ms, {rate:,.0f}/s: "
               f"{statistics.median(times):.3f} s (median of {args.repeat}; {sim.batch_size.size:,} batches, p99 {sim.percentile_ns(99) / 1e6:.2f} ms)")
+    # with every per-batch draw a real run needs: measured passes per size, overhead, late timer
+    st, rate = Settings(1, 0), 300.0
+    a = np.asarray(np.rint(unit * (1e9 / rate)), dtype=np.int64)
+    rng = np.random.default_rng(1)
+    spread = [[1.0]] + [sorted(rng.lognormal(0.0, 0.1, 30).tolist())]
+    draws = Draws(spread=spread, u=rng.random(n), overhead_ns=rng.integers(50_000, 200_000, n), late_ns=rng.integers(0, 1_000_000, n))
+    times = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        sim = simulate(a, prof.service_table(1), Settings(1, 2_000_000), draws=draws)
+        times.append(time.perf_counter() - t0)
+    print(f"simulate 1,000,000 requests, max batch   1, delay 2 ms, {rate:,.0f}/s, with measured-pass, overhead and timer draws: "
+          f"{statistics.median(times):.3f} s (median of {args.repeat})")
     traffic = Traffic(unit_arrivals(20_000, 1.0), 125.0, 1.0, "poisson")
     t0 = time.perf_counter()
     res = tune_batching(prof, traffic, 50_000_000)

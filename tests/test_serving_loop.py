@@ -17,7 +17,7 @@ H200 = Path(__file__).parent / "data" / "h200"
 SHARED = Path("/work/shared/traces/inference")
 
 
-def _loop(batches: list[tuple[float, float, int]], *, shapes: bool = True, requests: bool = False, waits: list[tuple[float, float]] = (), name: str = "serve_batch") -> TL:
+def _loop(batches: list[tuple[float, float, int]], *, shapes: bool = True, requests: bool = False, waits: tuple[tuple[float, float], ...] | list[tuple[float, float]] = (), name: str = "serve_batch") -> TL:
     """Batch ranges [start, end) us of size k, each with an op (shape k when ``shapes``) that
     launches one kernel of 10 us; optional nested request ranges and queue.get waits."""
     t = TL()
@@ -129,3 +129,11 @@ def test_batching_curve_flag(capsys: pytest.CaptureFixture[str]) -> None:
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--curve" in err
     assert main(["batching", "--curve", "1:2", "--latency", "x.csv", "--rate", "100", "--slo-ms", "20"]) == 2
+
+
+def test_an_engine_step_is_the_batch_and_its_token_shapes_are_not_requests() -> None:
+    t = _loop([(0, 1000, 888), (5000, 6000, 512), (10000, 11000, 64)], name="vllm/v1/worker/gpu_model_runner.py(2907): execute_model")
+    t.host("serve_batch", 20000, 21000, Kind.ANNOTATION)  # an engine step wins over a named range
+    loop = serving_loop(t.build(), Config())
+    assert loop.batch_range == "execute_model" and loop.batches == 3
+    assert loop.requests is None and "record_shapes=True" in loop.missing[0]

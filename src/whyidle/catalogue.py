@@ -365,7 +365,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             steps=(
                 "Use dynamic batching (Triton Inference Server, TorchServe batch_size/max_batch_delay, vLLM continuous batching).",
                 "Raise client concurrency or the number of in-flight requests per GPU.",
-                "Find the batching settings for your latency percentile: whyidle batching --latency CURVE.csv --rate REQUESTS_PER_S --slo-ms SLO (or --requests LOG; --measure MODULE:FUNCTION times the model).",
+                "Find the batching settings for your latency percentile: whyidle batching --latency CURVE.csv --rate REQUESTS_PER_S --slo-ms SLO (or --requests LOG; --measure MODULE:FUNCTION times the model; --curve B:MS,... gives the curve inline). From a trace that marks its batches (record_function('serve_batch'), record_shapes=True), the finding fills in the rate and the curve.",
                 "From a request log, whyidle serving LOG --trace TRACE tells scarce requests from bad batching and a slow host pipeline.",
             ),
             code=(

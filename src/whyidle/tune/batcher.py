@@ -188,8 +188,10 @@ class Overhead(msgspec.Struct, frozen=True):
 
 
 def overhead_from_records(records: Sequence[dict[str, int]], max_batch: int, max_delay_ns: int) -> Overhead:
-    """The batcher's own costs from its records: every batch's overhead, and the timer's lateness
-    for batches that left below ``max_batch`` at their deadline (started after it)."""
+    """The batcher's own costs from its records: every batch's overhead, and how late the timer
+    fired for batches a timer sent: below ``max_batch``, with no earlier batch still running at
+    their deadline (a batch sent when a busy instance freed up after the deadline waited for the
+    instance, not for the timer)."""
     first: dict[int, dict[str, int]] = {}
     oldest: dict[int, int] = {}
     count: dict[int, int] = {}
@@ -199,8 +201,14 @@ def overhead_from_records(records: Sequence[dict[str, int]], max_batch: int, max
         oldest[b] = min(oldest.get(b, r["arrival_ns"]), r["arrival_ns"])
         count[b] = count.get(b, 0) + 1
     over = [(r["finish_ns"] - r["start_ns"]) - (r["run_end_ns"] - r["run_start_ns"]) for r in first.values()]
-    late = [r["start_ns"] - oldest[b] - max_delay_ns for b, r in first.items() if count[b] < max_batch and max_delay_ns > 0]
-    return Overhead(np.sort(np.asarray(over, dtype=np.int64)), np.sort(np.asarray([x for x in late if x >= 0], dtype=np.int64)))
+    late: list[int] = []
+    busy_until = -1  # the latest finish of the batches sent so far
+    for b, r in sorted(first.items(), key=lambda kv: kv[1]["start_ns"]):
+        deadline = oldest[b] + max_delay_ns
+        if max_delay_ns > 0 and count[b] < max_batch and busy_until < deadline <= r["start_ns"]:
+            late.append(r["start_ns"] - deadline)
+        busy_until = max(busy_until, r["finish_ns"])
+    return Overhead(np.sort(np.asarray(over, dtype=np.int64)), np.sort(np.asarray(late, dtype=np.int64)))
 
 
 def measure_overhead(max_delay_s: float = 0.002, rate_per_s: float = 200.0, requests: int = 600, seed: int = 0) -> Overhead:
