@@ -152,3 +152,41 @@ def test_profile_function_keeps_every_pass_and_the_tuner_draws_them(tmp_path: An
     path.write_text(json.dumps(prof.to_dict()))
     again = load_latency(path)
     assert again.samples_ns == prof.samples_ns  # the passes survive --save-latency
+
+
+def test_overhead_from_records_exactly() -> None:
+    from whyidle.tune.batcher import overhead_from_records
+
+    ms = 1_000_000
+
+    def rec(arrival: float, start: float, finish: float, bid: int, run: tuple[float, float]) -> dict[str, int]:
+        return {"arrival_ns": int(arrival * ms), "start_ns": int(start * ms), "finish_ns": int(finish * ms), "batch_id": bid,
+                "run_start_ns": int(run[0] * ms), "run_end_ns": int(run[1] * ms)}
+
+    records = [
+        rec(0, 5.5, 9, 0, (5.6, 8.9)),  # deadline 5 ms, sent by the timer at 5.5
+        rec(1.4, 5.5, 9, 0, (5.6, 8.9)),
+        rec(6, 9.1, 12, 1, (9.2, 11)),  # deadline 11 ms but sent at 9.1: not by a timer
+        rec(20, 25.05, 27, 2, (25.06, 26)),  # deadline 25 ms: the arrival at 25.05 woke the loop
+        rec(25.05, 25.05, 27, 2, (25.06, 26)),
+    ]
+    ov = overhead_from_records(records, 4, 5 * ms)
+    assert ov.overhead_ns.tolist() == [200_000, 1_010_000, 1_100_000]  # (finish - start) - (run_end - run_start)
+    assert ov.late_ns.tolist() == [500_000]  # batch 0 only, from its deadline
+    # with a 1 ms timer: the loop last slept at the arrival at 1.4 ms; 3.6 ms left round up to
+    # 4, so the timer fired at 5.4 ms and the wake-up took 0.1 ms
+    assert overhead_from_records(records, 4, 5 * ms, timer_ns=ms).late_ns.tolist() == [100_000]
+
+
+def test_curve_from_records_is_the_model_call_per_batch_size() -> None:
+    from whyidle.tune.batcher import curve_from_records
+
+    def rec(bid: int, run: tuple[int, int]) -> dict[str, int]:
+        return {"arrival_ns": 0, "start_ns": 0, "finish_ns": 0, "batch_id": bid, "run_start_ns": run[0], "run_end_ns": run[1]}
+
+    records = [rec(b, (0, 10 + b)) for b in range(3)] + [rec(b, (0, 100 + b)) for b in (3, 3, 4, 4, 5, 5)] + [rec(6, (0, 7))]
+    curve = curve_from_records(records)
+    assert curve.batch_sizes == (1, 2)  # four batches of 1 (ids 0, 1, 2, 6), three of 2
+    assert curve.samples_ns == ((7.0, 10.0, 11.0, 12.0), (103.0, 104.0, 105.0)) and curve.median_ns == (11.0, 104.0)
+    with pytest.raises(UsageError):
+        curve_from_records(records[:2])

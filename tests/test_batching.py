@@ -76,9 +76,10 @@ def test_measured_spread_overhead_and_late_timer_exactly() -> None:
     # overhead: added to every batch's time, so it also delays the next batch on a busy instance
     sim = simulate([0, 1], [0, 10], Settings(1, 0), draws=Draws(overhead_ns=np.array([3, 4])))
     assert sim.batch_start_ns.tolist() == [0, 13] and sim.latency_ns.tolist() == [13, 26]
-    # a late timer: the idle instance sends at deadline 5 + 4 = 9, and the arrival at 7 joins it
+    # a late timer: due at deadline 5 + 4 = 9, but the arrival at 7 wakes the loop past the
+    # deadline and is sent with it at once; the next batch waits for its timer: 35 + 4
     sim = simulate([0, 7, 30], [0, 10, 11, 12], Settings(3, 5), draws=Draws(late_ns=np.array([4, 4, 4])))
-    assert sim.batch_start_ns.tolist() == [9, 30 + 5 + 4] and sim.batch_size.tolist() == [2, 1]
+    assert sim.batch_start_ns.tolist() == [7, 30 + 5 + 4] and sim.batch_size.tolist() == [2, 1]
     # a busy instance freeing after the deadline sends at once: no timer, no lateness
     sim = simulate([0, 20, 21], [0, 20, 20, 20], Settings(3, 5), draws=Draws(late_ns=np.array([7, 7, 7])))
     assert sim.batch_start_ns.tolist() == [0 + 5 + 7, 32] and sim.batch_size.tolist() == [1, 2]
@@ -86,6 +87,19 @@ def test_measured_spread_overhead_and_late_timer_exactly() -> None:
     assert sim.batch_start_ns.tolist() == [0, 20]  # no delay, no timer
     with pytest.raises(UsageError):
         simulate([0, 1], [0, 5, 6], Settings(2, 0), draws=Draws(u=np.array([0.1, 0.2])))  # u needs spread
+
+
+def test_timer_resolution_rounds_the_last_sleep_up() -> None:
+    # resolution 10, delay 25: the loop last slept at the arrival at 3 (22 left, rounded up to
+    # 30): the timer fires at 33, not at the deadline 25; the arrival at 31 rides along
+    sim = simulate([0, 3, 31, 100], [0, 5, 5, 5, 5], Settings(4, 25), draws=Draws(timer_ns=10))
+    assert sim.batch_start_ns.tolist() == [31, 100 + 30] and sim.batch_size.tolist() == [3, 1]
+    # an instance freeing up after the last arrival is when the loop last slept: the batch of 12
+    # waits from 21 (16 left, up to 20) and 2 to wake: 43; the one of 50 from 63 (12 left, 20, + 2): 85
+    sim = simulate([0, 1, 12, 50], [0, 20, 20], Settings(2, 25), draws=Draws(timer_ns=10, late_ns=np.array([2, 2, 2, 2])))
+    assert sim.batch_start_ns.tolist() == [1, 43, 85] and sim.batch_size.tolist() == [2, 1, 1]
+    with pytest.raises(UsageError):
+        simulate([0], [0, 5], Settings(1, 5), draws=Draws(timer_ns=-1))
 
 
 def test_md1_waiting_time() -> None:

@@ -45,8 +45,9 @@ import msgspec
 import numpy as np
 
 from whyidle.errors import UsageError
+from whyidle.tune.latency import LatencyProfile, curve_from_samples
 
-__all__ = ["DynamicBatcher", "Overhead", "generate_load", "measure_overhead", "overhead_from_records"]
+__all__ = ["DynamicBatcher", "Overhead", "curve_from_records", "generate_load", "measure_overhead", "overhead_from_records"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -187,11 +188,13 @@ class Overhead(msgspec.Struct, frozen=True):
         return rng.choice(self.overhead_ns, n), rng.choice(late, n)
 
 
-def overhead_from_records(records: Sequence[dict[str, int]], max_batch: int, max_delay_ns: int) -> Overhead:
+def overhead_from_records(records: Sequence[dict[str, int]], max_batch: int, max_delay_ns: int, timer_ns: int = 0) -> Overhead:
     """The batcher's own costs from its records: every batch's overhead, and how late the timer
-    fired for batches a timer sent: below ``max_batch``, with no earlier batch still running at
-    their deadline (a batch sent when a busy instance freed up after the deadline waited for the
-    instance, not for the timer)."""
+    woke the worker for batches a timer sent: below ``max_batch``, no earlier batch still running
+    at the deadline (else it waited for the instance), no arrival between the deadline and the
+    send (which woke the loop itself). With ``timer_ns`` (the timer's resolution, see
+    ``simulate.Draws``) the lateness is counted from when the rounded-up timeout ended, so what
+    is left is the wake-up itself; without it, from the deadline."""
     first: dict[int, dict[str, int]] = {}
     oldest: dict[int, int] = {}
     count: dict[int, int] = {}
@@ -201,24 +204,34 @@ def overhead_from_records(records: Sequence[dict[str, int]], max_batch: int, max
         oldest[b] = min(oldest.get(b, r["arrival_ns"]), r["arrival_ns"])
         count[b] = count.get(b, 0) + 1
     over = [(r["finish_ns"] - r["start_ns"]) - (r["run_end_ns"] - r["run_start_ns"]) for r in first.values()]
+    arrivals = np.sort(np.asarray([r["arrival_ns"] for r in records], dtype=np.int64))
     late: list[int] = []
     busy_until = -1  # the latest finish of the batches sent so far
     for b, r in sorted(first.items(), key=lambda kv: kv[1]["start_ns"]):
-        deadline = oldest[b] + max_delay_ns
-        if max_delay_ns > 0 and count[b] < max_batch and busy_until < deadline <= r["start_ns"]:
-            late.append(r["start_ns"] - deadline)
+        deadline, start = oldest[b] + max_delay_ns, r["start_ns"]
+        after = int(np.searchsorted(arrivals, deadline, side="right"))
+        woken = after < arrivals.size and arrivals[after] <= start  # an arrival woke the loop
+        if max_delay_ns > 0 and count[b] < max_batch and busy_until < deadline <= start and not woken:
+            fires = deadline
+            if timer_ns:
+                t_arm = max(busy_until, int(arrivals[after - 1]))
+                fires = t_arm - (t_arm - deadline) // timer_ns * timer_ns
+            late.append(max(start - fires, 0))
         busy_until = max(busy_until, r["finish_ns"])
     return Overhead(np.sort(np.asarray(over, dtype=np.int64)), np.sort(np.asarray(late, dtype=np.int64)))
 
 
-def measure_overhead(max_delay_s: float = 0.002, rate_per_s: float = 200.0, requests: int = 600, seed: int = 0) -> Overhead:
+def measure_overhead(
+    max_delay_s: float = 0.002, rate_per_s: float = 200.0, requests: int = 600, seed: int = 0, timer_ns: int = 0
+) -> Overhead:
     """Serve ``requests`` Poisson arrivals at ``rate_per_s`` through a ``DynamicBatcher`` with a
     no-op model and no batch limit, so every batch leaves on its deadline's timer.
 
     The arrivals matter: each one wakes the event loop, which then sleeps again with a timeout
     rounded up to a whole millisecond (epoll), so how late the deadline's timer fires depends on
-    where in the millisecond the last wake-up fell; under real traffic that is spread over the
-    whole millisecond. Measure on the machine and event loop that will serve, at its usual load.
+    where in the millisecond the last wake-up fell. With ``timer_ns=1_000_000`` that rounding is
+    taken out (the simulator models it, ``Draws.timer_ns``) and only the wake-up is kept. Measure
+    on the machine and event loop that will serve, at its usual load.
     """
     if max_delay_s <= 0 or rate_per_s <= 0 or requests < 1:
         raise UsageError("measure_overhead needs max_delay_s > 0, rate_per_s > 0 and requests >= 1")
@@ -230,4 +243,27 @@ def measure_overhead(max_delay_s: float = 0.002, rate_per_s: float = 200.0, requ
             await generate_load(b, (arrivals - arrivals[0]).tolist(), lambda i: i)
         return b.records
 
-    return overhead_from_records(asyncio.run(run()), requests + 1, int(max_delay_s * 1e9))
+    return overhead_from_records(asyncio.run(run()), requests + 1, int(max_delay_s * 1e9), timer_ns)
+
+
+def curve_from_records(records: Sequence[dict[str, int]], min_batches: int = 3) -> LatencyProfile:
+    """The model's latency per batch size as it ran *in service*: each batch's model call
+    (``run_end_ns - run_start_ns``), every call kept, for sizes seen at least ``min_batches`` times.
+
+    A model timed alone (``profile_latency``) can be faster than in a service: its thread shares
+    the GIL and the cores with the event loop taking arrivals, so a CPU model whose time is mostly
+    Python dispatch slows down with the request rate. A log of the service at one setting gives
+    the curve the simulator needs to predict the others.
+    """
+    by_batch: dict[int, tuple[int, int]] = {}
+    sizes: dict[int, int] = {}
+    for r in records:
+        by_batch[r["batch_id"]] = (r["run_start_ns"], r["run_end_ns"])
+        sizes[r["batch_id"]] = sizes.get(r["batch_id"], 0) + 1
+    times: dict[int, list[float]] = {}
+    for b, (s, e) in by_batch.items():
+        times.setdefault(sizes[b], []).append(float(e - s))
+    kept = {k: v for k, v in times.items() if len(v) >= min_batches}
+    if not kept:
+        raise UsageError(f"no batch size was seen {min_batches} times in the records; serve more requests")
+    return curve_from_samples(kept, source=f"in service: {len(by_batch)} batches")

@@ -30,7 +30,7 @@ import msgspec
 
 from whyidle.errors import InputError, MissingExtraError, UsageError
 
-__all__ = ["LatencyProfile", "load_latency", "parse_curve", "profile_function", "profile_latency", "Z_P90", "DEFAULT_BATCH_SIZES"]
+__all__ = ["LatencyProfile", "load_latency", "curve_from_samples", "parse_curve", "profile_function", "profile_latency", "Z_P90", "DEFAULT_BATCH_SIZES"]
 
 # The standard normal's 90th percentile: a log-normal with median m and p90 q has sigma = ln(q/m) / Z_P90.
 Z_P90 = 1.2815515655446004
@@ -216,6 +216,11 @@ def load_latency(path: str | Path) -> LatencyProfile:
 def _row(bs: int, times: list[float]) -> Row:
     times = sorted(times)
     return (bs, times[len(times) // 2], times[min(int(len(times) * 0.9), len(times) - 1)], tuple(times))
+
+
+def curve_from_samples(samples: dict[int, list[float]], source: str = "", device: str = "") -> LatencyProfile:
+    """A curve from every timed pass per batch size (ns): median, p90 and the passes themselves."""
+    return _make(source or "samples", [_row(bs, times) for bs, times in samples.items()], source=source, device=device)
 
 
 def profile_function(

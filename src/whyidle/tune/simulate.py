@@ -100,10 +100,19 @@ class Draws(msgspec.Struct, frozen=True):
       itself, tails included, rather than a mean or a fitted shape);
     * ``overhead_ns[j]``: added to the batch's time: the server's own cost per batch (hand-off to
       the model's thread and back; ``whyidle.tune.batcher.measure_overhead``);
-    * ``late_ns[j]``: added to a deadline when an idle instance waits on a timer for it (the timer
-      fires late: asyncio's epoll timeout has whole-millisecond resolution); arrivals in the
-      meantime join the batch, as they do in a real batcher.
-    """
+    * ``late_ns[j]``: the time an idle instance's timer takes to wake it, added to the deadline;
+    * ``timer_ns``: the timer's resolution. asyncio on Linux sleeps in ``epoll_wait`` with the
+      timeout rounded *up* to a whole millisecond (``timer_ns=1_000_000``), counted from when the
+      loop last went to sleep: the later of the instance freeing up and the last arrival before
+      the deadline (each arrival wakes the loop, which sleeps again)::
+
+          last arrival    deadline     timer fires (whole ms after the last sleep)
+               |------------|-----------|~wake~> batch sent
+                 0.6 ms       + 0.4 ms rounding
+
+      An arrival after the deadline but before the timer fires wakes the loop, which sends the
+      batch at once, that arrival included.
+        """
 
     scale: np.ndarray | None = None
     sigma: Sequence[float] | None = None
@@ -112,6 +121,18 @@ class Draws(msgspec.Struct, frozen=True):
     u: np.ndarray | None = None
     overhead_ns: np.ndarray | None = None
     late_ns: np.ndarray | None = None
+    timer_ns: int = 0
+
+
+def _timer_fires(a: list[int], i: int, n: int, deadline: int, t_free: int, res: int, wake: int) -> int:
+    """When an idle instance waiting on a timer for ``deadline`` sends the batch (see ``Draws``)."""
+    after = bisect_right(a, deadline, i, n)  # the first arrival after the deadline
+    t = deadline
+    if res:
+        t_arm = max(t_free, a[after - 1])  # the loop last went to sleep here
+        t = t_arm - (t_arm - deadline) // res * res  # t_arm + the remaining time rounded up
+    t += wake
+    return a[after] if after < n and a[after] < t else t
 
 
 def _check(n: int, a: np.ndarray, service_ns: Sequence[int], settings: Settings, d: Draws) -> None:
@@ -120,6 +141,8 @@ def _check(n: int, a: np.ndarray, service_ns: Sequence[int], settings: Settings,
         raise UsageError(f"batching settings need max_batch >= 1, max_delay >= 0 and instances >= 1 (got {settings})")
     if len(service_ns) <= bmax:
         raise UsageError(f"the service table covers batch sizes up to {len(service_ns) - 1}, below max_batch {bmax}")
+    if d.timer_ns < 0:
+        raise UsageError(f"the timer's resolution cannot be negative (got {d.timer_ns} ns)")
     if n and bool(np.any(np.diff(a) < 0)):
         raise UsageError("arrival times must be sorted")
     for name in ("scale", "z", "u", "overhead_ns", "late_ns"):
@@ -166,8 +189,9 @@ def simulate(
     _check(n, a_arr, service_ns, settings, d)
     bmax, delay, c = settings.max_batch, settings.max_delay_ns, settings.instances
     a, svc = a_arr.tolist(), list(service_ns)
-    vary = _varied(d) if any(getattr(d, f) is not None for f in d.__struct_fields__ if f != "late_ns") else None
-    late = d.late_ns.tolist() if d.late_ns is not None and delay > 0 else None
+    vary = _varied(d) if any(getattr(d, f) is not None for f in ("scale", "z", "u", "overhead_ns")) else None
+    late = d.late_ns.tolist() if d.late_ns is not None else None
+    timer = delay > 0 and (late is not None or d.timer_ns > 0)
     starts: list[int] = []
     sizes: list[int] = []
     finishes: list[int] = []
@@ -179,8 +203,8 @@ def simulate(
         t_free = free[0]
         last = i + trigger - 1
         t = a[i] + delay
-        if late is not None and t > t_free:  # an idle instance waits on a timer, which fires late
-            t = max(t + int(late[j]), t_free)
+        if timer and t > t_free:  # an idle instance waits on a timer, which fires late
+            t = _timer_fires(a, i, n, t, t_free, d.timer_ns, int(late[j]) if late is not None else 0)
         full = last < n and a[last] <= t
         if full:
             t = a[last]
