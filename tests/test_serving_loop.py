@@ -10,7 +10,7 @@ import pytest
 from tlbuild import TL
 from whyidle.analyses.serving_loop import serving_loop
 from whyidle.config import Config
-from whyidle.findings.demand import batching_command, demand_facts
+from whyidle.findings.demand import batching_command, demand_facts, demand_steps
 from whyidle.timeline import Kind
 
 H200 = Path(__file__).parent / "data" / "h200"
@@ -75,9 +75,12 @@ def test_what_is_missing_is_said() -> None:
     assert "other than 4" in one_size.missing[0] and "--measure MODULE:FUNCTION --rate" in batching_command(one_size)
     none = serving_loop(_loop([(0, 1000, 4)], name="forward").build(), Config())
     assert none.batch_range == "" and "record_function('serve_batch')" in none.missing[0]
-    facts, seen = demand_facts(_loop([(0, 1000, 4)], name="forward").build(), Config())
+    facts = dict(demand_facts(_loop([(0, 1000, 4)], name="forward").build(), Config()))
+    seen = demand_steps(facts, ("Use dynamic batching.", "Find the settings: whyidle batching --latency CURVE.csv ..."))
     assert any(s.startswith("Missing from the trace: the rate") for s in seen)
-    assert dict(facts)["missing"][-1].startswith("the latency objective")
+    assert not any("latency objective" in s for s in seen if s.startswith("Missing"))  # said in the command line instead
+    assert seen[-1] == "Use dynamic batching."  # the generic tuner step gives way to the concrete one
+    assert facts["missing"][-1].startswith("the latency objective")
 
 
 def test_h200_serving_trace_demand_finding_gives_the_batching_line(capsys: pytest.CaptureFixture[str]) -> None:
