@@ -242,6 +242,18 @@ def test_no_gain_from_batching_a_linear_curve_prefers_low_latency() -> None:
     assert res.best.at_rate.objective_ns == min(c.at_rate.objective_ns for c in res.candidates if c.at_rate and c.capacity_per_s >= max(caps) * 0.98)
 
 
+def test_the_tuner_draws_the_measured_passes() -> None:
+    """Batch 1 always 1 ms: capacity 1000/s. With one pass in ten measured at 3 ms (mean 1.2
+    ms) the kept passes cut the capacity to at most 1/1.2 ms = 833/s and say so."""
+    flat = LatencyProfile((1,), (1 * MS,), samples_ns=((1 * MS,) * 10,))
+    slow = LatencyProfile((1,), (1 * MS,), samples_ns=((1 * MS,) * 9 + (3 * MS,),))
+    traffic = Traffic(unit_arrivals(4000, 1.0, seed=2), 100.0, 1.0, "poisson")
+    a = tune_batching(flat, traffic, 30 * MS, delays_ns=[0])
+    b = tune_batching(slow, traffic, 30 * MS, delays_ns=[0])
+    assert "measured passes" in b.jitter and a.baseline.capacity_per_s > 900
+    assert b.baseline.capacity_per_s <= 1000 / 1.2 and b.baseline.capacity_per_s < a.baseline.capacity_per_s
+
+
 def test_h200_curve_batching_raises_capacity_many_fold() -> None:
     """The measured H200 encoder: ~2.7 ms at batch 1, flat to 32. Without batching it carries
     about 1/2.7 ms = 365/s; batching to 32 or more carries thousands within a 50 ms p99."""
