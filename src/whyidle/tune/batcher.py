@@ -224,23 +224,26 @@ def overhead_from_records(records: Sequence[dict[str, int]], max_batch: int, max
 def measure_overhead(
     max_delay_s: float = 0.002, rate_per_s: float = 200.0, requests: int = 600, seed: int = 0, timer_ns: int = 0
 ) -> Overhead:
-    """Serve ``requests`` Poisson arrivals at ``rate_per_s`` through a ``DynamicBatcher`` with a
-    no-op model and no batch limit, so every batch leaves on its deadline's timer.
+    """Serve ``requests`` single requests through a ``DynamicBatcher`` with a no-op model and no
+    batch limit, one at a time after a random pause (exponential, mean ``1 / rate_per_s``), so
+    every batch leaves on its deadline's timer and no other arrival cuts the wait short.
 
-    The arrivals matter: each one wakes the event loop, which then sleeps again with a timeout
-    rounded up to a whole millisecond (epoll), so how late the deadline's timer fires depends on
-    where in the millisecond the last wake-up fell. With ``timer_ns=1_000_000`` that rounding is
-    taken out (the simulator models it, ``Draws.timer_ns``) and only the wake-up is kept. Measure
-    on the machine and event loop that will serve, at its usual load.
+    One at a time matters: under traffic, a batch whose timer fires late is often sent early by
+    the next arrival, so counting only the batches a timer sent keeps the prompt wake-ups and
+    drops the slow ones. With ``timer_ns=1_000_000`` the millisecond rounding of asyncio's epoll
+    timeout is taken out (the simulator models it, ``Draws.timer_ns``) and what is left is the
+    wake-up itself. Measure on the machine and event loop that will serve, at its usual load.
     """
     if max_delay_s <= 0 or rate_per_s <= 0 or requests < 1:
         raise UsageError("measure_overhead needs max_delay_s > 0, rate_per_s > 0 and requests >= 1")
-    arrivals = np.cumsum(np.random.default_rng(seed).exponential(1 / rate_per_s, requests))
+    pauses = np.random.default_rng(seed).exponential(1 / rate_per_s, requests).tolist()
 
     async def run() -> list[dict[str, int]]:
         b: DynamicBatcher[int, int] = DynamicBatcher(lambda items: items, max_batch=requests + 1, max_delay_s=max_delay_s)
         async with b:
-            await generate_load(b, (arrivals - arrivals[0]).tolist(), lambda i: i)
+            for i, pause in enumerate(pauses):
+                await asyncio.sleep(pause)
+                await b.submit(i)
         return b.records
 
     return overhead_from_records(asyncio.run(run()), requests + 1, int(max_delay_s * 1e9), timer_ns)
