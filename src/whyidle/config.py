@@ -80,6 +80,21 @@ class Config:
     # event ResNet-50 trace, and a report replays up to ten edits): on longer windows it replays
     # this many consecutive steps from the middle of the window, enough for a mean step.
     whatif_max_steps: int = 16
+    # The profiler's own host cost (analyses/profcost.py): per record kind (CPU op, runtime call,
+    # Python frame, user range), this quantile of the gaps before records of that kind on one
+    # thread; that much of each gap (never more) is removed when a prediction is for the untraced
+    # run (the flaw lab, measured by the step tracker). Measured: on the H200 lab traces (torch
+    # 2.11, record_shapes and with_stack) the 5th-10th percentile gap is 1.0-1.3 us before a CPU op
+    # and 0.2-0.4 us before a Python frame, while half the gaps are 2-4x that (code ran between);
+    # the 10th rather than the minimum because older traces have 1 us timestamps (0 us gaps).
+    whatif_profiler_gap_quantile: float = 0.1
+    # A prediction checked against a profiled after-run (whyidle compare, the findings' predictions)
+    # assumes torch.profiler's schedule with a warm-up step, which records no CPU ops (torch's
+    # _prepare_profiler only starts the device tracer): the warm-up runs at the untraced host speed,
+    # and when the fix makes the run device-bound its first profiled step starts behind the device
+    # work the warm-up left. Seen in the ResNet-50 num_workers=4 trace: its first step's pageable
+    # copy waited 36.5 ms with no device work recorded, its other copies 0.1-0.3 ms.
+    whatif_profiled_warmup: bool = True
 
     # --- kernels -----------------------------------------------------------------------------
     # A kernel shorter than this is "short": it cannot amortise its own launch cost (a

@@ -26,6 +26,7 @@ __all__ = [
     "lever_edits",
     "predict_lever",
     "predict_from_graph",
+    "Replays",
     "predict_from_steps",
     "attach_predictions",
     "critical_path_summary",
@@ -120,24 +121,75 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
     raise ValueError(f"unknown lever {lever!r}; expected one of {', '.join(LEVERS)}")
 
 
-def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None, cache: dict[W.Edit, float] | None = None) -> Prediction:
-    """Replay the lever's edits on ``g`` and state the result (``cache``: mean steps by edit,
-    shared between the findings of one report)."""
-    cache = {} if cache is None else cache
+class Replays:
+    """Replays of one graph, each edit replayed once (shared between the findings of a report):
+    the mean step, and the device's backlog at step boundaries of the untraced run."""
+
+    def __init__(self, g: W.Graph) -> None:
+        self.g = g
+        self._mean: dict[W.Edit, float] = {}
+        self._backlog: dict[W.Edit, int] = {}
+
+    def _replay(self, e: W.Edit) -> None:
+        r = W.replay(self.g, e)
+        self._mean[e] = r.mean_step_ns
+        self._backlog[e] = W.backlog_ns(self.g, r)
+
+    def mean(self, e: W.Edit) -> float:
+        if e not in self._mean:
+            self._replay(e)
+        return self._mean[e]
+
+    def warmup_backlog(self, e: W.Edit) -> int:
+        """The backlog the edited run's unprofiled warm-up step leaves for the first profiled step,
+        beyond the one the recording already started with: the untraced replay's backlog at step
+        boundaries, with the edit minus without it (never below 0)."""
+        u, u0 = msgspec.structs.replace(e, profiler_removed=True), W.Edit(profiler_removed=True)
+        for x in (u, u0):
+            if x not in self._backlog:
+                self._replay(x)
+        return max(0, self._backlog[u] - self._backlog[u0])
+
+
+def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None, cache: Replays | None = None, untraced: bool = False, warmup: bool = False) -> Prediction:
+    """Replay the lever's edits on ``g`` and state the result (``cache``: the replays shared
+    between the findings of one report).
+
+    The basis of the prediction is the measurement it will be checked against:
+
+    * ``untraced``: before and after are the run without the profiler (its own host time removed,
+      analyses/profcost.py): a measurement made without it (the step tracker, samples/s);
+    * otherwise a profiled after-run (``whyidle compare``); with ``warmup``, recorded with
+      torch.profiler's schedule, whose warm-up step records no CPU ops: that step runs at the
+      untraced host speed, and when the fix makes the run device-bound, the first profiled step
+      starts behind the device work the warm-up left (``Edit.carried_backlog_ns``)."""
+    reps = Replays(g) if cache is None else cache
+    backlogs: list[int] = []
 
     def run(e: W.Edit) -> float:
-        if e not in cache:
-            cache[e] = W.replay(g, e).mean_step_ns
-        return cache[e]
+        if untraced:
+            e = msgspec.structs.replace(e, profiler_removed=True)
+        elif warmup and e != W.NO_EDIT:
+            b = reps.warmup_backlog(e)
+            backlogs.append(b)
+            e = msgspec.structs.replace(e, carried_backlog_ns=b)
+        return reps.mean(e)
 
     before = run(W.NO_EDIT)
     after = run(lv.point)
     ends = (run(lv.low), run(lv.high))
     sps_b = batch_size * 1e9 / before if batch_size and before > 0 else None
     sps_a = batch_size * lv.batch_factor * 1e9 / after if batch_size and after > 0 else None
+    assumption = lv.assumption
+    if untraced:
+        removed = g.profiler.clip(g.host_lo, g.host_hi).total() / max(g.n_steps, 1)
+        floors = ", ".join(f"{k.replace('_', ' ')} {v / 1e3:.1f} us" for k, v in g.profiler_floor_ns.items() if v > 0)
+        assumption += f"; without the profiler: its own host time removed ({removed / 1e6:.2f} ms per step; per record: {floors or 'none found'})"
+    elif backlogs and backlogs[0] > 0:
+        assumption += f"; in a profiled after-run the first step starts {backlogs[0] / 1e6:.1f} ms behind the device work of its unprofiled warm-up step"
     return Prediction(
         lever=lv.lever,
-        assumption=lv.assumption,
+        assumption=assumption,
         step_ns_before=before,
         step_ns_after=after,
         step_ns_low=min(after, *ends),
@@ -155,7 +207,7 @@ def _graph(tl: Timeline, cfg: Config, window: Window | None = None) -> tuple[W.G
 
         window = select_window(tl, links, cfg)
     window = _middle_steps(window, cfg.whatif_max_steps)
-    return W.build_graph(tl, links, window, cfg.kernel_boundary_max_ns), window
+    return W.build_graph(tl, links, window, cfg.kernel_boundary_max_ns, cfg.whatif_profiler_gap_quantile), window
 
 
 def _middle_steps(window: Window, n: int) -> Window:
@@ -168,14 +220,14 @@ def _middle_steps(window: Window, n: int) -> Window:
     return msgspec.structs.replace(window, start_ns=sub[0].start_ns, end_ns=sub[-1].end_ns, steps=sub)
 
 
-def predict_lever(tl: Timeline, lever: str, cfg: Config | None = None, batch_size: int | None = None, **kw: Any) -> Prediction | None:
+def predict_lever(tl: Timeline, lever: str, cfg: Config | None = None, batch_size: int | None = None, untraced: bool = False, **kw: Any) -> Prediction | None:
     """The prediction for ``lever`` on a trace's timeline, or None when it cannot be replayed
-    (no step markers or no linked device work)."""
+    (no step markers or no linked device work). ``untraced``: see :func:`predict_from_graph`."""
     cfg = cfg or Config()
     g, _ = _graph(tl, cfg)
     if g is None:
         return None
-    return predict_from_graph(g, lever_edits(lever, cfg, **kw), batch_size)
+    return predict_from_graph(g, lever_edits(lever, cfg, **kw), batch_size, untraced=untraced, warmup=cfg.whatif_profiled_warmup)
 
 
 def attach_predictions(tl: Timeline, window: Window, findings: tuple[Finding, ...], batch_size: int | None, cfg: Config) -> tuple[tuple[Finding, ...], dict[str, Any] | None]:
@@ -185,13 +237,13 @@ def attach_predictions(tl: Timeline, window: Window, findings: tuple[Finding, ..
         return findings, None
     out = []
     base = W.replay(g)
-    cache = {W.NO_EDIT: base.mean_step_ns}
+    cache = Replays(g)
     for f in findings:
         name = _CAUSE_LEVER.get(f.cause)
         if name is None:
             out.append(f)
             continue
-        out.append(msgspec.structs.replace(f, prediction=predict_from_graph(g, lever_edits(name, cfg), batch_size, cache)))
+        out.append(msgspec.structs.replace(f, prediction=predict_from_graph(g, lever_edits(name, cfg), batch_size, cache, warmup=cfg.whatif_profiled_warmup)))
     return tuple(out), critical_path_summary(g, base, window, tl=tl)
 
 
