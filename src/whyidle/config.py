@@ -76,6 +76,11 @@ class Config:
     # The point and the low end are assumptions for slower links (PCIe Gen4 pinned ~25 GB/s against
     # a pageable 6-12 GB/s): pinned is rarely under 2x pageable for batches of megabytes.
     whatif_pinned_copy_speedup: tuple[float, float, float] = (4.0, 2.0, 8.4)
+    # When the trace itself has host-to-device copies of both kinds, the point is their measured
+    # bandwidth ratio (pinned over pageable; the range above stays), from copies of at least this
+    # many bytes: smaller ones are dominated by their fixed cost (the 4-byte copies of the lab
+    # traces take 0.8 us, 5 MB/s), so their bytes over time say nothing of the link.
+    whatif_copy_bandwidth_min_bytes: int = 1 << 20
     # The replay is a Python loop over the window's events (about 15 ms per replay of the 44,665
     # event ResNet-50 trace, and a report replays up to ten edits): on longer windows it replays
     # this many consecutive steps from the middle of the window, enough for a mean step.

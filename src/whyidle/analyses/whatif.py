@@ -51,7 +51,7 @@ from whyidle.analyses.whatif_graph import D2H, H2D, H2D_SYNC, LOADER, SYNC, Grap
 from whyidle.analyses.whatif_graph import ANCHOR_NAMES as _ANCHOR_NAMES
 from whyidle.timeline.intervals import Intervals
 
-__all__ = ["Edit", "Graph", "Replay", "PathSegment", "build_graph", "replay", "critical_path", "path_by_kind", "median_step", "backlog_ns", "NO_EDIT"]
+__all__ = ["Edit", "Graph", "Replay", "PathSegment", "build_graph", "replay", "critical_path", "path_by_kind", "median_step", "backlog_ns", "first_wait_excess_ns", "NO_EDIT"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -298,6 +298,22 @@ def backlog_ns(g: Graph, r: Replay) -> int:
         t = int(r.anc_start[first[0]]) if first.size else int(r.step_starts[k + 1])
         out.append(max(0, int(r.dev_end[launched].max()) - t))
     return int(np.median(out)) if out else 0
+
+
+def first_wait_excess_ns(g: Graph) -> int:
+    """How much longer the recorded first step's first sync or blocking copy took, after the work
+    it waited for in the window, than the same wait of the other steps (median): work launched
+    before the window that it waited for (a backlog already in the recording, kept in its tail)."""
+    marks = np.append(g.step_starts, g.last_host_end)
+    waits = np.flatnonzero(g.anc_kind != LOADER)
+    tails = []
+    for k in range(g.n_steps):
+        first = waits[(g.anc_start[waits] >= marks[k]) & (g.anc_start[waits] < marks[k + 1])]
+        tails.append(int(g.anc_tail[first[0]]) if first.size else None)
+    rest = [t for t in tails[1:] if t is not None]
+    if tails and tails[0] is not None and rest:
+        return max(0, tails[0] - int(np.median(rest)))
+    return 0
 
 
 class PathSegment(msgspec.Struct, frozen=True):

@@ -53,6 +53,7 @@ class Graph(msgspec.Struct, frozen=True):
     dev_in_optimizer: npt.NDArray[np.bool_]  # launched inside Optimizer.step (parameter-sized work)
     dev_names: tuple[str, ...]
     main_stream: int  # the stream with the most device time
+    pinned_speedup: float  # host-to-device bandwidth, pinned over pageable copies of the trace (0: not both seen)
     # anchors on the host chain, sorted by start, disjoint
     anc_start: I64
     anc_end: I64
@@ -232,12 +233,27 @@ def _event_order(lstart: I64, d0: I64, marks: I64, anc_end: I64) -> I64:
     return np.lexsort((types, keys)).astype(np.int64)
 
 
-def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5_000, profiler_quantile: float = 0.1) -> Graph | None:
+def _pinned_speedup(tl: Timeline, rows: I64, names: tuple[str, ...], min_bytes: int) -> float:
+    """How much faster the trace's pinned host-to-device copies ran than its pageable ones, by
+    bandwidth (bytes over time, each kind's copies of at least ``min_bytes`` together); 0 when the
+    trace lacks either (or their sizes)."""
+    size, dur = tl.nbytes[rows], tl.end_ns[rows] - tl.start_ns[rows]
+    h2d = (tl.kind[rows] == int(Kind.MEMCPY)) & (size >= max(min_bytes, 1)) & (dur > 0)
+    h2d &= np.array([memcpy_direction(n) == "HtoD" for n in names], dtype=bool)
+    bw = []
+    for mem in ("Pinned", "Pageable"):
+        sel = h2d & np.array([mem in n for n in names], dtype=bool)
+        bw.append(float(size[sel].sum()) / float(dur[sel].sum()) if sel.any() else 0.0)
+    return bw[0] / bw[1] if bw[0] > 0 and bw[1] > 0 else 0.0
+
+
+def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5_000, profiler_quantile: float = 0.1, copy_min_bytes: int = 1 << 20) -> Graph | None:
     """The replay graph of the window, or None without step markers or linked device work.
 
     ``boundary_ns``: work starting within this of its stream predecessor's end was queued behind
     it (``Config.kernel_boundary_max_ns``); ``profiler_quantile``: the gap quantile that estimates
-    the profiler's cost per record (``Config.whatif_profiler_gap_quantile``)."""
+    the profiler's cost per record (``Config.whatif_profiler_gap_quantile``); ``copy_min_bytes``:
+    the smallest copy whose bandwidth counts (``Config.whatif_copy_bandwidth_min_bytes``)."""
     if not window.steps or links.device_rows.size == 0:
         return None
     w0, w1 = window.start_ns, window.end_ns
@@ -271,6 +287,7 @@ def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5
         dev_blocks_per_sm=tl.blocks_per_sm[rows],
         dev_in_optimizer=optimizer.contains(lstart) & (lstart >= 0),
         dev_names=names,
+        pinned_speedup=_pinned_speedup(tl, rows, names, copy_min_bytes),
         main_stream=int(np.unique(stream)[np.argmax([int((d1 - d0)[stream == x].sum()) for x in np.unique(stream)])]),
         anc_start=an.start,
         anc_end=an.end,

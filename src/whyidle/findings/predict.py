@@ -47,8 +47,11 @@ _CAUSE_LEVER = {"input_pipeline": "input_pipeline", "h2d_copy": "h2d_copy", "hos
 LEVERS = ("input_pipeline", "h2d_copy", "host_sync", "host_overhead", "fused_optimizer", "batch_size", "fp32_math")
 
 
-def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_factor: float = 2.0) -> Lever:
-    """The replay edits for a named lever (see docs/metrics.md, 'What-if predictions')."""
+def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_factor: float = 2.0, copy_speedup: float = 0.0) -> Lever:
+    """The replay edits for a named lever (see docs/metrics.md, 'What-if predictions').
+
+    ``copy_speedup``: pinned over pageable bandwidth measured in the trace (``Graph.pinned_speedup``;
+    0: not measured), the h2d lever's point instead of the configured one."""
     if lever == "input_pipeline":
         w = workers or cfg.whatif_loader_workers
         h = cfg.whatif_loader_handoff_ns
@@ -62,10 +65,14 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
         )
     if lever == "h2d_copy":
         point, low, high = cfg.whatif_pinned_copy_speedup
+        source = f"{high:g}x measured on an H200"
+        if copy_speedup > 0:
+            point, low, high = max(copy_speedup, 1.0), min(low, copy_speedup), max(high, copy_speedup)
+            source = f"{point:.2g}x: this trace's pinned over pageable copy bandwidth"
         return Lever(
             "pinned memory and non_blocking host-to-device copies",
-            f"copies no longer block the host (the call costs one launch); a copy from pageable memory runs {point:g}x "
-            f"faster from pinned memory (range {low:g}-{high:g}x; {high:g}x measured on an H200), other copies keep their "
+            f"copies no longer block the host (the call costs one launch); a copy from pageable memory runs {point:.2g}x "
+            f"faster from pinned memory (range {low:.2g}-{high:.2g}x; {source}), other copies keep their "
             "recorded time",
             W.Edit("h2d_copy", h2d_async=True, pageable_copy_factor=point),
             W.Edit("h2d_copy", h2d_async=True, pageable_copy_factor=high),
@@ -141,14 +148,13 @@ class Replays:
         return self._mean[e]
 
     def warmup_backlog(self, e: W.Edit) -> int:
-        """The backlog the edited run's unprofiled warm-up step leaves for the first profiled step,
-        beyond the one the recording already started with: the untraced replay's backlog at step
-        boundaries, with the edit minus without it (never below 0)."""
-        u, u0 = msgspec.structs.replace(e, profiler_removed=True), W.Edit(profiler_removed=True)
-        for x in (u, u0):
-            if x not in self._backlog:
-                self._replay(x)
-        return max(0, self._backlog[u] - self._backlog[u0])
+        """The backlog the edited run's unprofiled warm-up step leaves for the first profiled step:
+        the untraced replay's backlog when a step first waits for the device, less the wait for
+        earlier work the recording's first step already holds (never below 0)."""
+        u = msgspec.structs.replace(e, profiler_removed=True)
+        if u not in self._backlog:
+            self._replay(u)
+        return max(0, self._backlog[u] - W.first_wait_excess_ns(self.g))
 
 
 def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None, cache: Replays | None = None, untraced: bool = False, warmup: bool = False) -> Prediction:
@@ -207,7 +213,7 @@ def _graph(tl: Timeline, cfg: Config, window: Window | None = None) -> tuple[W.G
 
         window = select_window(tl, links, cfg)
     window = _middle_steps(window, cfg.whatif_max_steps)
-    return W.build_graph(tl, links, window, cfg.kernel_boundary_max_ns, cfg.whatif_profiler_gap_quantile), window
+    return W.build_graph(tl, links, window, cfg.kernel_boundary_max_ns, cfg.whatif_profiler_gap_quantile, cfg.whatif_copy_bandwidth_min_bytes), window
 
 
 def _middle_steps(window: Window, n: int) -> Window:
@@ -227,6 +233,8 @@ def predict_lever(tl: Timeline, lever: str, cfg: Config | None = None, batch_siz
     g, _ = _graph(tl, cfg)
     if g is None:
         return None
+    if lever == "h2d_copy":
+        kw.setdefault("copy_speedup", g.pinned_speedup)
     return predict_from_graph(g, lever_edits(lever, cfg, **kw), batch_size, untraced=untraced, warmup=cfg.whatif_profiled_warmup)
 
 
@@ -243,7 +251,7 @@ def attach_predictions(tl: Timeline, window: Window, findings: tuple[Finding, ..
         if name is None:
             out.append(f)
             continue
-        out.append(msgspec.structs.replace(f, prediction=predict_from_graph(g, lever_edits(name, cfg), batch_size, cache, warmup=cfg.whatif_profiled_warmup)))
+        out.append(msgspec.structs.replace(f, prediction=predict_from_graph(g, lever_edits(name, cfg, copy_speedup=g.pinned_speedup), batch_size, cache, warmup=cfg.whatif_profiled_warmup)))
     return tuple(out), critical_path_summary(g, base, window, tl=tl)
 
 
