@@ -111,11 +111,10 @@ def test_untraced_estimate_lies_between_the_profiled_and_the_tracked_step() -> N
 def test_run2_lab_table_from_the_committed_traces() -> None:
     """docs/gpu-validation.md's run-2 table: each fix predicted from the committed lab trace of
     the flawed job (tests/data/lab, recorded in the same session) on the untraced basis, against
-    the speed-up `whyidle lab --flaw all --fix` measured. Measured: starvation x3.90 vs x5.20
-    (-25%), h2d x2.04 vs x2.67 (-24%), sync x3.01 vs x3.54 (-15%), smallbatch x31.51 vs x37.11
-    (-15%), launch x1.63 vs x1.81 (-10%). All under-predict: the fixed runs were faster than any
-    step the flawed traces hold (the starved job's trace holds 13.2 ms of device work per step;
-    the fixed run's samples/s imply 9.6 ms per step)."""
+    the speed-up `whyidle lab --flaw all --fix` measured (the step tracker's median steps, so the
+    prediction is the steady-state step). Measured: starvation x4.61 vs x5.20 (-11%), h2d x2.13
+    vs x2.67 (-20%), sync x3.27 vs x3.54 (-7%), smallbatch x31.20 vs x37.11 (-16%), launch x1.65
+    vs x1.81 (-9%). All under-predict."""
     from whyidle.lab.predict import recorded_labfix
 
     rows = recorded_labfix(H200 / "run2" / "labfix.json", H200.parent / "lab")
@@ -124,7 +123,7 @@ def test_run2_lab_table_from_the_committed_traces() -> None:
         assert r.prediction is not None and r.error is not None and r.measured_speedup is not None
         assert "without the profiler" in r.prediction.assumption
         assert 1.0 < r.prediction.speedup < r.measured_speedup, r.line()
-        assert r.error > -0.30, r.line()
+        assert r.error > -0.25, r.line()
 
 
 def test_recorded_pairs_table_covers_every_pair_with_a_lever() -> None:

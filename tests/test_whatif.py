@@ -386,6 +386,11 @@ def test_backlog_at_step_boundaries() -> None:
     assert W.backlog_ns(g, r) == 40 * US
     # No sync waited in the recording: nothing of a backlog is in its first step already.
     assert W.first_wait_excess_ns(g) == 0
+    # The window's mean carries the backlog into its last step (370 / 3 = 123.3 us); the steady
+    # step is the interval between the ends of consecutive steps' work: 130, 250, 370 -> 120 us.
+    assert r.done_ns.tolist() == [130 * US, 250 * US, 370 * US]
+    assert r.steady_step_ns == 120 * US
+    assert r.mean_step_ns == 370 * US / 3
 
 
 def starved_device() -> Timeline:

@@ -93,11 +93,26 @@ class Replay(msgspec.Struct, frozen=True):
     window_end: int
     step_ns: I64  # replayed step durations
     floor_ns: float  # steady-state lower bound from the edit (workers' production rate), 0 if none
+    done_ns: I64  # replayed end of the device work launched in each step, -1 if none
 
     @property
     def mean_step_ns(self) -> float:
+        """The window's mean step (the basis of a step time read from a trace)."""
         replayed = float(self.step_ns.mean()) if self.step_ns.size else 0.0
         return max(replayed, self.floor_ns)
+
+    @property
+    def steady_step_ns(self) -> float:
+        """The steady-state step: the median interval between the ends of consecutive steps'
+        device work (the basis of a step timer's median). Unlike the window's mean it does not
+        carry work queued before the window: when the device is the bottleneck, the steps' host
+        marks run ahead and the window's last step absorbs the backlog, but the work of
+        consecutive steps still ends one step of device time apart. The mean when fewer than two
+        steps launched work."""
+        done = self.done_ns[self.done_ns >= 0]
+        if done.size < 2:
+            return self.mean_step_ns
+        return max(float(np.median(np.diff(done))), self.floor_ns)
 
 
 class _Clock:
@@ -274,10 +289,14 @@ def replay(g: Graph, edit: Edit = NO_EDIT) -> Replay:
     end_new = max(int(ne[in_last].max()), int(starts[-1]) + 1) if in_last.any() else max(host_end, int(starts[-1]))
     step_ns = np.diff(np.append(starts, end_new))
     floor = g.loader_ns_per_step / edit.loader_workers if edit.loader_workers > 0 else 0.0
+    step_of = np.searchsorted(g.step_starts, g.dev_launch, side="right") - 1
+    done = np.full(g.n_steps, -1, dtype=np.int64)
+    launched = g.dev_launch >= g.step_starts[0]
+    np.maximum.at(done, step_of[launched], ne[launched])
     return Replay(
         edit, ns, ne, np.array(r.bound, dtype=np.int8), np.array(r.prev, dtype=np.int64),
         np.array(r.as_, dtype=np.int64), np.array(r.ae, dtype=np.int64), np.array(r.waited, dtype=np.int64),
-        starts, end_new, step_ns, floor,
+        starts, end_new, step_ns, floor, done,
     )
 
 

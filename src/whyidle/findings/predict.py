@@ -135,17 +135,24 @@ class Replays:
     def __init__(self, g: W.Graph) -> None:
         self.g = g
         self._mean: dict[W.Edit, float] = {}
+        self._steady: dict[W.Edit, float] = {}
         self._backlog: dict[W.Edit, int] = {}
 
     def _replay(self, e: W.Edit) -> None:
         r = W.replay(self.g, e)
         self._mean[e] = r.mean_step_ns
+        self._steady[e] = r.steady_step_ns
         self._backlog[e] = W.backlog_ns(self.g, r)
 
     def mean(self, e: W.Edit) -> float:
         if e not in self._mean:
             self._replay(e)
         return self._mean[e]
+
+    def steady(self, e: W.Edit) -> float:
+        if e not in self._steady:
+            self._replay(e)
+        return self._steady[e]
 
     def warmup_backlog(self, e: W.Edit) -> int:
         """The backlog the edited run's unprofiled warm-up step leaves for the first profiled step:
@@ -164,7 +171,8 @@ def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None, cache: Rep
     The basis of the prediction is the measurement it will be checked against:
 
     * ``untraced``: before and after are the run without the profiler (its own host time removed,
-      analyses/profcost.py): a measurement made without it (the step tracker, samples/s);
+      analyses/profcost.py), in its steady state (``Replay.steady_step_ns``): a measurement made
+      without it (the step tracker's median step);
     * otherwise a profiled after-run (``whyidle compare``); with ``warmup``, recorded with
       torch.profiler's schedule, whose warm-up step records no CPU ops: that step runs at the
       untraced host speed, and when the fix makes the run device-bound, the first profiled step
@@ -174,8 +182,8 @@ def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None, cache: Rep
 
     def run(e: W.Edit) -> float:
         if untraced:
-            e = msgspec.structs.replace(e, profiler_removed=True)
-        elif warmup and e != W.NO_EDIT:
+            return reps.steady(msgspec.structs.replace(e, profiler_removed=True))
+        if warmup and e != W.NO_EDIT:
             b = reps.warmup_backlog(e)
             backlogs.append(b)
             e = msgspec.structs.replace(e, carried_backlog_ns=b)
