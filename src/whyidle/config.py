@@ -89,9 +89,11 @@ class Config:
     # Python frame, user range), this quantile of the gaps before records of that kind on one
     # thread; that much of each gap (never more) is removed when a prediction is for the untraced
     # run (the flaw lab, measured by the step tracker). Measured: on the H200 lab traces (torch
-    # 2.11, record_shapes and with_stack) the 5th-10th percentile gap is 1.0-1.3 us before a CPU op
-    # and 0.2-0.4 us before a Python frame, while half the gaps are 2-4x that (code ran between);
-    # the 10th rather than the minimum because older traces have 1 us timestamps (0 us gaps).
+    # 2.11, record_shapes and with_stack) the 10th percentile gap is 0.7-1.9 us before a CPU op and
+    # 0.2-0.4 us before a Python frame, while half the gaps are 2-4x that (code ran between); the
+    # 10th rather than the minimum because older traces have 1 us timestamps (0 us gaps). On the
+    # six flawed H200 traces with an untraced median beside them, removing it takes a replayed step
+    # 14-71 % of the way to the untraced one and never past it: a lower bound (docs/metrics.md).
     whatif_profiler_gap_quantile: float = 0.1
     # A prediction checked against a profiled after-run (whyidle compare, the findings' predictions)
     # assumes torch.profiler's schedule with a warm-up step, which records no CPU ops (torch's

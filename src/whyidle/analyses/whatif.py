@@ -29,14 +29,24 @@ The edits (:class:`Edit`), each a stated assumption:
   stays, and so does the host work that used what they fetched;
 * ``host_factor`` over ``host_region``: host time (launch calls, Python and dispatch between
   them) is scaled (CUDA graphs / compile: the whole step; a fused optimizer: ``Optimizer.step``);
-* ``gemm_factor``: FP32 GEMM/convolution kernel time divided by the stated tensor-core factor.
+* ``gemm_factor``: FP32 GEMM/convolution kernel time divided by the stated tensor-core factor;
+* ``profiler_removed``: the profiler's own host time (``Graph.profiler``, analyses/profcost.py)
+  runs at zero weight, inside a loader's ``__next__`` too: the run without the profiler;
+* ``carried_backlog_ns``: the main stream is busy this long after the window starts (work queued
+  before it) and the first sync waits for it: a profiled run's first step after a warm-up step
+  that recorded no CPU ops and so ran ahead of the device (findings/predict.py decides how long).
 
 Step boundaries are the host's step markers, mapped through the replay; the last step ends when
 the device work launched in it ends (the window of ``analyses.window``). With no edit the replay
-gives back the recorded step times (tested within 1%).
+gives back the recorded step times (tested within 1%). Two readings of a replay: the window's
+mean step (``Replay.mean_step_ns``, what a trace of the run would show) and the steady-state step
+(``Replay.steady_step_ns``, what a step timer's median shows).
+
+The graph (device work, anchors, the profiler's time) is built by ``whatif_graph.build_graph``.
 
 Not modelled (the known errors, docs/metrics.md): other processes and cores (workers competing
-with the training thread for CPU and memory bandwidth), clock changes (a GPU idling most of the
+with the training thread for CPU and memory bandwidth), the profiler's cost inside its records
+(only the gaps before them are seen), clock changes (a GPU idling most of the
 time may run its kernels slower), cross-stream event waits beyond their recorded delay, and
 collectives, which keep their recorded time, including waiting for the slowest rank.
 """
@@ -203,22 +213,6 @@ class _Run:
     def host(self, c: float) -> float:
         return self.h_ref_new + c - self.h_ref_c
 
-    def device(self, i: int) -> None:
-        """Work starts when it is ready (launch + latency) and its stream's previous work ended."""
-        if self.has[i]:
-            start, self.bound[i] = self.h_launch[i] + self.lat[i], 0
-        else:
-            start = self.host(self.c_nolaunch[i])
-        p = self.last_on.get(self.stream[i], -1)
-        if p >= 0 and self.ne[p] + self.gap[i] > start:
-            start, self.bound[i] = float(self.ne[p] + self.gap[i]), 1
-        elif p < 0 and self.stream[i] == self.main and self.free0 > start:
-            start, self.bound[i] = self.free0, 2
-        self.prev[i] = p
-        self.ns[i] = int(round(start))
-        self.ne[i] = self.ns[i] + self.dur[i]
-        self.last_on[self.stream[i]] = i
-
     def sync_done(self, k: int) -> float:
         """The latest replayed end of the work launched before sync ``k`` began that had finished
         by its recorded end (the work it waited for); work left over waits for a later sync."""
@@ -259,18 +253,39 @@ class _Run:
         self.h_ref_c, self.h_ref_new = self.c_anc_e[k], e_new
 
     def run(self, order: list[int], s_n: int) -> None:
-        """Events in ``Graph.event_order``: launches, step marks, device work, anchors."""
+        """Events in ``Graph.event_order``: launches, step marks, device work, anchors.
+
+        Device work (most events) is handled inline with local names, 3x faster than a method:
+        it starts when it is ready (launch + latency) and its stream's previous work has ended."""
         n_l, n = len(self.launch_ids), len(self.ns)
+        launch_ids, c_launch, c_step, c_nolaunch = self.launch_ids, self.c_launch, self.c_step, self.c_nolaunch
+        h_launch, has, lat, gap, stream, dur = self.h_launch, self.has, self.lat, self.gap, self.stream, self.dur
+        ns, ne, bound, prev, last_on = self.ns, self.ne, self.bound, self.prev, self.last_on
+        main, free0 = self.main, self.free0
+        d0 = n_l + s_n + 1
         for ev in order:
             if ev < n_l:  # a launch call
-                i = self.launch_ids[ev]
-                self.h_launch[i] = self.host(self.c_launch[i])
-            elif ev - n_l <= s_n:  # a step start (or the last step's host end)
-                self.starts[ev - n_l] = int(round(self.host(self.c_step[ev - n_l])))
-            elif ev - n_l - s_n - 1 < n:
-                self.device(ev - n_l - s_n - 1)
+                i = launch_ids[ev]
+                h_launch[i] = self.h_ref_new + c_launch[i] - self.h_ref_c
+            elif ev < d0:  # a step start (or the last step's host end)
+                self.starts[ev - n_l] = int(round(self.h_ref_new + c_step[ev - n_l] - self.h_ref_c))
+            elif ev - d0 < n:
+                i = ev - d0
+                if has[i]:
+                    start, bound[i] = h_launch[i] + lat[i], 0
+                else:
+                    start = self.h_ref_new + c_nolaunch[i] - self.h_ref_c
+                p = last_on.get(stream[i], -1)
+                if p >= 0 and ne[p] + gap[i] > start:
+                    start, bound[i] = float(ne[p] + gap[i]), 1
+                elif p < 0 and stream[i] == main and free0 > start:
+                    start, bound[i] = free0, 2
+                prev[i] = p
+                ns[i] = int(round(start))
+                ne[i] = ns[i] + dur[i]
+                last_on[stream[i]] = i
             else:
-                self.anchor(ev - n_l - s_n - 1 - n)
+                self.anchor(ev - d0 - n)
 
 
 def replay(g: Graph, edit: Edit = NO_EDIT) -> Replay:
