@@ -262,6 +262,8 @@ def test_replay_without_edit_reproduces_step_times(tl: Timeline) -> None:
     got = W.replay(g).step_ns
     want = np.array([s.end_ns - s.start_ns for s in win.steps])
     assert np.all(np.abs(got - want) <= 0.01 * want)
+    # Removing the profiler's host time only takes time away: nothing ends later.
+    assert W.replay(g, W.Edit(profiler_removed=True)).step_ns.sum() <= got.sum()
 
 
 def test_replay_of_real_traces_reproduces_their_steps(resnet0: object) -> None:
@@ -310,3 +312,130 @@ def test_critical_path_names_host_segments_by_their_ops() -> None:
     segs = r.extra["critical_path"]["segments"]
     loader = [s for s in segs if s["kind"] == "loader"]
     assert loader and loader[0]["names"] == [LOADER]
+
+
+def recorded_ops() -> Timeline:
+    """Three host-bound steps of 100 us, each twenty 3 us ops 1 us apart, then a launch::
+
+        host   [op 0-3] [op 4-7] ... [op 76-79] [launch 80-85]  |[op 100-103] ...
+        device                                      [k 86-96]   |
+    """
+    t = TL()
+    for i in range(3):
+        o = 100 * i
+        t.step(i + 1, o, o + 100)
+        for j in range(20):
+            t.host("aten::add", o + 4 * j, o + 4 * j + 3)
+        t.work("k", o + 86, o + 96, launch_at=o + 80, launch_dur=5)
+    return t.build()
+
+
+def test_profiler_cost_is_the_floor_of_the_gaps_before_its_records() -> None:
+    g = graph(recorded_ops())
+    # 59 gaps before CPU ops (the first op has no earlier record): 57 of 1 us, 2 of 15 us (from
+    # a launch's end at 85 to the next step's first op): the 10th percentile is 1 us. Three
+    # launch calls are too few to tell their cost (fewer than 50): none removed for them.
+    assert g.profiler_floor_ns == {"cpu_op": 1000, "runtime": 0, "python": 0, "annotation": 0}
+    # 1 us before each of the 59 ops.
+    assert g.profiler.total() == 59 * US
+    assert steps_us(g) == [100, 100, 96]
+    # Step 1 loses the 19 us before its ops 2-20 and the 1 us before step 2's first op (99-100):
+    # 80 us; step 2 the same; step 3 the 19 us before its ops, then its launch at 280 - 59 = 221,
+    # the kernel 6 us later for 10 us: 237 - 160 = 77 us.
+    assert steps_us(g, W.Edit(profiler_removed=True)) == [80, 80, 77]
+
+
+def test_record_gaps_go_back_to_the_latest_boundary() -> None:
+    from whyidle.analyses.profcost import record_gaps
+
+    # op 0-5 holding op 2-4, then op 10-12: gaps none, 2 (from the parent's start), 5 (from 5).
+    gap, has = record_gaps(np.array([0, 2, 10]), np.array([5, 4, 12]))
+    assert gap[1:].tolist() == [2, 5] and has.tolist() == [False, True, True]
+    # A start on another record's end has no gap.
+    gap, has = record_gaps(np.array([0, 5]), np.array([5, 8]))
+    assert gap[1] == 0 and bool(has[1])
+
+
+def test_carried_backlog_delays_the_first_sync() -> None:
+    g = graph(synced())
+    # The stream is busy until 30 us: the first kernel runs 30-80 (not 10-60), the sync returns
+    # at 80 + its 2 us tail = 82, the softmax and the rest of the step (38 us) end step 1 at 120.
+    # Step 2 launches at 120: its kernel runs 130-180, the window's end: 60 us.
+    assert steps_us(g, W.Edit(carried_backlog_ns=30 * US)) == [120, 60]
+
+
+def device_bound() -> Timeline:
+    """Three steps of 100 us, each launching a 120 us kernel: the device falls 20 us behind per step::
+
+        host   [launch 0-5] ........ |[launch 100-105] ...  |[launch 200-205]
+        device     [k0 10-130]             [k1 130-250]            [k2 250-370]
+    """
+    t = TL()
+    for i in range(3):
+        o = 100 * i
+        t.step(i + 1, o, o + 100)
+        t.work("k", max(o + 10, 10 + 120 * i), max(o + 10, 10 + 120 * i) + 120, launch_at=o, launch_dur=5)
+    return t.build()
+
+
+def test_backlog_at_step_boundaries() -> None:
+    g = graph(device_bound())
+    r = W.replay(g)
+    assert [int(x) / US for x in r.step_ns] == [100, 100, 170]
+    # Step 1's kernel ends 30 us after step 2 starts, step 2's 50 us after step 3: median 40.
+    assert W.backlog_ns(g, r) == 40 * US
+    # No sync waited in the recording: nothing of a backlog is in its first step already.
+    assert W.first_wait_excess_ns(g) == 0
+    # The window's mean carries the backlog into its last step (370 / 3 = 123.3 us); the steady
+    # step is the interval between the ends of consecutive steps' work: 130, 250, 370 -> 120 us.
+    assert r.done_ns.tolist() == [130 * US, 250 * US, 370 * US]
+    assert r.steady_step_ns == 120 * US
+    assert r.mean_step_ns == 370 * US / 3
+
+
+def starved_device() -> Timeline:
+    """Three steps of 100 us: a 60 us loader, then a launch of an 80 us kernel that runs into the
+    next step's loader (the device is never waited for)."""
+    t = TL()
+    for i in range(3):
+        o = 100 * i
+        t.step(i + 1, o, o + 100)
+        t.host(LOADER, o, o + 60)
+        t.work("k", o + 66, o + 146, launch_at=o + 60, launch_dur=5)
+    return t.build()
+
+
+def test_warmup_backlog_in_a_profiled_after_run() -> None:
+    from whyidle.findings.predict import Replays
+
+    g = graph(starved_device())
+    e = W.Edit(loader_workers=2)
+    # Without the loader a step's host is 40 us and the device needs 80: kernels at 6-86, 86-166,
+    # 166-246; steps 40, 40 and 166 (the last ends with its kernel): mean 82 us.
+    assert steps_us(g, e) == [40, 40, 166]
+    # The untraced replay is the same (too few records to tell the profiler's cost); its backlog
+    # at step 2's start is 86 - 40 = 46 us, at step 3's 166 - 80 = 86: median 66.
+    assert Replays(g).warmup_backlog(e) == 66 * US
+    # A profiled after-run starts behind it: kernels at 66-146, 146-226, 226-306.
+    assert steps_us(g, W.Edit(loader_workers=2, carried_backlog_ns=66 * US)) == [40, 40, 226]
+    lv = lever_edits("input_pipeline", Config(), workers=2)
+    p = predict_from_graph(g, lv._replace(point=W.Edit(loader_workers=2), low=W.Edit(loader_workers=2), high=W.Edit(loader_workers=2)), None, warmup=True)
+    assert p.step_ns_after == (40 + 40 + 226) * US / 3
+    assert "behind the device work of its unprofiled warm-up step" in p.assumption
+
+
+def test_pinned_over_pageable_bandwidth_from_the_trace() -> None:
+    t = TL()
+    t.step(1, 0, 100)
+    # 10 MB pinned in 10 us, 10 MB pageable in 40 us: 4x; a 4-byte pinned copy (1 us) is too
+    # small to count (it would halve the pinned bandwidth).
+    t.work("Memcpy HtoD (Pinned -> Device)", 10, 20, launch_at=0, nbytes=10_000_000, kind=Kind.MEMCPY, launch_name="cudaMemcpyAsync")
+    t.work("Memcpy HtoD (Pinned -> Device)", 21, 22, launch_at=6, nbytes=4, kind=Kind.MEMCPY, launch_name="cudaMemcpyAsync")
+    t.work("Memcpy HtoD (Pageable -> Device)", 30, 70, launch_at=12, launch_dur=60, nbytes=10_000_000, kind=Kind.MEMCPY, launch_name="cudaMemcpyAsync")
+    t.work("k", 80, 95, launch_at=75)
+    g = graph(t.build())
+    assert g.pinned_speedup == 4.0
+    lv = lever_edits("h2d_copy", Config(), copy_speedup=g.pinned_speedup)
+    assert lv.point.pageable_copy_factor == 4.0 and "this trace's pinned over pageable" in lv.assumption
+    # Without both kinds the configured point stays.
+    assert lever_edits("h2d_copy", Config()).point.pageable_copy_factor == Config().whatif_pinned_copy_speedup[0]

@@ -44,6 +44,7 @@ class TL:
         device: int = 0,
         lane: int | None = None,
         launch_name: str = "cudaLaunchKernel",
+        nbytes: int = -1,
     ) -> None:
         """Device work [start, end), launched at ``launch_at`` (None: no launch record)."""
         corr = -1
@@ -51,7 +52,7 @@ class TL:
             self._corr += 1
             corr = self._corr
             self.b.add(int(launch_at * US), int((launch_at + launch_dur) * US), self.main if lane is None else lane, Kind.RUNTIME, launch_name, corr=corr)
-        self.b.add(int(start * US), int(end * US), self.stream(stream, device), kind, name, corr=corr)
+        self.b.add(int(start * US), int(end * US), self.stream(stream, device), kind, name, corr=corr, nbytes=nbytes)
 
     def build(self) -> Timeline:
         return self.b.build()

@@ -80,10 +80,32 @@ class Config:
     # The point and the low end are assumptions for slower links (PCIe Gen4 pinned ~25 GB/s against
     # a pageable 6-12 GB/s): pinned is rarely under 2x pageable for batches of megabytes.
     whatif_pinned_copy_speedup: tuple[float, float, float] = (4.0, 2.0, 8.4)
+    # When the trace itself has host-to-device copies of both kinds, the point is their measured
+    # bandwidth ratio (pinned over pageable; the range above stays), from copies of at least this
+    # many bytes: smaller ones are dominated by their fixed cost (the 4-byte copies of the lab
+    # traces take 0.8 us, 5 MB/s), so their bytes over time say nothing of the link.
+    whatif_copy_bandwidth_min_bytes: int = 1 << 20
     # The replay is a Python loop over the window's events (about 15 ms per replay of the 44,665
     # event ResNet-50 trace, and a report replays up to ten edits): on longer windows it replays
     # this many consecutive steps from the middle of the window, enough for a mean step.
     whatif_max_steps: int = 16
+    # The profiler's own host cost (analyses/profcost.py): per record kind (CPU op, runtime call,
+    # Python frame, user range), this quantile of the gaps before records of that kind on one
+    # thread; that much of each gap (never more) is removed when a prediction is for the untraced
+    # run (the flaw lab, measured by the step tracker). Measured: on the H200 lab traces (torch
+    # 2.11, record_shapes and with_stack) the 10th percentile gap is 0.7-1.9 us before a CPU op and
+    # 0.2-0.4 us before a Python frame, while half the gaps are 2-4x that (code ran between); the
+    # 10th rather than the minimum because older traces have 1 us timestamps (0 us gaps). On the
+    # six flawed H200 traces with an untraced median beside them, removing it takes a replayed step
+    # 14-71 % of the way to the untraced one and never past it: a lower bound (docs/metrics.md).
+    whatif_profiler_gap_quantile: float = 0.1
+    # A prediction checked against a profiled after-run (whyidle compare, the findings' predictions)
+    # assumes torch.profiler's schedule with a warm-up step, which records no CPU ops (torch's
+    # _prepare_profiler only starts the device tracer): the warm-up runs at the untraced host speed,
+    # and when the fix makes the run device-bound its first profiled step starts behind the device
+    # work the warm-up left. Seen in the ResNet-50 num_workers=4 trace: its first step's pageable
+    # copy waited 36.5 ms with no device work recorded, its other copies 0.1-0.3 ms.
+    whatif_profiled_warmup: bool = True
 
     # --- kernels -----------------------------------------------------------------------------
     # A kernel shorter than this is "short": it cannot amortise its own launch cost (a

@@ -26,6 +26,7 @@ __all__ = [
     "lever_edits",
     "predict_lever",
     "predict_from_graph",
+    "Replays",
     "predict_from_steps",
     "attach_predictions",
     "critical_path_summary",
@@ -46,8 +47,11 @@ _CAUSE_LEVER = {"input_pipeline": "input_pipeline", "h2d_copy": "h2d_copy", "hos
 LEVERS = ("input_pipeline", "h2d_copy", "host_sync", "host_overhead", "fused_optimizer", "batch_size", "fp32_math")
 
 
-def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_factor: float = 2.0) -> Lever:
-    """The replay edits for a named lever (see docs/metrics.md, 'What-if predictions')."""
+def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_factor: float = 2.0, copy_speedup: float = 0.0) -> Lever:
+    """The replay edits for a named lever (see docs/metrics.md, 'What-if predictions').
+
+    ``copy_speedup``: pinned over pageable bandwidth measured in the trace (``Graph.pinned_speedup``;
+    0: not measured), the h2d lever's point instead of the configured one."""
     if lever == "input_pipeline":
         w = workers or cfg.whatif_loader_workers
         h = cfg.whatif_loader_handoff_ns
@@ -61,10 +65,14 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
         )
     if lever == "h2d_copy":
         point, low, high = cfg.whatif_pinned_copy_speedup
+        source = f"{high:g}x measured on an H200"
+        if copy_speedup > 0:
+            point, low, high = max(copy_speedup, 1.0), min(low, copy_speedup), max(high, copy_speedup)
+            source = f"{point:.2g}x: this trace's pinned over pageable copy bandwidth"
         return Lever(
             "pinned memory and non_blocking host-to-device copies",
-            f"copies no longer block the host (the call costs one launch); a copy from pageable memory runs {point:g}x "
-            f"faster from pinned memory (range {low:g}-{high:g}x; {high:g}x measured on an H200), other copies keep their "
+            f"copies no longer block the host (the call costs one launch); a copy from pageable memory runs {point:.2g}x "
+            f"faster from pinned memory (range {low:.2g}-{high:.2g}x; {source}), other copies keep their "
             "recorded time",
             W.Edit("h2d_copy", h2d_async=True, pageable_copy_factor=point),
             W.Edit("h2d_copy", h2d_async=True, pageable_copy_factor=high),
@@ -120,24 +128,82 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
     raise ValueError(f"unknown lever {lever!r}; expected one of {', '.join(LEVERS)}")
 
 
-def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None, cache: dict[W.Edit, float] | None = None) -> Prediction:
-    """Replay the lever's edits on ``g`` and state the result (``cache``: mean steps by edit,
-    shared between the findings of one report)."""
-    cache = {} if cache is None else cache
+class Replays:
+    """Replays of one graph, each edit replayed once (shared between the findings of a report):
+    the mean step, and the device's backlog at step boundaries of the untraced run."""
+
+    def __init__(self, g: W.Graph) -> None:
+        self.g = g
+        self._mean: dict[W.Edit, float] = {}
+        self._steady: dict[W.Edit, float] = {}
+        self._backlog: dict[W.Edit, int] = {}
+
+    def _replay(self, e: W.Edit) -> None:
+        r = W.replay(self.g, e)
+        self._mean[e] = r.mean_step_ns
+        self._steady[e] = r.steady_step_ns
+        self._backlog[e] = W.backlog_ns(self.g, r)
+
+    def mean(self, e: W.Edit) -> float:
+        if e not in self._mean:
+            self._replay(e)
+        return self._mean[e]
+
+    def steady(self, e: W.Edit) -> float:
+        if e not in self._steady:
+            self._replay(e)
+        return self._steady[e]
+
+    def warmup_backlog(self, e: W.Edit) -> int:
+        """The backlog the edited run's unprofiled warm-up step leaves for the first profiled step:
+        the untraced replay's backlog when a step first waits for the device, less the wait for
+        earlier work the recording's first step already holds (never below 0)."""
+        u = msgspec.structs.replace(e, profiler_removed=True)
+        if u not in self._backlog:
+            self._replay(u)
+        return max(0, self._backlog[u] - W.first_wait_excess_ns(self.g))
+
+
+def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None, cache: Replays | None = None, untraced: bool = False, warmup: bool = False) -> Prediction:
+    """Replay the lever's edits on ``g`` and state the result (``cache``: the replays shared
+    between the findings of one report).
+
+    The basis of the prediction is the measurement it will be checked against:
+
+    * ``untraced``: before and after are the run without the profiler (its own host time removed,
+      analyses/profcost.py), in its steady state (``Replay.steady_step_ns``): a measurement made
+      without it (the step tracker's median step);
+    * otherwise a profiled after-run (``whyidle compare``); with ``warmup``, recorded with
+      torch.profiler's schedule, whose warm-up step records no CPU ops: that step runs at the
+      untraced host speed, and when the fix makes the run device-bound, the first profiled step
+      starts behind the device work the warm-up left (``Edit.carried_backlog_ns``)."""
+    reps = Replays(g) if cache is None else cache
+    backlogs: list[int] = []
 
     def run(e: W.Edit) -> float:
-        if e not in cache:
-            cache[e] = W.replay(g, e).mean_step_ns
-        return cache[e]
+        if untraced:
+            return reps.steady(msgspec.structs.replace(e, profiler_removed=True))
+        if warmup and e != W.NO_EDIT:
+            b = reps.warmup_backlog(e)
+            backlogs.append(b)
+            e = msgspec.structs.replace(e, carried_backlog_ns=b)
+        return reps.mean(e)
 
     before = run(W.NO_EDIT)
     after = run(lv.point)
     ends = (run(lv.low), run(lv.high))
     sps_b = batch_size * 1e9 / before if batch_size and before > 0 else None
     sps_a = batch_size * lv.batch_factor * 1e9 / after if batch_size and after > 0 else None
+    assumption = lv.assumption
+    if untraced:
+        removed = g.profiler.clip(g.host_lo, g.host_hi).total() / max(g.n_steps, 1)
+        floors = ", ".join(f"{k.replace('_', ' ')} {v / 1e3:.1f} us" for k, v in g.profiler_floor_ns.items() if v > 0)
+        assumption += f"; without the profiler: its own host time removed ({removed / 1e6:.2f} ms per step; per record: {floors or 'none found'})"
+    elif backlogs and backlogs[0] > 0:
+        assumption += f"; in a profiled after-run the first step starts {backlogs[0] / 1e6:.1f} ms behind the device work of its unprofiled warm-up step"
     return Prediction(
         lever=lv.lever,
-        assumption=lv.assumption,
+        assumption=assumption,
         step_ns_before=before,
         step_ns_after=after,
         step_ns_low=min(after, *ends),
@@ -155,7 +221,7 @@ def _graph(tl: Timeline, cfg: Config, window: Window | None = None) -> tuple[W.G
 
         window = select_window(tl, links, cfg)
     window = _middle_steps(window, cfg.whatif_max_steps)
-    return W.build_graph(tl, links, window, cfg.kernel_boundary_max_ns), window
+    return W.build_graph(tl, links, window, cfg.kernel_boundary_max_ns, cfg.whatif_profiler_gap_quantile, cfg.whatif_copy_bandwidth_min_bytes), window
 
 
 def _middle_steps(window: Window, n: int) -> Window:
@@ -168,14 +234,16 @@ def _middle_steps(window: Window, n: int) -> Window:
     return msgspec.structs.replace(window, start_ns=sub[0].start_ns, end_ns=sub[-1].end_ns, steps=sub)
 
 
-def predict_lever(tl: Timeline, lever: str, cfg: Config | None = None, batch_size: int | None = None, **kw: Any) -> Prediction | None:
+def predict_lever(tl: Timeline, lever: str, cfg: Config | None = None, batch_size: int | None = None, untraced: bool = False, **kw: Any) -> Prediction | None:
     """The prediction for ``lever`` on a trace's timeline, or None when it cannot be replayed
-    (no step markers or no linked device work)."""
+    (no step markers or no linked device work). ``untraced``: see :func:`predict_from_graph`."""
     cfg = cfg or Config()
     g, _ = _graph(tl, cfg)
     if g is None:
         return None
-    return predict_from_graph(g, lever_edits(lever, cfg, **kw), batch_size)
+    if lever == "h2d_copy":
+        kw.setdefault("copy_speedup", g.pinned_speedup)
+    return predict_from_graph(g, lever_edits(lever, cfg, **kw), batch_size, untraced=untraced, warmup=cfg.whatif_profiled_warmup)
 
 
 def attach_predictions(tl: Timeline, window: Window, findings: tuple[Finding, ...], batch_size: int | None, cfg: Config) -> tuple[tuple[Finding, ...], dict[str, Any] | None]:
@@ -185,13 +253,13 @@ def attach_predictions(tl: Timeline, window: Window, findings: tuple[Finding, ..
         return findings, None
     out = []
     base = W.replay(g)
-    cache = {W.NO_EDIT: base.mean_step_ns}
+    cache = Replays(g)
     for f in findings:
         name = _CAUSE_LEVER.get(f.cause)
         if name is None:
             out.append(f)
             continue
-        out.append(msgspec.structs.replace(f, prediction=predict_from_graph(g, lever_edits(name, cfg), batch_size, cache)))
+        out.append(msgspec.structs.replace(f, prediction=predict_from_graph(g, lever_edits(name, cfg, copy_speedup=g.pinned_speedup), batch_size, cache, warmup=cfg.whatif_profiled_warmup)))
     return tuple(out), critical_path_summary(g, base, window, tl=tl)
 
 

@@ -16,7 +16,7 @@ from whyidle.findings.model import Prediction
 from whyidle.findings.predict import predict_from_steps, predict_lever
 from whyidle.lab.job import LabSpec, apply_fix
 
-__all__ = ["FIXABLE", "PredictedFix", "lab_fix", "predict_fix", "run_fix", "median_step_ns", "recorded_pairs"]
+__all__ = ["FIXABLE", "PredictedFix", "lab_fix", "predict_fix", "run_fix", "median_step_ns", "recorded_pairs", "recorded_labfix"]
 
 # The flaws with a lever the lab can pull, and the lever's name in findings.predict.
 FIXABLE = {"starvation": "input_pipeline", "h2d": "h2d_copy", "sync": "host_sync", "smallbatch": "batch_size", "launch": "fused_optimizer"}
@@ -49,10 +49,13 @@ class PredictedFix:
     measured_after: float | None
     median_step_ns: tuple[float, float] | None = None  # tracker median step, before and after
     batch_factor: float = 1.0
+    recorded_speedup: float | None = None  # the measured speed-up as a saved run reported it
 
     @property
     def measured_speedup(self) -> float | None:
         """Samples/s after / before, from the tracker's median steps (a busy machine has outliers)."""
+        if self.recorded_speedup is not None:
+            return self.recorded_speedup
         if self.median_step_ns is not None and self.median_step_ns[1] > 0:
             return self.batch_factor * self.median_step_ns[0] / self.median_step_ns[1]
         b, a = self.measured_before, self.measured_after
@@ -80,7 +83,8 @@ def predict_fix(spec: LabSpec, run: Any, trace_path: Any = None, cfg: Config | N
     if trace_path is not None:
         from whyidle.sources import load
 
-        return predict_lever(load(trace_path), lever, cfg, batch_size=spec.batch_size, **kw), "trace"
+        # Measured by the step tracker, without the profiler: the untraced basis.
+        return predict_lever(load(trace_path), lever, cfg, batch_size=spec.batch_size, untraced=True, **kw), "trace"
     st = run.tracker_stats
     sel = st.selected() if st is not None else ()
     return predict_from_steps([s.duration_ns for s in sel], [s.data_wait_ns if lever == "input_pipeline" else s.copy_ns for s in sel], lever, cfg, spec.batch_size, workers=kw.get("workers")), "tracker"
@@ -139,7 +143,32 @@ def recorded_pairs(measured_json: Any, cfg: Config | None = None) -> list[Predic
         if lever == "input_pipeline":
             kw["workers"] = after["job"]["num_workers"]
         trace = path.parent / before["trace"]
-        pred = predict_lever(load(trace), lever, cfg, batch_size=before["job"]["batch_size"], **kw)
+        pred = predict_lever(load(trace), lever, cfg, batch_size=before["job"]["batch_size"], untraced=True, **kw)
         med = (float(before["step_ns_median"]), float(after["step_ns_median"]))
         out.append(PredictedFix(flaw, "recorded", after.get("change", lever), "trace", pred, before.get("samples_per_s"), after.get("samples_per_s"), med, bf))
+    return out
+
+
+def recorded_labfix(labfix_json: Any, trace_dir: Any, cfg: Config | None = None, untraced: bool = True) -> list[PredictedFix]:
+    """Predicted vs measured for a saved ``whyidle lab --flaw all --fix --json`` run: each fix
+    predicted afresh from the flawed job's trace in ``trace_dir`` (``lab_<flaw>.pt.trace.json.gz``,
+    as ``whyidle lab --record-all`` writes them; the same job, another run of it), checked against
+    the measured speed-up the saved run reported (the step tracker's, untraced). Flaws without a
+    trace are left out."""
+    import json
+    from pathlib import Path
+
+    from whyidle.lab.job import spec_for
+    from whyidle.sources import load
+
+    out = []
+    for row in json.loads(Path(labfix_json).read_text()):
+        trace = Path(trace_dir) / f"lab_{row['flaw']}.pt.trace.json.gz"
+        if row.get("device") != "cuda" or not trace.is_file():
+            continue
+        spec = spec_for(row["flaw"], "cuda")
+        fixed, change, lever, kw = lab_fix(spec)
+        pred = predict_lever(load(trace), lever, cfg, batch_size=spec.batch_size, untraced=untraced, **kw)
+        sps = row.get("measured_samples_per_s") or [None, None]
+        out.append(PredictedFix(row["flaw"], "recorded", change, "trace" if untraced else "trace, profiled basis", pred, sps[0], sps[1], None, fixed.batch_size / spec.batch_size, row.get("measured_speedup")))
     return out
