@@ -210,9 +210,10 @@ def _lane_contexts(tl: Timeline, th: _Thread, nest: _Nest, gs: I64, he: I64) -> 
     hi = np.searchsorted(th.top_s, he, side="left")
     k = np.searchsorted(th.top_s, gs, side="right") - 1
     # Ops open when the gap began: only inside a top-level op that contains gs.
-    inside = (k >= 0) & (th.top_e[np.maximum(k, 0)] > gs)
+    # Index -1 reads the appended sentinels: no top-level op, no row.
+    inside = np.append(th.top_e, np.iinfo(np.int64).min)[k] > gs
     b = np.searchsorted(th.s, gs, side="right")
-    rows = np.append(th.rows, -1)  # position -1 -> row -1
+    rows, top = np.append(th.rows, -1), np.append(th.top, -1)
 
     def gated(pos: I64) -> I64:
         return np.where(inside, pos, -1)
@@ -231,11 +232,11 @@ def _lane_contexts(tl: Timeline, th: _Thread, nest: _Nest, gs: I64, he: I64) -> 
         fallback = np.where(q >= a, nest.line_of[q], nest.frame_line(th.top_s[jj]))
         line[retry] = fallback
     return {
-        "before": np.where(lo > 0, rows[th.top[np.maximum(lo - 1, 0)]], -1),
-        "outermost": np.where(inside, rows[th.top[np.maximum(k, 0)]], -1),
+        "before": rows[top[lo - 1]],
+        "outermost": np.where(inside, rows[top[k]], -1),
         "innermost": rows[inner],
         "runtime": rows[gated(nest.runtime.last_open(b, gs))],
-        "during": np.where(j >= 0, rows[th.top[np.maximum(j, 0)]], -1),
+        "during": rows[top[j]],
         "during_ns": during_ns,
         "line": line,
         "lo": lo,
