@@ -44,7 +44,7 @@ class _Writer:
         self.rng = rng
         self.t = 1_000_000.0  # host clock, us
         self.dev_free = 0.0
-        self.corr = 0
+        self.corr = 1_000_000  # as in long runs: HTA 0.5.0 stores small ids as int16, then fails to write row numbers into them
         self.events: list[dict[str, Any]] = []
 
     def cpu(self, name: str, ts: float, dur: float, cat: str = "cpu_op") -> None:

@@ -50,9 +50,9 @@ def intervals(draw: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
 
 
 @given(intervals())
-def test_last_open(case: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
+def test_last_spanning(case: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
     s, e, subset, t = case
-    got = OpenIndex(s, e, subset).last_open_at(t)
+    got = OpenIndex(s, e, subset).last_spanning_at(t)
     want = [max((int(p) for p in subset if s[p] <= q < e[p]), default=-1) for q in t.tolist()]
     assert got.tolist() == want
 

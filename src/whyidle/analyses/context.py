@@ -176,7 +176,7 @@ class _Nest:
 
     def frame_line(self, t: I64) -> I64:
         """Line of the innermost Python frame with a user line open at each ``t`` (0: none)."""
-        return self.py_line[self.frames.last_open_at(t)]
+        return self.py_line[self.frames.last_spanning_at(t)]
 
 
 def _segments(lo: I64, hi: I64) -> tuple[I64, I64, I64]:
@@ -218,8 +218,8 @@ def _lane_contexts(tl: Timeline, th: _Thread, nest: _Nest, gs: I64, he: I64) -> 
     def gated(pos: I64) -> I64:
         return np.where(inside, pos, -1)
 
-    inner = gated(nest.ops.last_open(b, gs))
-    with_line = gated(nest.with_line.last_open(b, gs))
+    inner = gated(nest.ops.last_spanning(b, gs))
+    with_line = gated(nest.with_line.last_spanning(b, gs))
     line = nest.line_of[with_line]
     line = np.where(line > 0, line, nest.frame_line(gs))
     j, during_ns = _during(th, gs, he, lo, hi)
@@ -235,7 +235,7 @@ def _lane_contexts(tl: Timeline, th: _Thread, nest: _Nest, gs: I64, he: I64) -> 
         "before": rows[top[lo - 1]],
         "outermost": np.where(inside, rows[top[k]], -1),
         "innermost": rows[inner],
-        "runtime": rows[gated(nest.runtime.last_open(b, gs))],
+        "runtime": rows[gated(nest.runtime.last_spanning(b, gs))],
         "during": rows[top[j]],
         "during_ns": during_ns,
         "line": line,

@@ -41,13 +41,11 @@ def previous_greater(end: I64) -> I64:
     """For each position, the nearest earlier position with a strictly greater value (-1: none)."""
     n = int(end.size)
     cand = np.arange(-1, n - 1, dtype=np.int64)
-    todo = np.arange(1, n, dtype=np.int64)
+    todo = np.flatnonzero(end[:-1] <= end[1:]) + 1  # the predecessor ends no later: look further
     while todo.size:
-        todo = todo[end[cand[todo]] <= end[todo]]
-        if not todo.size:
-            break
         cand[todo] = cand[cand[todo]]  # each skip keeps "everything between ends no later"
         todo = todo[cand[todo] >= 0]
+        todo = todo[end[cand[todo]] <= end[todo]]
     return cand
 
 
@@ -73,7 +71,7 @@ class OpenIndex:
             nxt[live] = last[last[live]]
             self.up.append(nxt)
 
-    def last_open(self, before: I64, t: I64) -> I64:
+    def last_spanning(self, before: I64, t: I64) -> I64:
         """Largest position ``p < before[q]`` in the subset with ``end[p] > t[q]``, per query ``q``."""
         c = np.searchsorted(self.pos, before, side="left") - 1  # last subset position < before
         if self.pos.size == 0:
@@ -90,6 +88,6 @@ class OpenIndex:
         ok = (c >= 0) & (found | walk)
         return np.where(ok, self.pos[np.maximum(c, 0)], -1)
 
-    def last_open_at(self, t: I64) -> I64:
+    def last_spanning_at(self, t: I64) -> I64:
         """The last record open at ``t`` (its start ``<= t``)."""
-        return self.last_open(np.searchsorted(self.start, t, side="right"), t)
+        return self.last_spanning(np.searchsorted(self.start, t, side="right"), t)

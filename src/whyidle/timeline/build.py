@@ -121,7 +121,13 @@ class TimelineBuilder:
                 chunk[c] = np.full(n, value, dtype=dtype)
         self._chunks.append(chunk)
 
-    def build(self) -> Timeline:
+    def build(self, consume: bool = False) -> Timeline:
+        """The Timeline, rows sorted by start (longest first on ties).
+
+        Memory: one column is gathered at a time. ``consume=True`` also lets go of each gathered
+        column's chunks at once (the builder is empty afterwards), so the chunks and the sorted
+        columns are never held whole side by side.
+        """
         dtypes = {
             "start_ns": np.int64,
             "end_ns": np.int64,
@@ -137,17 +143,21 @@ class TimelineBuilder:
             "grid": np.int64,
             "block": np.int32,
         }
-        parts: dict[str, list[np.ndarray]] = {c: [] for c in Timeline.COLUMNS}
+        chunks = list(self._chunks)
         if self._rows["start_ns"]:
-            for c in Timeline.COLUMNS:
-                parts[c].append(np.asarray(self._rows[c], dtype=dtypes[c]))
-        for chunk in self._chunks:
-            for c in Timeline.COLUMNS:
-                parts[c].append(chunk[c].astype(dtypes[c], copy=False))
-        cols = {
-            c: (np.concatenate(parts[c]) if parts[c] else np.empty(0, dtype=dtypes[c])) for c in Timeline.COLUMNS
-        }
+            chunks.insert(0, {c: np.asarray(self._rows[c], dtype=dtypes[c]) for c in Timeline.COLUMNS})
+        if consume:
+            self._chunks, self._rows = [], {c: [] for c in Timeline.COLUMNS}
+
+        def column(c: str) -> np.ndarray:
+            parts = [(chunk.pop(c) if consume else chunk[c]).astype(dtypes[c], copy=False) for chunk in chunks]
+            return np.concatenate(parts) if parts else np.empty(0, dtype=dtypes[c])
+
+        start, end = column("start_ns"), column("end_ns")
         # Sort by start, longest first on ties, so enclosing ranges precede what they enclose.
-        order = np.lexsort((-(cols["end_ns"] - cols["start_ns"]), cols["start_ns"]))
-        cols = {c: v[order] for c, v in cols.items()}
+        order = np.lexsort((start - end, start))
+        cols = {"start_ns": start[order], "end_ns": end[order]}
+        del start, end
+        for c in Timeline.COLUMNS[2:]:
+            cols[c] = column(c)[order]
         return Timeline(**cols, lanes=list(self._lanes), strings=list(self._strings), meta=self.meta)
