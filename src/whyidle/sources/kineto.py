@@ -196,7 +196,7 @@ def _parse(box: list[bytes], path: str, style: str, exact: bool, jobs: int = 1) 
     else:
         for k in range(n):
             cols.merge(batch_columns(k))
-    del events  # the slices hold the text: both go here, before the columns are sorted
+    events.clear()  # the slices hold the text: both go here, before the columns are sorted
     return cols.finish(doc)
 
 
