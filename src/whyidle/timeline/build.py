@@ -8,7 +8,27 @@ import numpy as np
 
 from whyidle.timeline.model import Kind, Lane, LaneKind, Timeline, TimelineMeta
 
-__all__ = ["TimelineBuilder"]
+__all__ = ["TimelineBuilder", "start_order"]
+
+
+def start_order(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Row order by start, longest first on ties, so enclosing ranges precede what they enclose.
+
+    The same as ``np.lexsort((start - end, start))``, faster: a stable sort by start alone (its
+    merge sort runs through the long sorted stretches of a trace), then only the rows that share
+    a start with another are ordered by duration.
+    """
+    order = np.argsort(start, kind="stable")
+    s = start[order]
+    tie = s[1:] == s[:-1]
+    if tie.any():
+        in_tie = np.zeros(s.size, dtype=np.bool_)
+        in_tie[1:] |= tie
+        in_tie[:-1] |= tie
+        at = np.flatnonzero(in_tie)
+        rows = order[at]
+        order[at] = rows[np.lexsort((start[rows] - end[rows], s[at]))]
+    return order
 
 
 class TimelineBuilder:
@@ -154,8 +174,7 @@ class TimelineBuilder:
             return np.concatenate(parts) if parts else np.empty(0, dtype=dtypes[c])
 
         start, end = column("start_ns"), column("end_ns")
-        # Sort by start, longest first on ties, so enclosing ranges precede what they enclose.
-        order = np.lexsort((start - end, start))
+        order = start_order(start, end)
         cols = {"start_ns": start[order], "end_ns": end[order]}
         del start, end
         for c in Timeline.COLUMNS[2:]:
