@@ -21,7 +21,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -29,7 +29,8 @@ import numpy.typing as npt
 
 from whyidle.analyses.gaps import Gaps
 from whyidle.analyses.hostops import is_dataloader, python_line
-from whyidle.timeline.arrays import unique_sorted
+from whyidle.analyses.nesting import OpenIndex
+from whyidle.timeline.arrays import unique_inverse, unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
 __all__ = ["GapContext", "CauseEvidence", "ThreadIndex", "gap_context", "cause_evidence", "explaining_ops", "brief_context"]
@@ -74,45 +75,20 @@ class _Thread(msgspec.Struct, frozen=True):
     def tops_overlapping(self, lo: int, hi: int) -> tuple[int, int]:
         return int(np.searchsorted(self.top_e, lo, side="right")), int(np.searchsorted(self.top_s, hi, side="left"))
 
-    def nested_span(self, k: int) -> tuple[int, int]:
-        """Positions in ``rows`` of top-level op ``k`` and everything nested in it."""
-        end = int(self.top[k + 1]) if k + 1 < self.top.size else self.rows.size
-        return int(self.top[k]), end
-
-
-class _ThreadLists(NamedTuple):
-    """A thread's op tables (see :class:`_Thread`) as lists; ``name``, ``stack`` and ``is_op``
-    are per position in ``rows``."""
-
-    rows: list[int]
-    s: list[int]
-    e: list[int]
-    top: list[int]
-    top_s: list[int]
-    top_e: list[int]
-    name: list[int]
-    stack: list[int]
-    is_op: list[bool]
+    def span_end(self, k: I64) -> I64:
+        """One past the last position nested in top-level op ``k`` (per element)."""
+        nxt = np.append(self.top, self.rows.size)
+        return nxt[k + 1]
 
 
 class ThreadIndex:
-    """Per-thread op tables, built lazily per thread."""
+    """Per-thread op tables, built lazily per thread, and the context of every gap."""
 
     def __init__(self, tl: Timeline) -> None:
         self.tl = tl
         self._cache: dict[int, _Thread] = {}
         self._dl = tl.name_mask(is_dataloader)
-        self._lines: dict[int, str] = {}
-        self._lists: dict[int, _ThreadLists] = {}
-
-    def line_of_stack(self, stack: int) -> str:
-        """The innermost user frame of call stack ``stack`` (a string index; -1: none), parsed once."""
-        if stack < 0:
-            return ""
-        line = self._lines.get(stack)
-        if line is None:
-            line = self._lines[stack] = python_line(self.tl.strings[stack])
-        return line
+        self._contexts: tuple[Gaps, _Contexts] | None = None
 
     def thread(self, lane: int) -> _Thread:
         got = self._cache.get(lane)
@@ -133,26 +109,6 @@ class ThreadIndex:
         self._cache[lane] = th
         return th
 
-    def lists(self, lane: int) -> _ThreadLists:
-        """The thread's tables as Python lists, for per-gap lookups (bisect on a list is several
-        times faster than a numpy call on one value)."""
-        got = self._lists.get(lane)
-        if got is None:
-            th = self.thread(lane)
-            tl = self.tl
-            got = self._lists[lane] = _ThreadLists(
-                rows=th.rows.tolist(),
-                s=th.s.tolist(),
-                e=th.e.tolist(),
-                top=th.top.tolist(),
-                top_s=th.top_s.tolist(),
-                top_e=th.top_e.tolist(),
-                name=tl.name[th.rows].tolist(),
-                stack=tl.stack[th.rows].tolist(),
-                is_op=(tl.kind[th.rows] == int(Kind.CPU_OP)).tolist(),
-            )
-        return got
-
     def rows(self, lane: int) -> tuple[I64, npt.NDArray[np.bool_], I64]:
         """(rows, top-level mask over rows, python_function rows) of one thread."""
         th = self.thread(lane)
@@ -160,102 +116,171 @@ class ThreadIndex:
         is_top[th.top] = True
         return th.rows, is_top, th.py
 
-
-def _line_of_rows(tl: Timeline, rows: I64, index: ThreadIndex) -> str:
-    for r in rows[::-1].tolist():  # innermost first
-        line = index.line_of_stack(int(tl.stack[r]))
-        if line:
-            return line
-    return ""
+    def contexts(self, gaps: Gaps) -> _Contexts:
+        """The context of every gap, computed once per ``gaps`` for all of them together."""
+        if self._contexts is None or self._contexts[0] is not gaps:
+            self._contexts = (gaps, _all_contexts(self, gaps))
+        return self._contexts[1]
 
 
-def _python_frames_at(tl: Timeline, py: I64, t: int) -> str:
-    if py.size == 0:
-        return ""
-    open_ = py[(tl.start_ns[py] <= t) & (tl.end_ns[py] > t)]
-    return python_line(";".join(tl.name_of(int(r)) for r in open_[::-1]))
+class _Contexts(msgspec.Struct, frozen=True):
+    """Per gap: timeline rows (-1: none) of the context's ops, its Python line, its top-level ops."""
+
+    before: I64
+    outermost: I64
+    innermost: I64
+    runtime: I64
+    during: I64
+    during_ns: I64
+    line: I64  # index into ``lines`` ('' at 0)
+    lines: list[str]
+    lo: I64  # top-level ops overlapping the gap's host part: [lo, hi) of its thread's
+    hi: I64
+
+
+class _Lines:
+    """Python lines by string id, each string parsed once; line ids index ``self.text``."""
+
+    def __init__(self, strings: list[str]) -> None:
+        self.strings = strings
+        self.text = [""]
+        self._id: dict[str, int] = {"": 0}
+
+    def of(self, string_ids: npt.NDArray[np.integer[Any]]) -> I64:
+        """The line id of each string id (-1 and strings without a user frame: 0)."""
+        uniq, inverse = unique_inverse(string_ids.astype(np.int64))
+        ids = np.zeros(uniq.size, dtype=np.int64)
+        for k, sid in enumerate(uniq.tolist()):
+            line = python_line(self.strings[sid]) if sid >= 0 else ""
+            ids[k] = self._id.setdefault(line, len(self._id))
+            if ids[k] == len(self.text):
+                self.text.append(line)
+        return ids[inverse] if uniq.size else np.zeros(0, dtype=np.int64)
+
+
+class _Nest:
+    """One thread's nesting indexes: the last open op, runtime call, op with a line, frame."""
+
+    def __init__(self, tl: Timeline, th: _Thread, lines: _Lines) -> None:
+        self.ops = OpenIndex(th.s, th.e)
+        self.runtime = OpenIndex(th.s, th.e, np.flatnonzero(tl.kind[th.rows] != int(Kind.CPU_OP)))
+        # Line id per position, and 0 after the last (so position -1 reads 0).
+        self.line_of = np.append(lines.of(tl.stack[th.rows]), 0)
+        with_line = np.flatnonzero(self.line_of)
+        self.with_line = OpenIndex(th.s, th.e, with_line)
+        last = np.full(th.rows.size, -1, dtype=np.int64)
+        last[with_line] = with_line
+        self.last_line = np.maximum.accumulate(last) if last.size else last  # last position <= p with a line
+        self.py_line = np.append(lines.of(tl.name[th.py]), 0)
+        py_s, py_e = tl.start_ns[th.py], tl.end_ns[th.py]
+        self.frames = OpenIndex(py_s, py_e, np.flatnonzero(self.py_line))
+
+    def frame_line(self, t: I64) -> I64:
+        """Line of the innermost Python frame with a user line open at each ``t`` (0: none)."""
+        return self.py_line[self.frames.last_spanning_at(t)]
+
+
+def _segments(lo: I64, hi: I64) -> tuple[I64, I64, I64]:
+    """Flatten ranges [lo, hi): (range of each element, element, start offset of each range)."""
+    n = np.maximum(hi - lo, 0)
+    off = np.zeros(n.size + 1, dtype=np.int64)
+    np.cumsum(n, out=off[1:])
+    of = np.repeat(np.arange(n.size, dtype=np.int64), n)
+    return of, lo[of] + np.arange(int(off[-1]), dtype=np.int64) - off[of], off[:-1]
+
+
+def _during(th: _Thread, gs: I64, he: I64, lo: I64, hi: I64) -> tuple[I64, I64]:
+    """(top-level op overlapping [gs, he) the most, first on ties, -1: none; its overlap)."""
+    of, k, off = _segments(lo, hi)
+    j = np.full(lo.size, -1, dtype=np.int64)
+    ns = np.zeros(lo.size, dtype=np.int64)
+    if of.size == 0:
+        return j, ns
+    ov = np.minimum(th.top_e[k], he[of]) - np.maximum(th.top_s[k], gs[of])
+    has = np.flatnonzero(hi > lo)
+    best = np.maximum.reduceat(ov, off[has])
+    at = np.arange(of.size, dtype=np.int64)
+    first = np.minimum.reduceat(np.where(ov == np.repeat(best, (hi - lo)[has]), at, of.size), off[has])
+    j[has], ns[has] = k[first], best
+    return j, ns
+
+
+def _lane_contexts(tl: Timeline, th: _Thread, nest: _Nest, gs: I64, he: I64) -> dict[str, I64]:
+    """The context columns of one thread's gaps (gap starts ``gs``, host ends ``he``)."""
+    lo = np.searchsorted(th.top_e, gs, side="right")
+    hi = np.searchsorted(th.top_s, he, side="left")
+    k = np.searchsorted(th.top_s, gs, side="right") - 1
+    # Ops open when the gap began: only inside a top-level op that contains gs.
+    # Index -1 reads the appended sentinels: no top-level op, no row.
+    inside = np.append(th.top_e, np.iinfo(np.int64).min)[k] > gs
+    b = np.searchsorted(th.s, gs, side="right")
+    rows, top = np.append(th.rows, -1), np.append(th.top, -1)
+
+    def gated(pos: I64) -> I64:
+        return np.where(inside, pos, -1)
+
+    inner = gated(nest.ops.last_spanning(b, gs))
+    with_line = gated(nest.with_line.last_spanning(b, gs))
+    line = nest.line_of[with_line]
+    line = np.where(line > 0, line, nest.frame_line(gs))
+    j, during_ns = _during(th, gs, he, lo, hi)
+    # No line yet: the innermost op with a line nested in the op during the gap, or the frames open at its start.
+    retry = (line == 0) & (j >= 0)
+    if retry.any():
+        jj = j[retry]
+        a = th.top[jj]
+        q = nest.last_line[th.span_end(jj) - 1]
+        fallback = np.where(q >= a, nest.line_of[q], nest.frame_line(th.top_s[jj]))
+        line[retry] = fallback
+    return {
+        "before": rows[top[lo - 1]],
+        "outermost": np.where(inside, rows[top[k]], -1),
+        "innermost": rows[inner],
+        "runtime": rows[gated(nest.runtime.last_spanning(b, gs))],
+        "during": rows[top[j]],
+        "during_ns": during_ns,
+        "line": line,
+        "lo": lo,
+        "hi": hi,
+    }
+
+
+def _all_contexts(index: ThreadIndex, gaps: Gaps) -> _Contexts:
+    tl = index.tl
+    n = len(gaps)
+    names = ("before", "outermost", "innermost", "runtime", "during", "during_ns", "line", "lo", "hi")
+    cols = {c: np.full(n, 0 if c in ("during_ns", "line", "lo", "hi") else -1, dtype=np.int64) for c in names}
+    lines = _Lines(tl.strings)
+    for lane in unique_sorted(gaps.thread_lane[gaps.thread_lane >= 0]).tolist():
+        at = np.flatnonzero(gaps.thread_lane == lane)
+        th = index.thread(int(lane))
+        gs = gaps.start_ns[at]
+        he = np.maximum(gaps.host_end_ns[at], gs + 1)
+        for c, v in _lane_contexts(tl, th, _Nest(tl, th, lines), gs, he).items():
+            cols[c][at] = v
+    return _Contexts(**cols, lines=lines.text)
 
 
 def gap_context(tl: Timeline, gaps: Gaps, i: int, index: ThreadIndex) -> GapContext:
+    """What the launching thread was doing around gap ``i`` (see the module's docstring)."""
+    c = index.contexts(gaps)
     lane = int(gaps.thread_lane[i])
     if lane < 0:
         return GapContext("", "", "", "", "", "", 0, "")
-    th = index.thread(lane)
-    gs, he = int(gaps.start_ns[i]), int(max(gaps.host_end_ns[i], gaps.start_ns[i] + 1))
-    lo, hi = th.tops_overlapping(gs, he)
-    before = tl.name_of(int(th.rows[th.top[lo - 1]])) if lo > 0 else ""
-    # Ops open when the gap began: the top-level op containing gs and its nested ops around gs.
-    open_at = np.empty(0, dtype=np.int64)
-    k = int(np.searchsorted(th.top_s, gs, side="right")) - 1
-    if k >= 0 and th.top_e[k] > gs:
-        a, _ = th.nested_span(k)
-        b = int(np.searchsorted(th.s, gs, side="right"))
-        pos = np.arange(a, b)
-        open_at = th.rows[pos[th.e[pos] > gs]]
-    rt = open_at[tl.kind[open_at] != int(Kind.CPU_OP)]
-    during, during_ns, j = "", 0, -1
-    if hi > lo:
-        ov = np.minimum(th.top_e[lo:hi], he) - np.maximum(th.top_s[lo:hi], gs)
-        j = lo + int(np.argmax(ov))
-        during, during_ns = tl.name_of(int(th.rows[th.top[j]])), int(ov[j - lo])
-    line = _line_of_rows(tl, open_at, index) or _python_frames_at(tl, th.py, gs)
-    if not line and j >= 0:
-        a, b = th.nested_span(j)
-        line = _line_of_rows(tl, th.rows[a:b], index) or _python_frames_at(tl, th.py, int(th.top_s[j]))
+
+    def name(row: int) -> str:
+        return tl.name_of(row) if row >= 0 else ""
+
     return GapContext(
         thread=tl.lanes[lane].label,
-        before=before,
-        outermost=tl.name_of(int(open_at[0])) if open_at.size else "",
-        innermost=tl.name_of(int(open_at[-1])) if open_at.size else "",
-        runtime_call=tl.name_of(int(rt[-1])) if rt.size else "",
-        during=during,
-        during_ns=during_ns,
-        python_line=line,
+        before=name(int(c.before[i])),
+        outermost=name(int(c.outermost[i])),
+        innermost=name(int(c.innermost[i])),
+        runtime_call=name(int(c.runtime[i])),
+        during=name(int(c.during[i])),
+        during_ns=int(c.during_ns[i]),
+        python_line=c.lines[int(c.line[i])],
     )
-
-
-def brief_context(tl: Timeline, gaps: Gaps, i: int, index: ThreadIndex) -> tuple[str, str, str]:
-    """(op before, Python line, open runtime call) of gap ``i``: the same as :func:`gap_context`'s
-    ``before``, ``python_line`` and ``runtime_call``, looked up with bisect on the thread's lists
-    (the Perfetto track carries these for thousands of gaps; measured for the 2,000 largest gaps:
-    10.5 ms against 22.8 ms on the ResNet-50 trace, 6.8 against 15.6 ms on the HTA rank-0 trace)."""
-    lane = int(gaps.thread_lane[i])
-    if lane < 0:
-        return "", "", ""
-    t = index.lists(lane)
-    gs = int(gaps.start_ns[i])
-    he = max(int(gaps.host_end_ns[i]), gs + 1)
-    lo, hi = bisect_right(t.top_e, gs), bisect_left(t.top_s, he)
-    before = tl.strings[t.name[t.top[lo - 1]]] if lo > 0 else ""
-    runtime, line = "", ""
-    k = bisect_right(t.top_s, gs) - 1
-    if k >= 0 and t.top_e[k] > gs:
-        # the ops open at gs, innermost first: the last runtime call among them, the first with
-        # a Python line (scanning back from the last op begun by gs; stop once both are found)
-        for p in range(bisect_right(t.s, gs) - 1, t.top[k] - 1, -1):
-            if t.e[p] <= gs:
-                continue
-            if not runtime and not t.is_op[p]:
-                runtime = tl.strings[t.name[p]]
-            if not line:
-                line = index.line_of_stack(t.stack[p])
-            if runtime and line:
-                break
-    line = line or _python_frames_at(tl, index.thread(lane).py, gs)
-    if not line and hi > lo:
-        ov = [min(t.top_e[q], he) - max(t.top_s[q], gs) for q in range(lo, hi)]
-        j = lo + ov.index(max(ov))
-        end = t.top[j + 1] if j + 1 < len(t.top) else len(t.rows)
-        line = _line_of_positions(t, list(range(t.top[j], end)), index) or _python_frames_at(tl, index.thread(lane).py, t.top_s[j])
-    return before, line, runtime
-
-
-def _line_of_positions(t: _ThreadLists, positions: list[int], index: ThreadIndex) -> str:
-    for p in reversed(positions):  # innermost first
-        line = index.line_of_stack(t.stack[p])
-        if line:
-            return line
-    return ""
 
 
 def cause_evidence(
@@ -279,34 +304,72 @@ def cause_evidence(
     if idx.size == 0:
         return CauseEvidence((), (), 0, ())
     order = idx[np.argsort(-part[idx], kind="stable")]
-    ops_ns: Counter[str] = Counter()
-    ops_gaps: Counter[str] = Counter()
+    chosen = order[:limit_gaps]
+    ctx = index.contexts(gaps)
+    top_ops = _top_ops(tl, gaps, chosen, index, ctx, op_filter)
     lines: Counter[str] = Counter()
-    for n_seen, i in enumerate(order[:limit_gaps]):
-        lane = int(gaps.thread_lane[i])
-        if lane < 0:
-            continue
-        th = index.thread(lane)
-        gs = int(gaps.start_ns[i])
-        he = int(max(gaps.host_end_ns[i], gs + 1))
-        lo, hi = th.tops_overlapping(gs, he)
-        ov = np.minimum(th.top_e[lo:hi], he) - np.maximum(th.top_s[lo:hi], gs)
-        seen: set[str] = set()
-        for j in range(hi - lo):
-            name = tl.name_of(int(th.rows[th.top[lo + j]]))
-            if op_filter is not None and not op_filter(name):
-                continue
-            ops_ns[name] += int(ov[j])
-            if name not in seen:
-                ops_gaps[name] += 1
-                seen.add(name)
-        if n_seen < limit_lines:  # Python lines of the largest gaps; enough to name the culprits
-            ctx = gap_context(tl, gaps, int(i), index)
-            if ctx.python_line:
-                lines[ctx.python_line] += 1
-    top_ops = tuple((n, ns, ops_gaps[n]) for n, ns in ops_ns.most_common(5))
+    for i in chosen[:limit_lines]:  # Python lines of the largest gaps; enough to name the culprits
+        line = ctx.lines[int(ctx.line[i])] if gaps.thread_lane[i] >= 0 else ""
+        if line:
+            lines[line] += 1
     ex = tuple((int(gaps.start_ns[i]), int(gaps.end_ns[i]), int(part[i])) for i in order[:examples])
     return CauseEvidence(top_ops, tuple(lines.most_common(5)), int(idx.size), ex)
+
+
+def _top_ops(
+    tl: Timeline, gaps: Gaps, chosen: I64, index: ThreadIndex, ctx: _Contexts, op_filter: Callable[[str], bool] | None
+) -> tuple[tuple[str, int, int], ...]:
+    """The five names with the most overlap with the gaps ``chosen`` (in rank order), ties first seen.
+
+    (name, ns, gaps): every top-level op overlapping a gap's host part adds its overlap to its
+    name; a name counts once per gap. Computed over all (gap, op) pairs at once.
+    """
+    rank_parts, name_parts, ns_parts, top_parts = [], [], [], []
+    lanes = gaps.thread_lane[chosen]
+    for lane in unique_sorted(lanes[lanes >= 0]).tolist():
+        rank = np.flatnonzero(lanes == lane)
+        i = chosen[rank]
+        th = index.thread(int(lane))
+        of, k, _ = _segments(ctx.lo[i], ctx.hi[i])
+        gs = gaps.start_ns[i][of]
+        he = np.maximum(gaps.host_end_ns[i][of], gs + 1)
+        rank_parts.append(rank[of])
+        top_parts.append(k)
+        name_parts.append(tl.name[th.rows[th.top[k]]].astype(np.int64))
+        ns_parts.append(np.minimum(th.top_e[k], he) - np.maximum(th.top_s[k], gs))
+    if not rank_parts:
+        return ()
+    rank, top, name, ns = (np.concatenate(x) for x in (rank_parts, top_parts, name_parts, ns_parts))
+    order = np.lexsort((top, rank))  # the order a loop over the gaps, then their ops, sees them
+    rank, name, ns = rank[order], name[order], ns[order]
+    uniq, inverse = unique_inverse(name)
+    texts = [tl.strings[n] for n in uniq.tolist()]
+    canon = {t: k for k, t in reversed(list(enumerate(texts)))}  # equal strings: one name
+    keep = np.array([op_filter is None or op_filter(t) for t in texts], dtype=np.bool_)
+    key = np.array([canon[t] for t in texts], dtype=np.int64)[inverse] if uniq.size else inverse
+    sel = keep[inverse] if uniq.size else np.zeros(0, dtype=np.bool_)
+    rank, key, ns = rank[sel], key[sel], ns[sel]
+    if key.size == 0:
+        return ()
+    total = np.zeros(uniq.size, dtype=np.int64)
+    np.add.at(total, key, ns)
+    first = np.full(uniq.size, key.size, dtype=np.int64)
+    np.minimum.at(first, key, np.arange(key.size, dtype=np.int64))
+    pair = np.unique(rank * uniq.size + key)
+    n_gaps = np.bincount(pair % uniq.size, minlength=uniq.size)
+    present = np.flatnonzero(first < key.size)
+    best = present[np.lexsort((first[present], -total[present]))][:5]
+    return tuple((texts[k], int(total[k]), int(n_gaps[k])) for k in best.tolist())
+
+
+def brief_context(tl: Timeline, gaps: Gaps, i: int, index: ThreadIndex) -> tuple[str, str, str]:
+    """(op before, Python line, open runtime call) of gap ``i``: :func:`gap_context`'s ``before``,
+    ``python_line`` and ``runtime_call``, read from the contexts computed for all gaps at once."""
+    if int(gaps.thread_lane[i]) < 0:
+        return "", "", ""
+    c = index.contexts(gaps)
+    before, runtime = int(c.before[i]), int(c.runtime[i])
+    return (tl.name_of(before) if before >= 0 else "", c.lines[int(c.line[i])], tl.name_of(runtime) if runtime >= 0 else "")
 
 
 def explaining_ops(tl: Timeline, gaps: Gaps, index: ThreadIndex) -> I64:

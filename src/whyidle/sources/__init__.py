@@ -95,7 +95,9 @@ def _load(p: Path, step_pattern: str | None, jobs: int, read_ahead: ReadAhead | 
     )
 
     if looks_like_kineto(raw[:64]) or p.name.endswith(_TRACE_SUFFIXES):
-        return load_kineto(p, raw, jobs)
+        box = [raw]  # the reader frees the text once decoded: no reference may stay here
+        del raw
+        return load_kineto(p, box, jobs)
     from whyidle.sources.counters import counter_timeline, looks_like_counter_log
 
     if looks_like_counter_log(raw[:8192]):

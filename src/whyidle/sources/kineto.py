@@ -95,8 +95,13 @@ _FLOAT_TIME_RE = re.compile(rb'"(?:ts|dur)"\s*:\s*-?(\d+)\.(\d+)')
 # float64 has 53 bits: microsecond values below this keep every nanosecond through x * 1000.
 _EXACT_FLOAT_US = 2**53 // 1000 // 4
 
-def load_kineto(path: Path, raw: bytes, jobs: int = 1) -> Timeline:
-    """Parse a Kineto trace already read into ``raw`` (decompressed)."""
+def load_kineto(path: Path, raw: bytes | list[bytes], jobs: int = 1) -> Timeline:
+    """Parse a Kineto trace already read into ``raw`` (decompressed).
+
+    ``raw`` may be a one-element list that the caller holds no other reference to: the text is
+    then taken out of it and freed as soon as the events are decoded, before the columns are
+    sorted (on the 50 MB generated benchmark trace, that text and its slices are 70 MB).
+    """
     return parse_kineto(raw, path=str(path), jobs=jobs)
 
 
@@ -138,28 +143,31 @@ def _fraction_style(texts: list[str]) -> str:
     return "unpadded_ns" if (short and trail0 and not lead0) else "decimal"
 
 
-def parse_kineto(raw: bytes, path: str = "<memory>", jobs: int = 1) -> Timeline:
+def parse_kineto(raw: bytes | list[bytes], path: str = "<memory>", jobs: int = 1) -> Timeline:
     """The Timeline of a Kineto trace held in memory.
 
     ``jobs`` >= 2: a forked child decodes batches beside this process (see
     :mod:`whyidle.sources._twoway`; Linux with two cores, else one process). Forking is the
     caller's choice: do not ask for it in a process whose other threads hold native locks.
     """
-    texts, big = _sample_fractions(raw)
+    box = raw if isinstance(raw, list) else [raw]
+    del raw
+    texts, big = _sample_fractions(box[0])
     style = _fraction_style(texts)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of fresh objects, none cyclic: the collector would only rescan them
     try:
-        return _parse(raw, path, style, exact=big or style == "unpadded_ns", jobs=jobs)
+        return _parse(box, path, style, exact=big or style == "unpadded_ns", jobs=jobs)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _parse(raw: bytes, path: str, style: str, exact: bool, jobs: int = 1) -> Timeline:
+def _parse(box: list[bytes], path: str, style: str, exact: bool, jobs: int = 1) -> Timeline:
     """Decode the event array as raw slices, then in batches, so that only one batch of
-    decoded events is alive at a time (the decoded objects take about twice the text)."""
-    events, doc = _split(raw, path)
+    decoded events is alive at a time (the decoded objects take about twice the text).
+    The text (``box``'s one element) is let go of once every batch is decoded."""
+    events, doc = _split(box.pop(), path)
     if not events:
         raise TraceFormatError(path, "has an empty 'traceEvents' list; expected profiler events")
     decoder = _EXACT_BATCH_DECODER if exact else _BATCH_DECODER
@@ -188,6 +196,7 @@ def _parse(raw: bytes, path: str, style: str, exact: bool, jobs: int = 1) -> Tim
     else:
         for k in range(n):
             cols.merge(batch_columns(k))
+    events.clear()  # the slices hold the text: both go here, before the columns are sorted
     return cols.finish(doc)
 
 
@@ -236,4 +245,5 @@ def _split(raw: bytes, path: str) -> tuple[list[msgspec.Raw], Any]:
         return doc, None
     if doc.traceEvents is None:
         raise TraceFormatError(path, "is a JSON object without a 'traceEvents' list; expected a PyTorch profiler trace")
-    return doc.traceEvents, doc
+    events, doc.traceEvents = doc.traceEvents, None  # the caller frees them when it is done
+    return events, doc

@@ -10,21 +10,28 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from decimal import Decimal, InvalidOperation
+from itertools import compress, repeat
+from operator import attrgetter, eq
 from typing import Any
 
 import msgspec
 import numpy as np
 
 from whyidle.errors import TraceFormatError
+from whyidle.sources.kineto_values import (
+    MAX_TIME_NS,
+    MAX_WORLD_SIZE,
+    _as_int,
+    _base_ns,
+    _dims_many,
+    _floats,
+    _floats_or_nan,
+    _int_or,
+    _to_ns,
+)
+from whyidle.sources.kineto_values import _Num as _Num  # kineto.py imports it from here
 from whyidle.timeline.build import TimelineBuilder
 from whyidle.timeline.model import Kind, LaneKind, Timeline, TimelineMeta
-
-
-class _Num(str):
-    """The source text of a JSON float (a str subclass, so it is told apart from JSON strings)."""
-
-    __slots__ = ()
 
 
 # Category (case-insensitive) -> Kind. "step" is resolved by name.
@@ -67,160 +74,6 @@ _DEVICE_KINDS = {Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION, Kin
 _STREAM_RE = re.compile(r"(\d+)\s*$")
 
 
-# Times in microseconds must stay within this magnitude so that nanoseconds, plus a base time and
-# a duration, fit int64 (2**62 ns is 146 years: epoch microseconds today are 1.7e15 of 4.6e15).
-MAX_TIME_NS = 2**62
-_MAX_US = MAX_TIME_NS // 1000
-# The largest world size believed: 2**24 ranks is 100x the largest training jobs reported (about
-# 100k GPUs); a larger distributedInfo.world_size is a damaged or hostile file.
-MAX_WORLD_SIZE = 1 << 24
-
-
-def _time_range_error(path: str, what: str, v: Any) -> TraceFormatError:
-    text = str(v)
-    shown = text if len(text) <= 40 else text[:40] + "..."
-    return TraceFormatError(path, f"has a {what} of {shown} microseconds, too large to be a time (more than {_MAX_US:.2e}); expected microseconds")
-
-
-def _to_ns(values: list[Any], style: str, path: str, what: str) -> np.ndarray:
-    """Microsecond values (int, float, float text) -> int64 nanoseconds.
-
-    Values beyond :data:`MAX_TIME_NS` are refused (never wrapped into negative times)."""
-    n = len(values)
-    if n == 0:
-        return np.empty(0, dtype=np.int64)
-    # Fast path: numpy infers int64 only when every value is a Python int (the typed decoder
-    # admits no bools). Anything else (floats, float texts, strings) takes the careful path.
-    try:
-        guess = np.asarray(values)
-    except (ValueError, OverflowError):
-        guess = np.empty(0)
-    if guess.dtype == np.int64 and guess.shape == (n,):
-        lo, hi = int(guess.min()), int(guess.max())
-        if hi > _MAX_US or lo < -_MAX_US:
-            raise _time_range_error(path, what, hi if hi > _MAX_US else lo)
-        return guess * 1000
-    is_int = np.fromiter((type(v) is int for v in values), dtype=np.bool_, count=n)
-    is_float = np.fromiter((type(v) is float for v in values), dtype=np.bool_, count=n)
-    if (is_int | is_float).all():
-        out = np.empty(n, dtype=np.int64)
-        ints = [v for v in values if type(v) is int]
-        for v in ints:
-            if not -_MAX_US <= v <= _MAX_US:
-                raise _time_range_error(path, what, v)
-        out[is_int] = np.asarray(ints, dtype=np.int64) * 1000
-        fl = np.asarray([v for v in values if type(v) is float], dtype=np.float64)
-        if not np.isfinite(fl).all():
-            raise TraceFormatError(path, f"has a {what} that is not a finite number")
-        if fl.size and float(np.abs(fl).max()) > _MAX_US:
-            raise _time_range_error(path, what, float(np.abs(fl).max()))
-        out[is_float] = np.rint(fl * 1000.0).astype(np.int64)
-        return out
-    out = np.empty(n, dtype=np.int64)
-    for i, v in enumerate(values):
-        if type(v) is int:
-            if not -_MAX_US <= v <= _MAX_US:
-                raise _time_range_error(path, what, v)
-            out[i] = v * 1000
-        elif type(v) is _Num:
-            dot = v.find(".")
-            if dot >= 0 and "e" not in v and "E" not in v:
-                whole = v[:dot] or "0"
-                frac = v[dot + 1 :]
-                neg = whole.startswith("-")
-                if style == "unpadded_ns":
-                    ns = int(frac) if frac else 0
-                else:
-                    digits = (frac + "000")[:3]
-                    ns = int(digits)
-                    if len(frac) > 3 and frac[3] >= "5":
-                        ns += 1
-                if len(whole) > 19 or not -_MAX_US <= int(whole) <= _MAX_US:
-                    raise _time_range_error(path, what, v)
-                w = int(whole)
-                out[i] = w * 1000 - ns if neg else w * 1000 + ns
-            else:
-                try:
-                    d = Decimal(v)
-                except InvalidOperation:
-                    raise TraceFormatError(path, f"has a non-numeric {what} {v!r}") from None
-                if not d.is_finite():
-                    raise TraceFormatError(path, f"has a {what} that is not a finite number ({v[:40]})")
-                if abs(d) > _MAX_US:
-                    raise _time_range_error(path, what, v)
-                out[i] = int((d * 1000).to_integral_value())
-        elif v is None:
-            raise TraceFormatError(path, f"has a complete event without a {what}; expected a number of microseconds")
-        elif type(v) is bool:
-            raise TraceFormatError(path, f"has a {what} that is a boolean ({v}); expected a number of microseconds")
-        else:
-            raise TraceFormatError(path, f"has a {what} that is a {type(v).__name__} ({str(v)[:40]!r}); expected a number of microseconds")
-    return out
-
-
-_I64 = 2**63
-
-
-def _as_int(v: Any, default: int = -1) -> int:
-    """``v`` as an int64 value: ints and numeric texts; anything else (or out of range) is ``default``."""
-    if type(v) is int:
-        return v if -_I64 <= v < _I64 else default
-    if isinstance(v, str):
-        try:
-            f = float(v)
-        except ValueError:
-            return default
-        if not -_I64 <= f < _I64:  # also inf and nan
-            return default
-        return int(f)
-    return default
-
-
-def _floats(v: Any) -> Any:
-    """``v`` with float texts (_Num, from a decoder's float hook) turned back into floats."""
-    if type(v) is _Num:
-        try:
-            return float(v)
-        except ValueError:  # pragma: no cover - _Num is always a JSON number
-            return v
-    if isinstance(v, dict):
-        return {k: _floats(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_floats(x) for x in v]
-    return v
-
-
-def _base_ns(path: str, v: Any) -> int:
-    """``baseTimeNanoseconds`` as an int, read the same by both readers whatever its JSON form
-    (integer, float, float text, numeric string); 0 when absent or not a number."""
-    if type(v) is bool:
-        return 0
-    if type(v) is int:
-        n = v
-    elif isinstance(v, (float, str)):  # _Num (exact float text) is a str
-        try:
-            d = Decimal(str(v).strip())
-        except InvalidOperation:
-            return 0
-        if not d.is_finite():
-            raise TraceFormatError(path, f"has a 'baseTimeNanoseconds' that is not a finite number ({str(v)[:40]})")
-        n = int(d.to_integral_value())
-    else:
-        return 0
-    if not -MAX_TIME_NS < n < MAX_TIME_NS:
-        raise TraceFormatError(path, f"has a 'baseTimeNanoseconds' of {str(v)[:40]}, too large to be a time (more than {MAX_TIME_NS:.2e} ns)")
-    return n
-
-
-def _as_float(v: Any) -> float:
-    if v is None:
-        return float("nan")
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return float("nan")
-
-
 def _mtia_device_events(xs: list[Any], kind: np.ndarray) -> list[Any]:
     """MTIA device events as work where they are work: their kinds (in place) and their names.
 
@@ -250,21 +103,6 @@ def _stream_of(e: Any, a: Any) -> str:
         return str(_as_int(a.stream, 0))
     m = _STREAM_RE.search(str(e.tid))
     return m.group(1) if m else str(e.tid)
-
-
-def _dims(v: Any) -> int:
-    """A launch dimension ([x, y, z] in Kineto's 'grid' and 'block') as its product; -1 if unknown."""
-    if type(v) is list and v and all(type(x) is int and x > 0 for x in v):
-        out = 1
-        for x in v:
-            out *= x
-        return out
-    return -1
-
-
-def _int_or(values: list[Any], default: int) -> np.ndarray:
-    """int64 ids and sizes; a value that is not an int64 number counts as unknown (``default``)."""
-    return np.array([v if type(v) is int and -_I64 <= v < _I64 else (_as_int(v, default) if v is not None else default) for v in values], dtype=np.int64)
 
 
 # Per-name flags (step marker, collective kernel), computed once per distinct name per process:
@@ -303,57 +141,55 @@ class _Local(msgspec.Struct):
     cols: dict[str, np.ndarray]
 
 
-def _local_columns(events: list[Any], style: str, path: str) -> _Local:
-    """Columns of one batch of decoded events, as kineto._parse computes them."""
-    seen_ph = any(isinstance(e.ph, str) for e in events[:1000])
-    thread_names = [
-        (str(e.pid), str(e.tid), e.args.name)
-        for e in events
-        if e.ph == "M" and e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str)
-    ]
-    xs = [e for e in events if e.ph == "X"]
-    unknown: dict[str, int] = {}
-    empty = _Local(len(events), seen_ph, bool(xs), thread_names, unknown, [], [], [], 0, {})
-    if not xs:
-        return empty
-    cats = [e.cat if isinstance(e.cat, str) or e.cat is None else repr(e.cat) for e in xs]  # a list or dict cannot be a key
+_GET = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")}
+_ARG = {f: attrgetter(f) for f in ("correlation", "blocks_per_sm", "occupancy", "bytes", "grid", "block", "call_stack", "input_dims")}
+_STR_OR_NONE = {str, type(None)}
+
+
+def _field(items: list[Any], get: attrgetter[Any]) -> list[Any]:
+    """One attribute of every item, in one C-level pass (``None`` for a missing item)."""
+    if None in items:
+        return [None if x is None else get(x) for x in items]
+    return list(map(get, items))
+
+
+def _intern(values: list[Any]) -> tuple[dict[Any, int], list[Any]]:
+    """(value -> id in first-seen order, the values' ids); dict.fromkeys keeps the loop in C."""
+    ids: dict[Any, int] = dict.fromkeys(values, 0)
+    for i, k in enumerate(ids):
+        ids[k] = i
+    return ids, list(map(ids.__getitem__, values))
+
+
+def _kinds(xs: list[Any], unknown: dict[str, int]) -> tuple[list[Any], np.ndarray, bool]:
+    """The complete events of categories whyidle reads, their kinds, and whether any is MTIA's.
+
+    Counts the categories it does not read into ``unknown`` (first-seen order)."""
+    cats = list(map(_GET["cat"], xs))
+    if not set(map(type, cats)) <= _STR_OR_NONE:  # a list or dict cannot be a key
+        cats = [c if isinstance(c, str) or c is None else repr(c) for c in cats]
     cat_kind: dict[Any, int] = {}
     for c in dict.fromkeys(cats):
         ck = _CATEGORIES.get(c.lower() if isinstance(c, str) else "")
         cat_kind[c] = int(ck) if ck is not None else -1
-    kind_all = np.fromiter((cat_kind[c] for c in cats), dtype=np.int16, count=len(cats))
+    kind_all = np.fromiter(map(cat_kind.__getitem__, cats), dtype=np.int16, count=len(cats))
     for c, k in cat_kind.items():
         if k == -1 and not (isinstance(c, str) and c.lower() in _IGNORED):
             unknown[str(c)] = unknown.get(str(c), 0) + cats.count(c)
     keep = np.flatnonzero(kind_all >= 0)
     if keep.size != len(xs):
         xs = [xs[i] for i in keep]
-    if not xs:
-        return empty
-    kind = kind_all[keep].astype(np.int8)
-    n = len(xs)
-    # Interning by dict.setdefault inside one comprehension keeps the per-event work in C. Ids
-    # are handed out in first-seen order, so the running maximum rises exactly at first uses.
     mtia = any(isinstance(c, str) and c.lower() == "mtia_ccp_events" for c in cat_kind)
-    event_names = _mtia_device_events(xs, kind) if mtia else [e.name for e in xs]
-    name_ids_of: dict[Any, int] = {}
+    return xs, kind_all[keep].astype(np.int8), mtia
+
+
+def _lanes(xs: list[Any], args: list[Any], is_device: np.ndarray) -> tuple[np.ndarray, list[tuple[bool, int, str, str, str]]]:
+    """Batch-local lane of each event, and each lane's key (device?, device, pid, stream/tid, '')."""
+    pids, tids = list(map(_GET["pid"], xs)), list(map(_GET["tid"], xs))
     try:
-        name_list = [name_ids_of.setdefault(nm, len(name_ids_of)) for nm in event_names]
-    except TypeError:  # a name that is not a string (a list?): intern its text
-        name_ids_of.clear()
-        name_list = [name_ids_of.setdefault(str(nm), len(name_ids_of)) for nm in event_names]
-    name_ids = np.array(name_list, dtype=np.int32)
-    names = [nm if isinstance(nm, str) else str(nm) for nm in name_ids_of]
-    is_device = np.isin(kind, [int(k) for k in _DEVICE_KINDS])
-    args = [e.args for e in xs]
-    lane_of: dict[tuple[Any, Any, bool], int] = {}
-    keys = zip([e.pid for e in xs], [e.tid for e in xs], is_device.tolist())
-    try:
-        lane_list = [lane_of.setdefault(k, len(lane_of)) for k in keys]
+        lane_of, lane_list = _intern(list(zip(pids, tids, is_device.tolist())))
     except TypeError:  # a pid or tid that is not a scalar
-        lane_of.clear()
-        keys = zip([str(e.pid) for e in xs], [str(e.tid) for e in xs], is_device.tolist())
-        lane_list = [lane_of.setdefault(k, len(lane_of)) for k in keys]
+        lane_of, lane_list = _intern(list(zip(map(str, pids), map(str, tids), is_device.tolist())))
     lane = np.array(lane_list, dtype=np.int32)
     first_row = np.flatnonzero(np.diff(np.maximum.accumulate(lane), prepend=-1))
     lane_keys: list[tuple[bool, int, str, str, str]] = []
@@ -364,59 +200,102 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
             lane_keys.append((True, dev, str(pid), _stream_of(e, a), ""))
         else:
             lane_keys.append((False, -1, str(pid), str(tid), ""))
-    step_names, coll_names = _name_flags(names)
-    host_range = (kind == int(Kind.CPU_OP)) | (kind == int(Kind.ANNOTATION))
-    kind[host_range & step_names[name_ids]] = int(Kind.STEP)
-    kind[(kind == int(Kind.KERNEL)) & coll_names[name_ids]] = int(Kind.COLLECTIVE)
-    start_ns = _to_ns([e.ts for e in xs], style, path, "timestamp 'ts'")
-    dur_ns = _to_ns([0 if e.dur is None else e.dur for e in xs], style, path, "duration 'dur'")
-    negative = int((dur_ns < 0).sum())
-    if negative:
-        dur_ns = np.maximum(dur_ns, 0)
-    corr = _int_or([a.correlation if a is not None else None for a in args], -1)
-    dev_idx = np.flatnonzero(is_device).tolist()
-    bps = np.full(n, np.nan, dtype=np.float32)
-    occ = np.full(n, np.nan, dtype=np.float32)
-    nbytes = np.full(n, -1, dtype=np.int64)
-    grid = np.full(n, -1, dtype=np.int64)
-    block = np.full(n, -1, dtype=np.int32)
-    if dev_idx:
-        dargs = [args[i] for i in dev_idx]
-        bps[dev_idx] = [_as_float(a.blocks_per_sm) if a is not None else np.nan for a in dargs]
-        occ[dev_idx] = [_as_float(a.occupancy) if a is not None else np.nan for a in dargs]
-        nbytes[dev_idx] = _int_or([a.bytes if a is not None else None for a in dargs], -1)
-        grid[dev_idx] = [_dims(a.grid) if a is not None else -1 for a in dargs]
-        block[dev_idx] = [_dims(a.block) if a is not None else -1 for a in dargs]
-    host_idx = np.flatnonzero(~is_device).tolist()
+    return lane, lane_keys
+
+
+def _device_columns(args: list[Any], is_device: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    """Kernel and copy columns (blocks per SM, occupancy, bytes, grid, block); unknown elsewhere."""
+    cols: dict[str, np.ndarray] = {
+        "blocks_per_sm": np.full(n, np.nan, dtype=np.float32),
+        "occupancy": np.full(n, np.nan, dtype=np.float32),
+        "nbytes": np.full(n, -1, dtype=np.int64),
+        "grid": np.full(n, -1, dtype=np.int64),
+        "block": np.full(n, -1, dtype=np.int32),
+    }
+    dev_idx = np.flatnonzero(is_device)
+    if dev_idx.size:
+        dargs = [args[i] for i in dev_idx.tolist()]
+        cols["blocks_per_sm"][dev_idx] = _floats_or_nan(_field(dargs, _ARG["blocks_per_sm"]))
+        cols["occupancy"][dev_idx] = _floats_or_nan(_field(dargs, _ARG["occupancy"]))
+        cols["nbytes"][dev_idx] = _int_or(_field(dargs, _ARG["bytes"]), -1)
+        cols["grid"][dev_idx] = _dims_many(_field(dargs, _ARG["grid"]))
+        block = _dims_many(_field(dargs, _ARG["block"]))
+        cols["block"][dev_idx] = block.tolist() if block.size and int(block.max()) > 2**31 - 1 else block  # out of range: numpy's error
+    return cols
+
+
+def _host_columns(args: list[Any], is_device: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(stack id, leading input dimension) of host events; -1 elsewhere. And the batch's stacks."""
     stack = np.full(n, -1, dtype=np.int32)
     shape0 = np.full(n, -1, dtype=np.int64)
-    stacks: list[str] = []
-    if host_idx:
-        stack_of: dict[str, int] = {}
-        hargs = [args[i] for i in host_idx]
-        stack[host_idx] = [
-            stack_of.setdefault(st, len(stack_of)) if a is not None and type(st := a.call_stack) is str and st else -1 for a in hargs
-        ]
-        stacks = list(stack_of)
-        # The leading dimension of the first input ("Input Dims": [[32, 3, 224, 224], ...]).
+    host_idx = np.flatnonzero(~is_device).tolist()
+    if not host_idx:
+        return stack, shape0, []
+    stack_of: dict[str, int] = {}
+    hargs = [args[i] for i in host_idx]
+    if set(map(type, _field(hargs, _ARG["call_stack"]))) != {type(None)}:  # else none has a stack
+        stack[host_idx] = [stack_of.setdefault(st, len(stack_of)) if a is not None and type(st := a.call_stack) is str and st else -1 for a in hargs]
+    # The leading dimension of the first input ("Input Dims": [[32, 3, 224, 224], ...]).
+    if set(map(type, _field(hargs, _ARG["input_dims"]))) != {type(None)}:
         shape0[host_idx] = [
             d0[0] if a is not None and type(d := a.input_dims) is list and d and type(d0 := d[0]) is list and d0 and type(d0[0]) is int else -1
             for a in hargs
         ]
+    return stack, shape0, list(stack_of)
+
+
+def _local_columns(events: list[Any], style: str, path: str) -> _Local:
+    """Columns of one batch of decoded events, as kineto._parse computes them."""
+    phs = list(map(_GET["ph"], events))
+    seen_ph = any(isinstance(p, str) for p in phs[:1000])
+    thread_names = []
+    if "M" in phs:
+        thread_names = [
+            (str(e.pid), str(e.tid), e.args.name)
+            for e in compress(events, map(eq, phs, repeat("M")))
+            if e.name == "thread_name" and e.args is not None and isinstance(e.args.name, str)
+        ]
+    xs = list(compress(events, map(eq, phs, repeat("X"))))
+    unknown: dict[str, int] = {}
+    empty = _Local(len(events), seen_ph, bool(xs), thread_names, unknown, [], [], [], 0, {})
+    if not xs:
+        return empty
+    xs, kind, mtia = _kinds(xs, unknown)
+    if not xs:
+        return empty
+    # Ids are handed out in first-seen order, so the running maximum rises exactly at first uses.
+    event_names = _mtia_device_events(xs, kind) if mtia else list(map(_GET["name"], xs))
+    try:
+        name_ids_of, name_list = _intern(event_names)
+    except TypeError:  # a name that is not a string (a list?): intern its text
+        name_ids_of, name_list = _intern(list(map(str, event_names)))
+    name_ids = np.array(name_list, dtype=np.int32)
+    names = [nm if isinstance(nm, str) else str(nm) for nm in name_ids_of]
+    is_device = np.isin(kind, [int(k) for k in _DEVICE_KINDS])
+    args = list(map(_GET["args"], xs))
+    lane, lane_keys = _lanes(xs, args, is_device)
+    step_names, coll_names = _name_flags(names)
+    host_range = (kind == int(Kind.CPU_OP)) | (kind == int(Kind.ANNOTATION))
+    kind[host_range & step_names[name_ids]] = int(Kind.STEP)
+    kind[(kind == int(Kind.KERNEL)) & coll_names[name_ids]] = int(Kind.COLLECTIVE)
+    start_ns = _to_ns(list(map(_GET["ts"], xs)), style, path, "timestamp 'ts'")
+    durs = list(map(_GET["dur"], xs))
+    dur_ns = _to_ns([0 if d is None else d for d in durs] if None in durs else durs, style, path, "duration 'dur'")
+    negative = int((dur_ns < 0).sum())
+    if negative:
+        dur_ns = np.maximum(dur_ns, 0)
+    n = len(xs)
+    stack, shape0, stacks = _host_columns(args, is_device, n)
     cols = {
         "start_ns": start_ns,
         "end_ns": start_ns + dur_ns,  # base time is added at the end
         "lane": lane,
         "kind": kind,
         "name": name_ids,
-        "corr": corr,
+        "corr": _int_or(_field(args, _ARG["correlation"]), -1),
         "stack": stack,
         "shape0": shape0,
-        "blocks_per_sm": bps,
-        "occupancy": occ,
-        "nbytes": nbytes,
-        "grid": grid,
-        "block": block,
+        **_device_columns(args, is_device, n),
     }
     return _Local(len(events), seen_ph, True, thread_names, unknown, names, lane_keys, stacks, negative, cols)
 
@@ -532,4 +411,4 @@ class _Columns:
         if total:
             listed = ", ".join(f"{k} ({v})" for k, v in self.unknown.most_common(5))
             meta.quality.append(f"{total} events of categories whyidle does not use were ignored: {listed}")
-        return b.build()
+        return b.build(consume=True)

@@ -8,7 +8,27 @@ import numpy as np
 
 from whyidle.timeline.model import Kind, Lane, LaneKind, Timeline, TimelineMeta
 
-__all__ = ["TimelineBuilder"]
+__all__ = ["TimelineBuilder", "start_order"]
+
+
+def start_order(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Row order by start, longest first on ties, so enclosing ranges precede what they enclose.
+
+    The same as ``np.lexsort((start - end, start))``, faster: a stable sort by start alone (its
+    merge sort runs through the long sorted stretches of a trace), then only the rows that share
+    a start with another are ordered by duration.
+    """
+    order = np.argsort(start, kind="stable")
+    s = start[order]
+    tie = s[1:] == s[:-1]
+    if tie.any():
+        in_tie = np.zeros(s.size, dtype=np.bool_)
+        in_tie[1:] |= tie
+        in_tie[:-1] |= tie
+        at = np.flatnonzero(in_tie)
+        rows = order[at]
+        order[at] = rows[np.lexsort((start[rows] - end[rows], s[at]))]
+    return order
 
 
 class TimelineBuilder:
@@ -121,7 +141,13 @@ class TimelineBuilder:
                 chunk[c] = np.full(n, value, dtype=dtype)
         self._chunks.append(chunk)
 
-    def build(self) -> Timeline:
+    def build(self, consume: bool = False) -> Timeline:
+        """The Timeline, rows sorted by start (longest first on ties).
+
+        Memory: one column is gathered at a time. ``consume=True`` also lets go of each gathered
+        column's chunks at once (the builder is empty afterwards), so the chunks and the sorted
+        columns are never held whole side by side.
+        """
         dtypes = {
             "start_ns": np.int64,
             "end_ns": np.int64,
@@ -137,17 +163,20 @@ class TimelineBuilder:
             "grid": np.int64,
             "block": np.int32,
         }
-        parts: dict[str, list[np.ndarray]] = {c: [] for c in Timeline.COLUMNS}
+        chunks = list(self._chunks)
         if self._rows["start_ns"]:
-            for c in Timeline.COLUMNS:
-                parts[c].append(np.asarray(self._rows[c], dtype=dtypes[c]))
-        for chunk in self._chunks:
-            for c in Timeline.COLUMNS:
-                parts[c].append(chunk[c].astype(dtypes[c], copy=False))
-        cols = {
-            c: (np.concatenate(parts[c]) if parts[c] else np.empty(0, dtype=dtypes[c])) for c in Timeline.COLUMNS
-        }
-        # Sort by start, longest first on ties, so enclosing ranges precede what they enclose.
-        order = np.lexsort((-(cols["end_ns"] - cols["start_ns"]), cols["start_ns"]))
-        cols = {c: v[order] for c, v in cols.items()}
+            chunks.insert(0, {c: np.asarray(self._rows[c], dtype=dtypes[c]) for c in Timeline.COLUMNS})
+        if consume:
+            self._chunks, self._rows = [], {c: [] for c in Timeline.COLUMNS}
+
+        def column(c: str) -> np.ndarray:
+            parts = [(chunk.pop(c) if consume else chunk[c]).astype(dtypes[c], copy=False) for chunk in chunks]
+            return np.concatenate(parts) if parts else np.empty(0, dtype=dtypes[c])
+
+        start, end = column("start_ns"), column("end_ns")
+        order = start_order(start, end)
+        cols = {"start_ns": start[order], "end_ns": end[order]}
+        del start, end
+        for c in Timeline.COLUMNS[2:]:
+            cols[c] = column(c)[order]
         return Timeline(**cols, lanes=list(self._lanes), strings=list(self._strings), meta=self.meta)

@@ -1,0 +1,207 @@
+"""The out-of-core Kineto reader's batches: where to cut the event array, and decoding the pieces.
+
+See :mod:`whyidle.sources.kineto_stream` for how a cut is proved (a batch that decodes as a JSON
+list of whole events). :class:`_Batches` decodes them in order, in this process or in a pool of
+worker processes; :func:`_decode_local` runs in the workers.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import deque
+from typing import Any
+
+import msgspec
+
+from whyidle.errors import TraceFormatError
+from whyidle.sources.kineto import _BATCH_DECODER, _EXACT_BATCH_DECODER, NESTED_TOO_DEEP
+from whyidle.sources.kineto_columns import _Columns, _Local, _local_columns
+
+_WS = b" \t\r\n"
+
+
+_BAD_CUT = "bad cut"
+
+
+def _read_at(path: str, offset: int, length: int) -> bytearray:
+    """``"[" + file[offset:offset + length] + "]"``, read straight into one buffer."""
+    out = bytearray(length + 2)
+    out[0], out[-1] = 0x5B, 0x5D
+    with open(path, "rb") as f:
+        f.seek(offset)
+        got = f.readinto(memoryview(out)[1:-1])
+    if got != length:
+        raise OSError(f"{path} changed while it was read")
+    return out
+
+
+def _decode_at(path: str, offset: int, length: int, exact: bool, style: str) -> _Local | str:
+    """A worker reads its batch from a plain file itself: only offsets cross the pipe."""
+    return _decode_local(_read_at(path, offset, length), exact, style, path)
+
+
+def _decode_local(text: bytes | bytearray, exact: bool, style: str, path: str) -> _Local | str:
+    """Decode one batch ``[...]`` into columns (runs in worker processes too).
+
+    Returns :data:`_BAD_CUT` when the text is not whole events (the cut was wrong) and an error
+    message (str) for a trace that is not a profiler trace.
+    """
+    gc.disable()
+    try:
+        try:
+            events = (_EXACT_BATCH_DECODER if exact else _BATCH_DECODER).decode(text)
+        except msgspec.ValidationError as exc:
+            msg = str(exc)
+            if ".ts`" in msg or ".dur`" in msg:
+                return "has a time that is not a number; expected microseconds"
+            return f"is JSON but not a Chrome/Kineto trace ({msg})"
+        except msgspec.DecodeError:
+            return _BAD_CUT
+        except RecursionError:
+            return NESTED_TOO_DEEP
+        try:
+            return _local_columns(events, style, path)
+        except TraceFormatError as exc:
+            return str(exc.args[0]) if exc.args else "has an event that cannot be read"
+    finally:
+        gc.enable()
+
+
+def _skip_ws(buf: bytes | bytearray, i: int) -> int:
+    n = len(buf)
+    while i < n and buf[i] in _WS:
+        i += 1
+    return i
+
+
+_EVENT_KEYS = (b'"ph"', b'"cat"', b'"name"', b'"pid"', b'"tid"', b'"ts"', b'"dur"', b'"args"', b'"id"')
+
+
+def _cut(buf: bytearray, lo: int, hi: int) -> int:
+    """Candidate end (exclusive) of the last whole event in ``buf[lo:hi]``.
+
+    A '}' then ',' then '{' opening an object whose first key is an event field ("ph", "name",
+    ...); failing that anywhere in the range, any '}' ',' '{'.
+    """
+    c = _find_cut(buf, lo, hi, True)
+    return c if c >= 0 else _find_cut(buf, lo, hi, False)
+
+
+def _find_cut(buf: bytearray, lo: int, hi: int, strict: bool) -> int:
+    n = len(buf)
+    while True:
+        c = buf.rfind(b"}", lo, hi)
+        if c < 0:
+            return -1
+        j = _skip_ws(buf, c + 1)
+        if j < n and buf[j] == 0x2C:  # ','
+            k = _skip_ws(buf, j + 1)
+            if k < n and buf[k] == 0x7B:  # '{'
+                if not strict:
+                    return c + 1
+                m = _skip_ws(buf, k + 1)
+                if buf.startswith(_EVENT_KEYS, m):
+                    return c + 1
+        hi = c
+
+
+class _Batches:
+    """Decodes batches in order, in this process or in a pool of worker processes.
+
+    Cuts are speculative with workers: a batch whose cut proves wrong (its text does not decode)
+    is joined with the next one, byte for byte, and decoded again.
+    """
+
+    def __init__(self, cols: _Columns, exact: bool, jobs: int) -> None:
+        self.cols = cols
+        self.exact = exact
+        self.pool: Any = None
+        # (future, payload "[...]" or (offset, length) in a plain file, separator after it)
+        self.pending: deque[tuple[Any, bytes | tuple[int, int], bytes]] = deque()
+        self.carry = b""
+        self.jobs = jobs
+        if jobs > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            from whyidle.sources._twoway import quiet_worker
+
+            self.pool = ProcessPoolExecutor(max_workers=jobs, initializer=quiet_worker)
+
+    def _check(self, res: _Local | str) -> _Local | None:
+        if isinstance(res, str):
+            if res == _BAD_CUT:
+                return None
+            raise TraceFormatError(self.cols.path, res)
+        return res
+
+    def decode_view(self, buf: bytearray, lo: int, hi: int) -> _Local | None:
+        """Decode ``buf[lo:hi]`` in this process with one copy (serial path, no carry)."""
+        with memoryview(buf) as mv:
+            return self._check(_decode_local(b"".join((b"[", mv[lo:hi], b"]")), self.exact, self.cols.style, self.cols.path))
+
+    def decode_now(self, text: bytes) -> _Local | None:
+        return self._check(_decode_local(b"[" + text + b"]", self.exact, self.cols.style, self.cols.path))
+
+    def submit(self, payload: bytes, sep: bytes) -> None:
+        """Decode ``payload`` ("[" + events text + "]") in a worker; ``sep`` is the text after it."""
+        if self.carry:
+            payload = b"".join((b"[", self.carry, memoryview(payload)[1:]))
+            self.carry = b""
+        fut = self.pool.submit(_decode_local, payload, self.exact, self.cols.style, self.cols.path)
+        self.pending.append((fut, payload, sep))
+        while len(self.pending) > 2 * self.jobs:
+            self._drain_one()
+
+    def submit_at(self, offset: int, length: int, sep: bytes) -> None:
+        """Decode ``length`` bytes at ``offset`` of the (plain) file in a worker."""
+        if self.carry:
+            self.submit(bytes(_read_at(self.cols.path, offset, length)), sep)
+            return
+        fut = self.pool.submit(_decode_at, self.cols.path, offset, length, self.exact, self.cols.style)
+        self.pending.append((fut, (offset, length), sep))
+        while len(self.pending) > 2 * self.jobs:
+            self._drain_one()
+
+    def _text(self, src: bytes | tuple[int, int]) -> bytes:
+        return src[1:-1] if isinstance(src, bytes) else bytes(_read_at(self.cols.path, *src)[1:-1])
+
+    def _drain_one(self) -> None:
+        fut, src, sep = self.pending.popleft()
+        loc = self._check(fut.result())
+        text = self._text(src) if loc is None else b""
+        while loc is None:  # a wrong cut: join with the next batch, byte for byte
+            if not self.pending:
+                self.carry = text + sep
+                return
+            nfut, nsrc, nsep = self.pending.popleft()
+            nfut.cancel()
+            text, sep = text + sep + self._text(nsrc), nsep
+            loc = self.decode_now(text)
+        self.cols.merge(loc)
+
+    def flush(self) -> bytes:
+        """Merge everything in flight; returns text carried over from a wrong last cut."""
+        while self.pending:
+            self._drain_one()
+        carry, self.carry = self.carry, b""
+        return carry
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+
+def _close(text: bytes, decode_now: Any) -> int:
+    """Position of the ']' closing the events array in ``text`` (all the remaining text).
+
+    Tried from the right: a longer prefix leaves trailing text and a shorter one is unbalanced,
+    so the first that decodes is the array's end; only the few ']' of the tail are tried.
+    """
+    hi = len(text)
+    while True:
+        q = text.rfind(b"]", 0, hi)
+        if q < 0:
+            return -1
+        if decode_now(text[:q]) is not None:
+            return q
+        hi = q
