@@ -73,7 +73,7 @@ def _findings() -> dict[str, int]:
     for path in sorted(SRC.rglob("*.py")):
         rel = path.relative_to(SRC).as_posix()
         for name, n in oversized(path.read_text(encoding="utf-8")):
-            found[f"{rel}:{name.rsplit('.', 1)[-1]}" if name else rel] = n
+            found[f"{rel}:{name}" if name else rel] = n
     return found
 
 
