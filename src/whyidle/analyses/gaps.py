@@ -46,7 +46,8 @@ import numpy as np
 import numpy.typing as npt
 
 from whyidle.analyses import causes as C
-from whyidle.analyses.hostops import HostSets, host_sets, is_launch_call, memcpy_direction
+from whyidle.analyses.calls import is_launch_call
+from whyidle.analyses.hostops import HostSets, host_sets, memcpy_direction
 from whyidle.analyses.hostwork import ContextSets
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
@@ -56,7 +57,7 @@ from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
 
-__all__ = ["Gaps", "find_gaps", "device_busy", "is_training"]
+__all__ = ["Gaps", "find_gaps", "is_training"]
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -106,15 +107,6 @@ def is_training(tl: Timeline) -> bool:
     return workload_kind(tl).training
 
 
-def device_busy(tl: Timeline, rows: I64, lo: int, hi: int) -> Intervals:
-    return Intervals.union_of(tl.start_ns[rows], tl.end_ns[rows]).clip(lo, hi)
-
-
-def _device_of_rows(tl: Timeline, rows: I64) -> I64:
-    dev_of_lane = np.array([ln.device for ln in tl.lanes], dtype=np.int64) if tl.lanes else np.zeros(0, dtype=np.int64)
-    return dev_of_lane[tl.lane[rows]] if rows.size else np.empty(0, dtype=np.int64)
-
-
 def _empty(workload: Workload, has_host: bool) -> Gaps:
     z = np.empty(0, dtype=np.int64)
     return Gaps(z, z, z, z, z, z, z, np.empty(0, dtype=np.bool_), np.zeros((0, len(C.CAUSES)), dtype=np.int64), workload.training, has_host, workload)
@@ -123,7 +115,7 @@ def _empty(workload: Workload, has_host: bool) -> Gaps:
 def _idle_intervals(tl: Timeline, links: Links, window: Window) -> tuple[I64, I64, I64, I64, I64]:
     """(gs, ge, device, next_row, launch_row) of every gap, device by device."""
     rows = links.device_rows
-    devices = _device_of_rows(tl, rows)
+    devices = tl.device_of(rows)
     parts = []
     for dev in unique_sorted(devices):
         sel = devices == dev
@@ -131,7 +123,7 @@ def _idle_intervals(tl: Timeline, links: Links, window: Window) -> tuple[I64, I6
         d_launch = links.launch_of[sel]
         order = np.argsort(tl.start_ns[d_rows], kind="stable")
         d_rows, d_launch = d_rows[order], d_launch[order]
-        busy = device_busy(tl, d_rows, window.start_ns, window.end_ns)
+        busy = tl.union(d_rows).clip(window.start_ns, window.end_ns)
         idle = busy.complement(window.start_ns, window.end_ns)
         if len(idle) == 0:
             continue

@@ -25,7 +25,6 @@ from whyidle.analyses.gaps import Gaps
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
 from whyidle.timeline.arrays import unique_sorted
-from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
 
 __all__ = ["BUSY_CLASSES", "DeviceStrip", "activity_strip"]
@@ -44,10 +43,6 @@ class DeviceStrip(msgspec.Struct, frozen=True):
     @property
     def bins(self) -> int:
         return int(self.edges_ns.size - 1)
-
-
-def _union(tl: Timeline, rows: I64) -> Intervals:
-    return Intervals.union_of(tl.start_ns[rows], tl.end_ns[rows])
 
 
 def _spread(gs: I64, ge: I64, amount: I64, points: I64) -> I64:
@@ -72,15 +67,14 @@ def activity_strip(tl: Timeline, links: Links, window: Window, gaps: Gaps, bins:
     n = int(min(bins, hi - lo))
     edges = lo + (np.arange(n + 1, dtype=np.int64) * (hi - lo)) // n
     rows = links.device_rows
-    dev_of_lane = np.array([ln.device for ln in tl.lanes], dtype=np.int64)
-    devices = dev_of_lane[tl.lane[rows]]
+    devices = tl.device_of(rows)
     out = []
     for dev in unique_sorted(devices):
         r = rows[devices == dev]
         k = tl.kind[r]
-        compute = _union(tl, r[k == int(Kind.KERNEL)]).clip(lo, hi)
-        comm = _union(tl, r[k == int(Kind.COLLECTIVE)]).clip(lo, hi)
-        copies = _union(tl, r[(k == int(Kind.MEMCPY)) | (k == int(Kind.MEMSET))]).clip(lo, hi)
+        compute = tl.union(r[k == int(Kind.KERNEL)]).clip(lo, hi)
+        comm = tl.union(r[k == int(Kind.COLLECTIVE)]).clip(lo, hi)
+        copies = tl.union(r[(k == int(Kind.MEMCPY)) | (k == int(Kind.MEMSET))]).clip(lo, hi)
         sets = (compute, comm - compute, copies - (compute | comm))
         busy = np.stack([np.diff(s.covered_before(edges)) for s in sets], axis=1).astype(np.int64)
         sel = gaps.device == dev

@@ -34,7 +34,6 @@ from whyidle.config import Config
 from whyidle.findings.model import Evidence, Finding, Fix
 from whyidle.findings.rules import Analyses
 from whyidle.timeline.arrays import unique_sorted
-from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind
 from whyidle.units import format_ms
 
@@ -62,7 +61,7 @@ def _overlap_per_gap(a: Analyses, rows: I64, lo: I64, hi: I64) -> I64:
         r = rows[tl.lane[rows] == lane]
         if r.size == 0:
             continue
-        iv = Intervals.union_of(tl.start_ns[r], tl.end_ns[r])
+        iv = tl.union(r)
         out[sel] = iv.overlap(lo[sel], hi[sel])
     return out
 

@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from whyidle.timeline.arrays import unique_inverse
+from whyidle.timeline.intervals import Intervals
 
 __all__ = ["Kind", "LaneKind", "Lane", "TimelineMeta", "Timeline", "OFF_CPU"]
 
@@ -200,6 +201,20 @@ class Timeline(msgspec.Struct):
     def lane_mask(self, predicate: Any) -> npt.NDArray[np.bool_]:
         table = np.fromiter((bool(predicate(ln)) for ln in self.lanes), dtype=np.bool_, count=len(self.lanes))
         return table[self.lane] if self.lanes else np.zeros(len(self), dtype=np.bool_)
+
+    def device_of(self, rows: I64 | None = None) -> I64:
+        """The device of each row's lane (all rows when ``rows`` is None): the GPU index for a
+        stream, -1 for a CPU thread."""
+        n = len(self) if rows is None else rows.size
+        if n == 0 or not self.lanes:
+            return np.full(n, -1, dtype=np.int64)
+        dev_of_lane = np.array([ln.device if ln.kind is LaneKind.GPU_STREAM else -1 for ln in self.lanes], dtype=np.int64)
+        return dev_of_lane[self.lane if rows is None else self.lane[rows]]
+
+    def union(self, rows: I64 | npt.NDArray[np.bool_]) -> Intervals:
+        """The union of the rows' intervals (row numbers or a mask): for device work, the time the
+        device was busy."""
+        return Intervals.union_of(self.start_ns[rows], self.end_ns[rows])
 
     def take(self, rows: npt.NDArray[np.bool_] | npt.NDArray[np.int64]) -> Timeline:
         """A timeline of the selected rows (same lanes, strings and metadata)."""
