@@ -48,7 +48,17 @@ class UnsupportedInputError(InputError):
 
 
 class UsageError(WhyidleError):
-    """Options that contradict each other or select nothing."""
+    """Options that contradict each other or select nothing.
+
+    ``field`` is the option the message is about, named as the library names it (a
+    :class:`~whyidle.config.Config` field or a keyword argument, e.g. ``skip_first_steps``); the
+    message names it the same way, and the command line writes its own flag in its place
+    (``--skip-first``).
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message)
 
 
 class OutputError(UsageError):

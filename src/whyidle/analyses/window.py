@@ -105,7 +105,8 @@ def select_window(tl: Timeline, links: Links, cfg: Config) -> Window:
     if cfg.skip_first_steps:
         if cfg.skip_first_steps >= len(chosen):
             raise UsageError(
-                f"--skip-first {cfg.skip_first_steps} drops every step: the trace has {len(chosen)} steps"
+                f"skip_first_steps {cfg.skip_first_steps} drops every step: the trace has {len(chosen)} steps",
+                field="skip_first_steps",
             )
         chosen = chosen[cfg.skip_first_steps :]
     if cfg.steps:
@@ -113,10 +114,11 @@ def select_window(tl: Timeline, links: Links, cfg: Config) -> Window:
         chosen = [i for i in chosen if numbers[i] in wanted]
         if not chosen:
             raise UsageError(
-                f"--steps selects none of the trace's steps (it has ProfilerStep#{all_numbers[0]}..#{all_numbers[-1]})"
+                f"steps selects none of the trace's steps (it has ProfilerStep#{all_numbers[0]}..#{all_numbers[-1]})",
+                field="steps",
             )
         if chosen != list(range(chosen[0], chosen[-1] + 1)):
-            raise UsageError("--steps must select consecutive steps (for example 3-6)")
+            raise UsageError("steps must select consecutive steps (for example 3-6)", field="steps")
     last_row = int(step_rows[chosen[-1]])
     last_start, last_end = int(tl.start_ns[last_row]), int(tl.end_ns[last_row])
     # End of the device work launched inside the last selected step (the step's host range when

@@ -61,9 +61,9 @@ def pick_device(requested: str = "auto") -> str:
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: torch sees no CUDA device here; use --device cpu or auto")
+        raise UsageError("device cuda: torch sees no CUDA device here; use cpu or auto", field="device")
     if requested not in ("cpu", "cuda"):
-        raise UsageError(f"--device {requested!r}: expected auto, cpu or cuda")
+        raise UsageError(f"device {requested!r}: expected auto, cpu or cuda", field="device")
     return requested
 
 

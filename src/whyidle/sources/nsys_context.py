@@ -47,7 +47,7 @@ class Export:
         try:
             self.step_re = re.compile(step_pattern)
         except re.error as exc:
-            raise UsageError(f"--step-range {step_pattern!r} is not a valid regular expression ({exc})") from None
+            raise UsageError(f"step_range {step_pattern!r} is not a valid regular expression ({exc})", field="step_range") from None
         self.meta = TimelineMeta(source_format="nsys", path=str(path))
         self.b = TimelineBuilder(self.meta)
         self.strings = Strings(self.s)

@@ -166,11 +166,11 @@ def parse_regression(text: str) -> float:
         else:
             value = float(t)
             if value >= 1:
-                raise UsageError(f"--max-regression {text}: a bare number is a fraction; did you mean {t}%?")
+                raise UsageError(f"max_regression {text}: a bare number is a fraction; did you mean {t}%?", field="max_regression")
     except ValueError:
-        raise UsageError(f"--max-regression {text!r}: expected a percentage like 5% or a fraction like 0.05") from None
+        raise UsageError(f"max_regression {text!r}: expected a percentage like 5% or a fraction like 0.05", field="max_regression") from None
     if value < 0:
-        raise UsageError(f"--max-regression {text}: expected 0 or more")
+        raise UsageError(f"max_regression {text}: expected 0 or more", field="max_regression")
     return value
 
 
