@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from whyidle.analyses.calls import is_kernel_launch
 from whyidle.analyses import causes as C
+from whyidle.analyses.calls import is_kernel_launch
 from whyidle.analyses.context import CauseEvidence
 from whyidle.analyses.hostops import is_dataloader, is_sync_call
 from whyidle.analyses.hostwork import WorkClass
