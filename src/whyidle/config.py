@@ -1,12 +1,16 @@
 """Every threshold whyidle uses, in one place, with its unit in its name and its origin beside it.
 
 Analyses take a :class:`Config` argument; nothing reads thresholds from the environment or from
-files. ``Config()`` is the default; ``dataclasses.replace(cfg, min_gap_ns=...)`` changes one value.
+files. ``Config()`` is the default; ``cfg.with_overrides(kernel_boundary_max_ns=...)`` changes one value (and
+names the valid fields when given one that does not exist).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import difflib
+from dataclasses import dataclass, field, fields, replace
+
+from whyidle.errors import UsageError
 
 __all__ = ["Config"]
 
@@ -233,6 +237,24 @@ class Config:
     # --- CI gates (CLI) ----------------------------------------------------------------------
     fail_on_groups: tuple[str, ...] = field(default_factory=tuple)
     min_busy_fraction: float | None = None
+
+    def with_overrides(self, **overrides: object) -> Config:
+        """A copy with the named fields replaced: ``cfg.with_overrides(skip_first_steps=2)``.
+
+        A name that is not a field is a UsageError that suggests the closest fields and lists them
+        all (a misspelt option must not pass silently, nor fail as a bare TypeError).
+        """
+        names = [f.name for f in fields(self)]
+        unknown = sorted(set(overrides) - set(names))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], names, n=3)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise UsageError(
+                f"{', '.join(unknown)} {'is not a field' if len(unknown) == 1 else 'are not fields'} of whyidle.Config{hint} "
+                f"The fields are: {', '.join(names)}",
+                field=unknown[0],
+            )
+        return replace(self, **overrides)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from whyidle.capture._torch import require_torch
+from whyidle.errors import ArgumentError
 
 __all__ = ["FLAWS", "LabSpec", "LabRun", "spec_for", "run_job", "apply_fix"]
 
@@ -65,7 +66,7 @@ class LabSpec:
 def spec_for(flaw: str, device: str, steps: int | None = None, profile_steps: int | None = None) -> LabSpec:
     """The job for ``flaw`` on ``device``, sized so a CPU step takes ~10-20 ms and a GPU step a few ms."""
     if flaw not in FLAWS:
-        raise ValueError(f"unknown flaw {flaw!r}; expected one of {', '.join(FLAWS)}")
+        raise ArgumentError(f"unknown flaw {flaw!r}; expected one of {', '.join(FLAWS)}")
     cuda = device == "cuda"
     if cuda:
         # Big enough that a step's kernels outlast the host's launches even under the profiler
@@ -114,7 +115,7 @@ def apply_fix(spec: LabSpec, finding_id: str) -> tuple[LabSpec, str]:
         return replace(spec, pin_memory=True, non_blocking=True, num_workers=max(spec.num_workers, 2)), "DataLoader(pin_memory=True) and .to(device, non_blocking=True)"
     if finding_id.startswith("host_sync"):
         return replace(spec, cpu_metrics=False), "metrics kept on the device (no per-step .item()/.cpu())"
-    raise ValueError(f"the lab has no automatic fix for finding {finding_id!r}")
+    raise ArgumentError(f"the lab has no automatic fix for finding {finding_id!r}")
 
 
 def fix_workers() -> int:
