@@ -122,6 +122,9 @@ class Config:
     # Cold-start calls covering more than this share of device idle make the capture a cold
     # start: the report says so instead of blaming a cause.
     cold_start_max_share_of_idle: float = 0.5
+    # Fewer profiled steps than this get a note asking for more: one step's figures include its
+    # one-off costs, and torch.profiler's documented schedule records active=3 steps.
+    min_profiled_steps: int = 3
 
     # Device work that starts more than this before the host call that launched it is clock skew
     # (analyses/trace_checks.py). 2021-schema Kineto traces round to 1 us; on every real trace in
@@ -189,6 +192,13 @@ class Config:
     # dominant period (0: noise, 1: perfectly periodic). 0.3 keeps jittered step loops (step time
     # varying by +-20%) and rejects random idle stretches, measured on synthetic logs in the tests.
     counter_rhythm_min_autocorr: float = 0.3
+    # ... and when the log shows at least this many pauses: a period is a repetition, and two
+    # pauses are one interval between them, which any two idle stretches make.
+    counter_rhythm_min_pauses: int = 3
+    # Logs with SM activity but no GPU-Util split busy from paused at the midpoint of their own
+    # 5th-95th percentile range, as long as that range spans at least this many points; a flatter
+    # signal has no bursts to split, and counter_busy_min_pct applies.
+    counter_sm_split_min_range_pct: float = 5.0
     # Underfilled: GPU-Util busy (>= counter_busy_min_pct) while DCGM SM activity is below this.
     # NVIDIA's DCGM guide calls SM activity of 0.8 necessary for effective use; below 0.5 at
     # least half the SMs sit idle while "GPU-Util" reads busy.

@@ -222,7 +222,7 @@ def burst_pattern(busy: npt.NDArray[np.bool_], interval_ns: int, basis: str, thr
     pauses = int(edges.size)
     pause_samples = int((~busy).sum())
     mean_pause = pause_samples * interval_ns / pauses if pauses else 0.0
-    regular = period is not None and regularity >= cfg.counter_rhythm_min_autocorr and pauses >= 3
+    regular = period is not None and regularity >= cfg.counter_rhythm_min_autocorr and pauses >= cfg.counter_rhythm_min_pauses
     return BurstPattern(basis, threshold, duty, period, regularity, pauses, mean_pause, regular)
 
 
@@ -262,7 +262,7 @@ def _busy_threshold(u: F64, valid: npt.NDArray[np.bool_], basis: str, cfg: Confi
     if basis == "sm_active_pct":
         # SM activity rarely reaches GPU-Util's levels: split at the midpoint of its own range
         lo_v, hi_v = np.percentile(u[valid], [5, 95])
-        return float((lo_v + hi_v) / 2) if hi_v - lo_v >= 5 else cfg.counter_busy_min_pct
+        return float((lo_v + hi_v) / 2) if hi_v - lo_v >= cfg.counter_sm_split_min_range_pct else cfg.counter_busy_min_pct
     return cfg.counter_busy_min_pct
 
 
