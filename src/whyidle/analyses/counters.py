@@ -125,10 +125,6 @@ class CounterAnalysis(msgspec.Struct, frozen=True):
     notes: tuple[str, ...]
     host: tuple[Distribution, ...] = ()  # the watched command's process tree (host CPU, memory), when logged
 
-    @property
-    def n_gpus(self) -> int:
-        return len(self.gpus)
-
 
 def time_weights(t: I64, interval_ns: int) -> F64:
     """Each sample stands for the time until the next one; the last for ``interval_ns``.

@@ -56,7 +56,6 @@ class Export:
         self.sm_count: dict[int, int] = {}
         # (process, correlationId) key -> thread lane of the runtime call (for sync records)
         self.thread_of_key: dict[int, int] = {}
-        self.dropped_backtrace = 0
 
     def proc_idx(self, pids: I64) -> I64:
         out = np.empty(pids.size, dtype=np.int64)

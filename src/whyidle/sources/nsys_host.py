@@ -55,10 +55,7 @@ def read_runtime(x: Export) -> int:
         return 0
     cols = x.s.columns(t)
     where = f"eventClass NOT IN ({', '.join(str(c) for c in _BACKTRACE_CLASSES)})" if "eventClass" in cols else ""
-    dropped = x.s.count(t, where.replace("NOT IN", "IN")) if where else 0
     a = x.s.ints(t, ("start", "end", "globalTid", "correlationId", "nameId"), where)
-    if dropped:
-        x.dropped_backtrace = dropped
     if a.shape[0] == 0:
         return 0
     start, end = x.times(a[:, 0], a[:, 1])

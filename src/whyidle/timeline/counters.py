@@ -156,9 +156,6 @@ class CounterLog:
                 return s
         return None
 
-    def metrics_of(self, gpu: str) -> tuple[str, ...]:
-        return tuple(s.metric for s in self.series if s.gpu == gpu)
-
     @property
     def span_ns(self) -> tuple[int, int] | None:
         starts = [int(s.time_ns[0]) for s in self.series if len(s)]

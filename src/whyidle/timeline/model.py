@@ -198,10 +198,6 @@ class Timeline(msgspec.Struct):
         table = np.fromiter((bool(predicate(self.strings[i])) for i in uniq.tolist()), dtype=np.bool_, count=uniq.size)
         return table[inverse] if uniq.size else np.zeros(rows.size, dtype=np.bool_)
 
-    def lane_mask(self, predicate: Any) -> npt.NDArray[np.bool_]:
-        table = np.fromiter((bool(predicate(ln)) for ln in self.lanes), dtype=np.bool_, count=len(self.lanes))
-        return table[self.lane] if self.lanes else np.zeros(len(self), dtype=np.bool_)
-
     def device_of(self, rows: I64 | None = None) -> I64:
         """The device of each row's lane (all rows when ``rows`` is None): the GPU index for a
         stream, -1 for a CPU thread."""
