@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from whyidle.config import Config
+from whyidle.errors import UsageError
 from whyidle.timeline.counters import HOST_SERIES, METRICS, CounterLog, CounterSeries, on_epoch_clock
 
 __all__ = [
@@ -332,8 +333,14 @@ def _gpu(log: CounterLog, gpu: str, cfg: Config) -> GpuCounters | None:
     )
 
 
-def analyse_counters(log: CounterLog, cfg: Config, window: tuple[int, int] | None = None, notes: tuple[str, ...] = ()) -> CounterAnalysis:
-    """Per-GPU counter figures over the whole log, or over ``window`` (same clock as the log)."""
+def analyse_counters(log: CounterLog | None, cfg: Config, window: tuple[int, int] | None = None, notes: tuple[str, ...] = ()) -> CounterAnalysis:
+    """Per-GPU counter figures over the whole log, or over ``window`` (same clock as the log).
+
+    ``log`` is a Timeline's counters track (``tl.meta.counters``); a Timeline without one (a
+    trace with no counter log) is a UsageError.
+    """
+    if log is None:
+        raise UsageError("this Timeline has no counters track: analyse_counters needs a GPU counter log (nvidia-smi, dcgmi dmon, whyidle watch)")
     if window is not None:
         log = log.clip(*window)
     gpus = tuple(g for g in (_gpu(log, gid, cfg) for gid in log.gpu_ids) if g is not None)

@@ -379,6 +379,12 @@ class StepTracker(Generic[T]):
             notes=tuple(notes),
         )
 
+    def timeline(self, wait: bool = True) -> Any:
+        """The measurements so far as a :class:`whyidle.Timeline` (see capture.tracker_timeline)."""
+        from whyidle.capture.tracker_timeline import tracker_timeline
+
+        return tracker_timeline(self.stats(wait))
+
     def report(self, config: Any = None) -> Any:
         """The tracker's summary as a :class:`whyidle.Report` (see capture.tracker_report)."""
         from whyidle.capture.tracker_report import report_from_tracker

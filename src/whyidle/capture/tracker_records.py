@@ -11,7 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LoaderInfo", "StepRecord", "TrackerStats", "batch_samples"]
+__all__ = ["LoaderInfo", "StepRecord", "TrackerStats", "batch_samples", "SOURCE_FORMAT"]
+
+# The source format of what the tracker produces (its Report and its Timeline).
+SOURCE_FORMAT = "whyidle.track"
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from whyidle import __version__
 from whyidle.analyses import causes as C
 from whyidle.analyses.kernels import KernelStats
 from whyidle.analyses.utilization import StepFigures, Utilization
-from whyidle.capture.tracker import StepRecord, TrackerStats
+from whyidle.capture.tracker_records import SOURCE_FORMAT, StepRecord, TrackerStats
 from whyidle.config import Config
 from whyidle.findings.levers import lever_for
 from whyidle.findings.model import (
@@ -44,7 +44,6 @@ from whyidle.units import format_ms
 
 __all__ = ["report_from_tracker", "SOURCE_FORMAT"]
 
-SOURCE_FORMAT = "whyidle.track"
 _ATTRIBUTED = (C.INPUT_PIPELINE, C.H2D_COPY, C.UNTRACED_HOST)
 
 

@@ -160,11 +160,15 @@ def load_counters(
     return parse_counters(read_bytes(p), str(p), utc_offset_min=utc_offset_min, interval_ms=interval_ms, fields=fields)
 
 
-def counter_timeline(path: Path, raw: bytes) -> Timeline:
-    """A Timeline without events whose ``meta.counters`` is the parsed log."""
+def counter_timeline(path: Path, raw: bytes, *, utc_offset_min: int | None = None, interval_ms: float | None = None) -> Timeline:
+    """A Timeline whose counters track (``meta.counters``) is the parsed log, and no events.
+
+    ``utc_offset_min`` and ``interval_ms`` are :func:`parse_counters`' (the
+    ``counters_utc_offset_min`` / ``counters_interval_ms`` of a Config).
+    """
     from whyidle.timeline.build import TimelineBuilder
 
-    log = parse_counters(raw, str(path))
+    log = parse_counters(raw, str(path), utc_offset_min=utc_offset_min, interval_ms=interval_ms)
     meta = TimelineMeta(source_format=log.source_format, path=str(path), quality=list(log.quality))
     meta.devices = [{"name": info.get("name", ""), "gpu": gid, **info} for gid, info in log.gpus.items()]
     meta.counters = log

@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from whyidle.timeline.arrays import unique_inverse
+from whyidle.timeline.counters import CounterLog
 from whyidle.timeline.intervals import Intervals
 
 __all__ = ["Kind", "LaneKind", "Lane", "TimelineMeta", "Timeline", "OFF_CPU"]
@@ -96,7 +97,9 @@ class TimelineMeta(msgspec.Struct):
     world_size: int | None = None
     rank_basis: str = ""  # where the rank came from: "distributedInfo", "file name", ""
     quality: list[str] = msgspec.field(default_factory=list)  # notes the source made while reading
-    counters: Any = None  # a whyidle.timeline.counters.CounterLog when the input holds GPU counter samples
+    # The counters track: GPU counter samples on their own clock (timeline/counters.py). A counter
+    # log's Timeline has this track and no events.
+    counters: CounterLog | None = None
 
     @property
     def vendor(self) -> str:
