@@ -281,3 +281,15 @@ def test_profile_latency_on_a_cpu_model(tmp_path: Path, capsys: pytest.CaptureFi
     assert rc == 0 and "Recommended" in capsys.readouterr().out
     again = load_latency(saved)
     assert again.batch_sizes == (1, 2)
+
+
+def test_evaluate_runs_under_the_callers_config() -> None:
+    """The jitter's spread is capped at the caller's batching_max_sigma, not the default's: with
+    the cap at 0 a jittered run is the unjittered one."""
+    from whyidle.config import Config
+
+    prof = LatencyProfile((1, 2, 4, 8), (1 * MS, 2 * MS, 4 * MS, 8 * MS), (2 * MS, 4 * MS, 8 * MS, 16 * MS))
+    plain = evaluate(prof, _even(None), Settings(4, int(0.5 * MS)), 800.0, jitter=False)
+    capped = evaluate(prof, _even(None), Settings(4, int(0.5 * MS)), 800.0, cfg=Config(batching_max_sigma=0.0))
+    default = evaluate(prof, _even(None), Settings(4, int(0.5 * MS)), 800.0)
+    assert capped == plain and default != plain

@@ -35,6 +35,8 @@ __version__ = "0.1.0"
 from typing import TYPE_CHECKING
 
 from whyidle.errors import (
+    ArgumentError,
+    CaptureError,
     InputError,
     MissingExtraError,
     OutputError,
@@ -71,6 +73,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "__version__",
+    "ArgumentError",
+    "CaptureError",
     "annotate",
     "compare",
     "Comparison",

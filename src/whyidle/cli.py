@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -103,6 +104,25 @@ class _ClosedStdout:
         pass
 
 
+# Library names of options -> the command line's flags, for the messages of UsageErrors.
+FLAG_OF_FIELD = {
+    "skip_first_steps": "--skip-first",
+    "steps": "--steps",
+    "step_range": "--step-range",
+    "max_regression": "--max-regression",
+    "device": "--device",
+}
+
+
+def as_flags(exc: UsageError) -> str:
+    """A UsageError's message with the option it is about named as the command line names it."""
+    text = str(exc)
+    flag = FLAG_OF_FIELD.get(exc.field or "")
+    if flag is None:
+        return text
+    return re.sub(rf"\b{re.escape(exc.field or '')}\b", flag, text, count=1)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     _reopen_closed_fds()
     if sys.stdout is None:
@@ -121,7 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OutputError as exc:
         _say(f"error: cannot write the output {exc}")
         return EXIT_INPUT
-    except (UsageError, MissingExtraError, WhyidleError) as exc:
+    except UsageError as exc:
+        _say(f"error: {as_flags(exc)}")
+        return EXIT_INPUT
+    except (MissingExtraError, WhyidleError) as exc:
         _say(f"error: {exc}")
         return EXIT_INPUT
     except BrokenPipeError:

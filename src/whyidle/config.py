@@ -1,12 +1,16 @@
 """Every threshold whyidle uses, in one place, with its unit in its name and its origin beside it.
 
 Analyses take a :class:`Config` argument; nothing reads thresholds from the environment or from
-files. ``Config()`` is the default; ``dataclasses.replace(cfg, min_gap_ns=...)`` changes one value.
+files. ``Config()`` is the default; ``cfg.with_overrides(kernel_boundary_max_ns=...)`` changes one value (and
+names the valid fields when given one that does not exist).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import difflib
+from dataclasses import dataclass, field, fields, replace
+
+from whyidle.errors import UsageError
 
 __all__ = ["Config"]
 
@@ -144,6 +148,9 @@ class Config:
     # Cold-start calls covering more than this share of device idle make the capture a cold
     # start: the report says so instead of blaming a cause.
     cold_start_max_share_of_idle: float = 0.5
+    # Fewer profiled steps than this get a note asking for more: one step's figures include its
+    # one-off costs, and torch.profiler's documented schedule records active=3 steps.
+    min_profiled_steps: int = 3
 
     # Device work that starts more than this before the host call that launched it is clock skew
     # (analyses/trace_checks.py). 2021-schema Kineto traces round to 1 us; on every real trace in
@@ -211,6 +218,13 @@ class Config:
     # dominant period (0: noise, 1: perfectly periodic). 0.3 keeps jittered step loops (step time
     # varying by +-20%) and rejects random idle stretches, measured on synthetic logs in the tests.
     counter_rhythm_min_autocorr: float = 0.3
+    # ... and when the log shows at least this many pauses: a period is a repetition, and two
+    # pauses are one interval between them, which any two idle stretches make.
+    counter_rhythm_min_pauses: int = 3
+    # Logs with SM activity but no GPU-Util split busy from paused at the midpoint of their own
+    # 5th-95th percentile range, as long as that range spans at least this many points; a flatter
+    # signal has no bursts to split, and counter_busy_min_pct applies.
+    counter_sm_split_min_range_pct: float = 5.0
     # Underfilled: GPU-Util busy (>= counter_busy_min_pct) while DCGM SM activity is below this.
     # NVIDIA's DCGM guide calls SM activity of 0.8 necessary for effective use; below 0.5 at
     # least half the SMs sit idle while "GPU-Util" reads busy.
@@ -265,6 +279,24 @@ class Config:
     # --- CI gates (CLI) ----------------------------------------------------------------------
     fail_on_groups: tuple[str, ...] = field(default_factory=tuple)
     min_busy_fraction: float | None = None
+
+    def with_overrides(self, **overrides: object) -> Config:
+        """A copy with the named fields replaced: ``cfg.with_overrides(skip_first_steps=2)``.
+
+        A name that is not a field is a UsageError that suggests the closest fields and lists them
+        all (a misspelt option must not pass silently, nor fail as a bare TypeError).
+        """
+        names = [f.name for f in fields(self)]
+        unknown = sorted(set(overrides) - set(names))
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], names, n=3)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise UsageError(
+                f"{', '.join(unknown)} {'is not a field' if len(unknown) == 1 else 'are not fields'} of whyidle.Config{hint} "
+                f"The fields are: {', '.join(names)}",
+                field=unknown[0],
+            )
+        return replace(self, **overrides)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

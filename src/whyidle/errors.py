@@ -7,8 +7,16 @@ Every message is a sentence that names the file, what was expected and what was 
     │   ├── TraceFormatError     readable bytes, but not the format they claim to be
     │   └── UnsupportedInputError a kind of file whyidle does not read (yet)
     ├── UsageError               options that contradict each other or select nothing (exit 2)
+    │   ├── ArgumentError        an argument a function cannot take (also a ValueError)
     │   └── OutputError          an output cannot be written, or would overwrite an input
+    ├── CaptureError             a live capture produced nothing to diagnose (also a RuntimeError)
     └── MissingExtraError        an optional dependency is not installed; says what to install
+
+The public API raises only these for bad input or usage; anything else is a bug. A message names
+an option as the library does (``skip_first_steps``, a :class:`~whyidle.config.Config` field or
+keyword argument; ``UsageError.field``); the command line writes its own flag in its place.
+ArgumentError and CaptureError are also the built-in exceptions the capture and lab APIs raised
+before they had their own (ValueError, RuntimeError), so ``except ValueError`` keeps working.
 
 Analyses never raise for odd data: they record a quality note instead.
 """
@@ -22,6 +30,8 @@ __all__ = [
     "UnsupportedInputError",
     "UsageError",
     "OutputError",
+    "ArgumentError",
+    "CaptureError",
     "MissingExtraError",
 ]
 
@@ -48,7 +58,26 @@ class UnsupportedInputError(InputError):
 
 
 class UsageError(WhyidleError):
-    """Options that contradict each other or select nothing."""
+    """Options that contradict each other or select nothing.
+
+    ``field`` is the option the message is about, named as the library names it (a
+    :class:`~whyidle.config.Config` field or a keyword argument, e.g. ``skip_first_steps``); the
+    message names it the same way, and the command line writes its own flag in its place
+    (``--skip-first``).
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+class ArgumentError(UsageError, ValueError):
+    """A function was given an argument value it cannot take (a schedule with no active step, an
+    unknown flaw or lever)."""
+
+
+class CaptureError(WhyidleError, RuntimeError):
+    """A live capture ran but produced nothing to diagnose (no trace, no tracked step)."""
 
 
 class OutputError(UsageError):

@@ -20,7 +20,7 @@ import numpy as np
 
 from whyidle.analyses.hostops import memcpy_direction
 from whyidle.timeline.intervals import Intervals
-from whyidle.timeline.model import Kind, LaneKind, Timeline
+from whyidle.timeline.model import Kind, Timeline
 
 __all__ = ["ExposedCopies", "exposed_h2d_copies"]
 
@@ -40,8 +40,7 @@ def exposed_h2d_copies(tl: Timeline, lo: int, hi: int, steps: tuple[tuple[int, i
         return ExposedCopies(0, 0, 0, 0, 0, tuple(0 for _ in steps))
     h2d_name = np.fromiter((memcpy_direction(s) == "HtoD" for s in tl.strings), dtype=np.bool_, count=len(tl.strings))
     pageable_name = np.fromiter(("Pageable" in s for s in tl.strings), dtype=np.bool_, count=len(tl.strings))
-    lane_dev = np.array([ln.device if ln.kind is LaneKind.GPU_STREAM else -1 for ln in tl.lanes], dtype=np.int64)
-    dev = lane_dev[tl.lane] if len(lane_dev) else np.full(len(tl), -1, dtype=np.int64)
+    dev = tl.device_of()
     inside = (tl.end_ns > lo) & (tl.start_ns < hi)
     is_h2d = inside & (tl.kind == int(Kind.MEMCPY)) & h2d_name[tl.name]
     is_kernel = inside & np.isin(tl.kind, (int(Kind.KERNEL), int(Kind.COLLECTIVE)))
@@ -50,10 +49,10 @@ def exposed_h2d_copies(tl: Timeline, lo: int, hi: int, steps: tuple[tuple[int, i
     for d in np.unique(dev[is_h2d]):
         on = dev == d
         rows = is_h2d & on
-        copies = Intervals.union_of(tl.start_ns[rows], tl.end_ns[rows]).clip(lo, hi)
-        bare = copies - Intervals.union_of(tl.start_ns[is_kernel & on], tl.end_ns[is_kernel & on])
+        copies = tl.union(rows).clip(lo, hi)
+        bare = copies - tl.union(is_kernel & on)
         prow = rows & pageable_name[tl.name]
-        pageable_ns += (Intervals.union_of(tl.start_ns[prow], tl.end_ns[prow]).clip(lo, hi) & bare).total()
+        pageable_ns += (tl.union(prow).clip(lo, hi) & bare).total()
         copy_ns += copies.total()
         exposed.append(bare)
     nb = tl.nbytes[is_h2d]

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from whyidle.config import Config
+from whyidle.errors import UsageError
 from whyidle.timeline.counters import HOST_SERIES, METRICS, CounterLog, CounterSeries, on_epoch_clock
 
 __all__ = [
@@ -125,10 +126,6 @@ class CounterAnalysis(msgspec.Struct, frozen=True):
     notes: tuple[str, ...]
     host: tuple[Distribution, ...] = ()  # the watched command's process tree (host CPU, memory), when logged
 
-    @property
-    def n_gpus(self) -> int:
-        return len(self.gpus)
-
 
 def time_weights(t: I64, interval_ns: int) -> F64:
     """Each sample stands for the time until the next one; the last for ``interval_ns``.
@@ -222,86 +219,107 @@ def burst_pattern(busy: npt.NDArray[np.bool_], interval_ns: int, basis: str, thr
     pauses = int(edges.size)
     pause_samples = int((~busy).sum())
     mean_pause = pause_samples * interval_ns / pauses if pauses else 0.0
-    regular = period is not None and regularity >= cfg.counter_rhythm_min_autocorr and pauses >= 3
+    regular = period is not None and regularity >= cfg.counter_rhythm_min_autocorr and pauses >= cfg.counter_rhythm_min_pauses
     return BurstPattern(basis, threshold, duty, period, regularity, pauses, mean_pause, regular)
+
+
+class _Grid(msgspec.Struct, frozen=True):
+    """The regular grid one GPU's series are resampled on: n points ``interval_ns`` apart."""
+
+    start: int
+    end: int
+    interval: int
+    n: int
+
+    def values(self, s: CounterSeries) -> F64:
+        return _resample(s, self.start, self.interval, self.n)
+
+
+def _grid(series: dict[str, CounterSeries], interval_ns: int, cfg: Config) -> _Grid:
+    interval = interval_ns or 1
+    start = min(int(s.time_ns[0]) for s in series.values())
+    end = max(int(s.time_ns[-1]) for s in series.values()) + interval
+    n = max(int((end - start) // interval), 1)
+    samples = sum(len(s) for s in series.values())
+    if n > cfg.counter_grid_points_per_sample * samples + (1 << 16):  # a clock jump (one sample years away):
+        n = cfg.counter_grid_points_per_sample * samples + (1 << 16)  # a coarser grid, never one sized by the span
+        interval = -(-(end - start) // n)
+    return _Grid(start, end, interval, n)
+
+
+def _busy_basis(series: dict[str, CounterSeries]) -> tuple[CounterSeries | None, str]:
+    """The series that says when the GPU was busy: GPU-Util, else SM activity (DCGM)."""
+    util = series.get("gpu_util_pct")
+    if util is None or not np.isfinite(util.value).any():
+        return series.get("sm_active_pct"), "sm_active_pct"
+    return util, "gpu_util_pct"
+
+
+def _busy_threshold(u: F64, valid: npt.NDArray[np.bool_], basis: str, cfg: Config) -> float:
+    if basis == "sm_active_pct":
+        # SM activity rarely reaches GPU-Util's levels: split at the midpoint of its own range
+        lo_v, hi_v = np.percentile(u[valid], [5, 95])
+        return float((lo_v + hi_v) / 2) if hi_v - lo_v >= cfg.counter_sm_split_min_range_pct else cfg.counter_busy_min_pct
+    return cfg.counter_busy_min_pct
+
+
+def _busy_time(util: CounterSeries, g: _Grid, threshold: float) -> tuple[float, int]:
+    """(busy ns, idle ns inside pauses): the time-weighted mean over the samples that have a
+    value, scaled to the whole span."""
+    w = time_weights(util.time_ns, g.interval)
+    ok = np.isfinite(util.value)
+    if not w[ok].sum() > 0:
+        return 0.0, 0
+    frac = np.clip(util.value[ok] / 100.0, 0.0, 1.0)
+    scale = (g.end - g.start) / float(w[ok].sum())
+    pause = util.value[ok] < threshold
+    return float((frac * w[ok]).sum() * scale), int(((1.0 - frac[pause]) * w[ok][pause]).sum() * scale)
+
+
+def _burst_pause_means(s: CounterSeries | None, g: _Grid, valid: npt.NDArray[np.bool_], busy: npt.NDArray[np.bool_]) -> tuple[float | None, float | None]:
+    """A series' mean during bursts and during pauses (None where it has no value there)."""
+    if s is None or not np.isfinite(s.value).any():
+        return None, None
+    v = g.values(s)
+    ok = valid & np.isfinite(v)
+    on, off = ok & busy, ok & ~busy
+    return (float(v[on].mean()) if on.any() else None), (float(v[off].mean()) if off.any() else None)
 
 
 def _gpu(log: CounterLog, gpu: str, cfg: Config) -> GpuCounters | None:
     series = {s.metric: s for s in log.series if s.gpu == gpu and len(s)}
     if not any(np.isfinite(s.value).any() for s in series.values()):
         return None  # columns without a single reading (the sampler could not read this GPU)
-    interval = log.interval_ns or 1
-    start = min(int(s.time_ns[0]) for s in series.values())
-    end = max(int(s.time_ns[-1]) for s in series.values()) + interval
-    dists = []
-    for m in DISTRIBUTION_METRICS:
-        if m in series:
-            d = _distribution(series[m], interval)
-            if d is not None:
-                dists.append(d)
-    n = max(int((end - start) // interval), 1)
-    samples = sum(len(s) for s in series.values())
-    if n > cfg.counter_grid_points_per_sample * samples + (1 << 16):  # a clock jump (one sample years away):
-        n = cfg.counter_grid_points_per_sample * samples + (1 << 16)  # a coarser grid, never one sized by the span
-        interval = -(-(end - start) // n)
+    g = _grid(series, log.interval_ns, cfg)
+    dists = [d for m in DISTRIBUTION_METRICS if m in series for d in (_distribution(series[m], log.interval_ns or 1),) if d is not None]
     pattern = None
-    underfilled = 0
+    underfilled = pause_idle = 0
     busy_ns = 0.0
-    pause_idle = 0
-    rx_ratio = None
-    cpu_pause = cpu_burst = None
-    util = series.get("gpu_util_pct")
-    basis = "gpu_util_pct"
-    if util is None or not np.isfinite(util.value).any():
-        util = series.get("sm_active_pct")
-        basis = "sm_active_pct"
+    rx_ratio = cpu_pause = cpu_burst = None
+    util, basis = _busy_basis(series)
     if util is not None and np.isfinite(util.value).any():
-        u = _resample(util, start, interval, n)
+        u = g.values(util)
         valid = np.isfinite(u)
-        threshold = cfg.counter_busy_min_pct
-        if basis == "sm_active_pct":
-            # SM activity rarely reaches GPU-Util's levels: split at the midpoint of its own range
-            lo_v, hi_v = np.percentile(u[valid], [5, 95])
-            threshold = float((lo_v + hi_v) / 2) if hi_v - lo_v >= 5 else cfg.counter_busy_min_pct
+        threshold = _busy_threshold(u, valid, basis, cfg)
         busy = np.where(valid, u >= threshold, False)
         if valid.sum() >= 2:
-            pattern = burst_pattern(busy[valid], interval, basis, threshold, cfg)
-        w = time_weights(util.time_ns, interval)
-        ok = np.isfinite(util.value)
-        # the time-weighted mean over the samples that have a value, over the whole span
-        if w[ok].sum() > 0:
-            frac = np.clip(util.value[ok] / 100.0, 0.0, 1.0)
-            scale = (end - start) / float(w[ok].sum())
-            busy_ns = float((frac * w[ok]).sum() * scale)
-            pause = util.value[ok] < threshold
-            pause_idle = int(((1.0 - frac[pause]) * w[ok][pause]).sum() * scale)
+            pattern = burst_pattern(busy[valid], g.interval, basis, threshold, cfg)
+        busy_ns, pause_idle = _busy_time(util, g, threshold)
         sm = series.get("sm_active_pct")
         if sm is not None and basis == "gpu_util_pct" and np.isfinite(sm.value).any():
-            smv = _resample(sm, start, interval, n)
-            both = valid & np.isfinite(smv)
-            under = both & (u >= cfg.counter_busy_min_pct) & (smv < cfg.counter_sm_active_low_pct)
-            underfilled = int(under.sum()) * interval
-        rx = series.get("pcie_rx_bytes_per_s")
-        if rx is not None and np.isfinite(rx.value).any():
-            rxv = _resample(rx, start, interval, n)
-            okp = valid & np.isfinite(rxv)
-            on, off = okp & busy, okp & ~busy
-            if on.any() and off.any() and float(rxv[on].mean()) > 0:
-                rx_ratio = float(rxv[off].mean() / rxv[on].mean())
-        cpu = log.get(HOST_SERIES, "host_cpu_pct")
-        if cpu is not None and np.isfinite(cpu.value).any():
-            cv = _resample(cpu, start, interval, n)
-            okc = valid & np.isfinite(cv)
-            on, off = okc & busy, okc & ~busy
-            cpu_pause = float(cv[off].mean()) if off.any() else None
-            cpu_burst = float(cv[on].mean()) if on.any() else None
-    info = log.gpus.get(gpu, {})
+            smv = g.values(sm)
+            under = valid & np.isfinite(smv) & (u >= cfg.counter_busy_min_pct) & (smv < cfg.counter_sm_active_low_pct)
+            underfilled = int(under.sum()) * g.interval
+        rx_on, rx_off = _burst_pause_means(series.get("pcie_rx_bytes_per_s"), g, valid, busy)
+        if rx_on is not None and rx_off is not None and rx_on > 0:
+            rx_ratio = rx_off / rx_on
+        cpu_burst, cpu_pause = _burst_pause_means(log.get(HOST_SERIES, "host_cpu_pct"), g, valid, busy)
     return GpuCounters(
         gpu=gpu,
-        name=info.get("name", ""),
-        start_ns=start,
-        end_ns=end,
-        interval_ns=interval,
+        name=log.gpus.get(gpu, {}).get("name", ""),
+        start_ns=g.start,
+        end_ns=g.end,
+        interval_ns=g.interval,
         distributions=tuple(dists),
         pattern=pattern,
         underfilled_ns=underfilled,
@@ -315,8 +333,14 @@ def _gpu(log: CounterLog, gpu: str, cfg: Config) -> GpuCounters | None:
     )
 
 
-def analyse_counters(log: CounterLog, cfg: Config, window: tuple[int, int] | None = None, notes: tuple[str, ...] = ()) -> CounterAnalysis:
-    """Per-GPU counter figures over the whole log, or over ``window`` (same clock as the log)."""
+def analyse_counters(log: CounterLog | None, cfg: Config, window: tuple[int, int] | None = None, notes: tuple[str, ...] = ()) -> CounterAnalysis:
+    """Per-GPU counter figures over the whole log, or over ``window`` (same clock as the log).
+
+    ``log`` is a Timeline's counters track (``tl.meta.counters``); a Timeline without one (a
+    trace with no counter log) is a UsageError.
+    """
+    if log is None:
+        raise UsageError("this Timeline has no counters track: analyse_counters needs a GPU counter log (nvidia-smi, dcgmi dmon, whyidle watch)")
     if window is not None:
         log = log.clip(*window)
     gpus = tuple(g for g in (_gpu(log, gid, cfg) for gid in log.gpu_ids) if g is not None)

@@ -46,7 +46,8 @@ import numpy as np
 import numpy.typing as npt
 
 from whyidle.analyses import causes as C
-from whyidle.analyses.hostops import HostSets, host_sets, is_launch_call, memcpy_direction
+from whyidle.analyses.calls import is_launch_call
+from whyidle.analyses.hostops import HostSets, host_sets, memcpy_direction
 from whyidle.analyses.hostwork import ContextSets
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
@@ -56,9 +57,10 @@ from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
 
-__all__ = ["Gaps", "find_gaps", "device_busy", "is_training"]
+__all__ = ["Gaps", "find_gaps", "is_training"]
 
 I64 = npt.NDArray[np.int64]
+B = npt.NDArray[np.bool_]
 _UNKNOWN = Workload("unknown", ())
 
 
@@ -105,15 +107,6 @@ def is_training(tl: Timeline) -> bool:
     return workload_kind(tl).training
 
 
-def device_busy(tl: Timeline, rows: I64, lo: int, hi: int) -> Intervals:
-    return Intervals.union_of(tl.start_ns[rows], tl.end_ns[rows]).clip(lo, hi)
-
-
-def _device_of_rows(tl: Timeline, rows: I64) -> I64:
-    dev_of_lane = np.array([ln.device for ln in tl.lanes], dtype=np.int64) if tl.lanes else np.zeros(0, dtype=np.int64)
-    return dev_of_lane[tl.lane[rows]] if rows.size else np.empty(0, dtype=np.int64)
-
-
 def _empty(workload: Workload, has_host: bool) -> Gaps:
     z = np.empty(0, dtype=np.int64)
     return Gaps(z, z, z, z, z, z, z, np.empty(0, dtype=np.bool_), np.zeros((0, len(C.CAUSES)), dtype=np.int64), workload.training, has_host, workload)
@@ -122,7 +115,7 @@ def _empty(workload: Workload, has_host: bool) -> Gaps:
 def _idle_intervals(tl: Timeline, links: Links, window: Window) -> tuple[I64, I64, I64, I64, I64]:
     """(gs, ge, device, next_row, launch_row) of every gap, device by device."""
     rows = links.device_rows
-    devices = _device_of_rows(tl, rows)
+    devices = tl.device_of(rows)
     parts = []
     for dev in unique_sorted(devices):
         sel = devices == dev
@@ -130,7 +123,7 @@ def _idle_intervals(tl: Timeline, links: Links, window: Window) -> tuple[I64, I6
         d_launch = links.launch_of[sel]
         order = np.argsort(tl.start_ns[d_rows], kind="stable")
         d_rows, d_launch = d_rows[order], d_launch[order]
-        busy = device_busy(tl, d_rows, window.start_ns, window.end_ns)
+        busy = tl.union(d_rows).clip(window.start_ns, window.end_ns)
         idle = busy.complement(window.start_ns, window.end_ns)
         if len(idle) == 0:
             continue
@@ -149,6 +142,31 @@ def _idle_intervals(tl: Timeline, links: Links, window: Window) -> tuple[I64, I6
     return cat[0], cat[1], cat[2], cat[3], cat[4]
 
 
+class _Launch:
+    """Per gap: the launching thread and call ``[L, Le)`` of the work that ended it (see 1-2 in
+    the module docstring)."""
+
+    def __init__(self, tl: Timeline, links: Links, window: Window, ge: I64, next_row: I64, launch_row: I64, cfg: Config) -> None:
+        n = ge.size
+        self.has_launch = launch_row >= 0
+        lr = np.maximum(launch_row, 0)
+        self.thread = np.where(self.has_launch, tl.lane[lr], -1).astype(np.int64)
+        launch_t = np.where(self.has_launch, tl.start_ns[lr], ge)
+        self.launch_e = np.where(self.has_launch, tl.end_ns[lr], ge)
+        # A trailing gap (no next work) belongs to the thread that drives the steps, or else the
+        # one that launched most work.
+        main = _main_thread(tl, links, window)
+        self.trailing = next_row < 0
+        if main >= 0:
+            self.thread[self.trailing] = main
+        self.launch_t = np.where(self.trailing, ge, launch_t)
+        # A kernel launch taking milliseconds is a first-use cost (module loading, JIT); a copy
+        # call that long is staging a pageable copy.
+        is_kernel_launch = np.zeros(n, dtype=np.bool_)
+        is_kernel_launch[self.has_launch] = tl.name_mask(is_launch_call, launch_row[self.has_launch])
+        self.cold = is_kernel_launch & ((self.launch_e - self.launch_t) >= cfg.cold_call_min_ns)
+
+
 def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
     workload = workload_kind(tl)
     has_host = bool((tl.kind == int(Kind.RUNTIME)).any())
@@ -158,59 +176,52 @@ def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
     n = gs.size
     if n == 0:
         return _empty(workload, has_host)
+    la = _Launch(tl, links, window, ge, next_row, launch_row, cfg)
+    host_end = np.clip(la.launch_t, gs, ge)
+    queued = la.has_launch & (la.launch_e <= gs)
+    in_flight = la.has_launch & (la.launch_t <= gs) & ~queued
 
-    # The launching thread and launch call; a trailing gap (no next work) belongs to the thread
-    # that drives the steps, or else the one that launched most work.
-    has_launch = launch_row >= 0
-    lr = np.maximum(launch_row, 0)
-    thread = np.where(has_launch, tl.lane[lr], -1).astype(np.int64)
-    launch_t = np.where(has_launch, tl.start_ns[lr], ge)
-    launch_e = np.where(has_launch, tl.end_ns[lr], ge)
-    main = _main_thread(tl, links, window)
-    trailing = next_row < 0
-    if main >= 0:
-        thread[trailing] = main
-    launch_t = np.where(trailing, ge, launch_t)
-    host_end = np.clip(launch_t, gs, ge)
-    queued = has_launch & (launch_e <= gs)
-    in_flight = has_launch & (launch_t <= gs) & ~queued
-    # A kernel launch taking milliseconds is a first-use cost (module loading, JIT); a copy call
-    # that long is staging a pageable copy.
-    is_kernel_launch = np.zeros(n, dtype=np.bool_)
-    is_kernel_launch[has_launch] = tl.name_mask(is_launch_call, launch_row[has_launch])
-    cold_launch = is_kernel_launch & ((launch_e - launch_t) >= cfg.cold_call_min_ns)
-
+    # Waiting for the host: [gs, L] split by what the launching thread was doing.
     drained = np.zeros(n, dtype=np.bool_)
-    lanes_used = unique_sorted(thread[thread >= 0])
+    lanes_used = unique_sorted(la.thread[la.thread >= 0])
     sets = host_sets(tl, links, lanes_used, cfg.cold_call_min_ns, cfg.python_overhead_max_ns, cfg.first_call_min_ratio)
     pre = np.zeros((n, len(C.CAUSES)), dtype=np.int64)  # host-side part, before the post-launch tail
     serving = workload.kind == "serving"
     dep_wait = np.zeros(n, dtype=np.bool_)
     for lane in lanes_used:
         hs = sets[int(lane)]
-        g = np.flatnonzero((thread == lane) & ~queued & ~in_flight)
+        g = np.flatnonzero((la.thread == lane) & ~queued & ~in_flight)
         if g.size:
             part, dr = _split_host_time(hs, gs[g], host_end[g], serving, window, cfg)
             pre[g] = part
             drained[g] = dr
-        q = np.flatnonzero((thread == lane) & queued)
+        q = np.flatnonzero((la.thread == lane) & queued)
         if q.size:
-            dep_wait[q] = _gated_by_stream_wait(hs, launch_t[q])
+            dep_wait[q] = _gated_by_stream_wait(hs, la.launch_t[q])
 
     # Gaps whose next work has no known launch: work launched before the capture began is a
     # capture artifact; otherwise the host side is unknown.
-    unknown = ~has_launch & ~trailing
+    unknown = ~la.has_launch & ~la.trailing
     if not has_host:
-        unknown |= trailing
+        unknown |= la.trailing
     dur = ge - gs
     pre_capture = unknown & _launched_before_capture(tl, links, next_row) if has_host else np.zeros(n, dtype=np.bool_)
     pre[unknown] = 0
     pre[unknown & ~pre_capture, C.cause_index(C.NO_LAUNCH_INFO)] = dur[unknown & ~pre_capture]
-
-    # Queued work (and work launched before the capture, which was queued too).
     h2d_next = _is_h2d(tl, next_row)
+    _device_side(pre, dur, queued | pre_capture, pre_capture, in_flight, h2d_next, dep_wait, la.cold, tl, next_row, cfg)
+    tail = np.where(queued | in_flight | unknown, 0, ge - host_end)
+    slices = _with_tail(pre, tail, h2d_next, la.cold)
+    contexts = {lane: hs.context for lane, hs in sets.items()}
+    return Gaps(gs, ge, dev, next_row, launch_row, la.thread, host_end, drained, slices, workload.training, has_host, workload, contexts)
+
+
+def _device_side(
+    pre: I64, dur: I64, queued_any: B, pre_capture: B, in_flight: B, h2d_next: B, dep_wait: B, cold_launch: B, tl: Timeline, next_row: I64, cfg: Config
+) -> None:
+    """Fill ``pre`` for gaps whose launch had returned (queued, or launched before the capture)
+    or was still running (in flight) when the device went idle."""
     coll_next = (next_row >= 0) & (tl.kind[np.maximum(next_row, 0)] == int(Kind.COLLECTIVE))
-    queued_any = queued | pre_capture
     kb = queued_any & (dur <= cfg.kernel_boundary_max_ns)
     pre[kb, C.cause_index(C.KERNEL_BOUNDARIES)] = dur[kb]
     waiting = queued_any & ~kb
@@ -221,7 +232,6 @@ def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
         (waiting & ~pre_capture & ~h2d_next & ~dep_wait & ~coll_next, C.QUEUED_WAITING),
     ):
         pre[mask, C.cause_index(cause)] = dur[mask]
-
     # A launch still running when the device went idle: staging a pageable copy (the copy call
     # blocks while it stages), a cold start when the call is slow, else launch latency.
     for mask, cause in (
@@ -231,9 +241,10 @@ def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
     ):
         pre[mask, C.cause_index(cause)] = dur[mask]
 
-    # Post-launch tail [L, ge]: a slow launch call is a cold start, staging a pageable copy is the
-    # copy's cost; otherwise it follows the gap's dominant host-side cause.
-    tail = np.where(queued | in_flight | unknown, 0, ge - host_end)
+
+def _with_tail(pre: I64, tail: I64, h2d_next: B, cold_launch: B) -> I64:
+    """Post-launch tail [L, ge]: a slow launch call is a cold start, staging a pageable copy is the
+    copy's cost; otherwise it follows the gap's dominant host-side cause."""
     slices = pre.copy()
     has_tail = tail > 0
     if has_tail.any():
@@ -243,8 +254,7 @@ def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
         dominant[cold_launch] = C.cause_index(C.COLD_START)
         idx = np.flatnonzero(has_tail)
         slices[idx, dominant[idx]] += tail[idx]
-    contexts = {lane: hs.context for lane, hs in sets.items()}
-    return Gaps(gs, ge, dev, next_row, launch_row, thread, host_end, drained, slices, workload.training, has_host, workload, contexts)
+    return slices
 
 
 def _main_thread(tl: Timeline, links: Links, window: Window) -> int:

@@ -34,6 +34,7 @@ import msgspec.structs
 import numpy as np
 import numpy.typing as npt
 
+from whyidle.analyses.calls import is_launch_call, queues_device_work
 from whyidle.analyses.hostwork import ContextSets, classes_of_strings, context_sets
 from whyidle.analyses.links import Links
 from whyidle.timeline.intervals import Intervals
@@ -46,7 +47,6 @@ __all__ = [
     "is_dataloader",
     "is_sync_call",
     "is_cold_call",
-    "is_launch_call",
     "python_line",
     "SYNC_OPS",
     "copy_directions",
@@ -89,8 +89,6 @@ _COLD_CALL_RE = re.compile(
 # Allocator calls are cheap when warm; when one takes milliseconds the caching allocator is
 # growing (warm-up) or being emptied, a first-call cost of the same kind as module loading.
 _ALLOC_CALL_RE = re.compile(r"^(cuda|hip)(Malloc|Free|HostAlloc|MallocHost|FreeHost|HostRegister)|^cuMem(Alloc|Free|HostAlloc)")
-_LAUNCH_RE = re.compile(r"^(cuda|cu|hip)(Launch|ExtLaunch|GraphLaunch)")
-_COPY_CALLS = ("cudaMemcpy", "cudaMemset", "hipMemcpy", "hipMemset", "cuMemcpy", "cuMemset")
 _STREAM_WAIT_RE = re.compile(r"^(cuda|cu|hip)StreamWaitEvent|^(cuda|cu|hip)StreamWaitValue")
 _PY_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
 _LIBRARY_PATH = re.compile(r"site-packages|dist-packages|/torch/|/lib/python\d|<built-in|<frozen|^torch/|^<")
@@ -110,11 +108,6 @@ def is_dataloader(name: str) -> bool:
 
 def is_sync_call(name: str) -> bool:
     return bool(_SYNC_CALL_RE.search(name)) or name in SYNC_OPS
-
-
-def is_launch_call(name: str) -> bool:
-    """A kernel or graph launch (not a copy or memset)."""
-    return bool(_LAUNCH_RE.match(name))
 
 
 def is_cold_call(name: str) -> bool:
@@ -224,11 +217,11 @@ def host_sets(
     wait_name = np.zeros(len(tl), dtype=np.bool_)
     wait_name[rt_all] = tl.name_mask(lambda s: bool(_STREAM_WAIT_RE.match(s)), rt_all)
     launch_only = np.zeros(len(tl), dtype=np.bool_)
-    launch_only[rt_all] = tl.name_mask(lambda s: bool(_LAUNCH_RE.match(s)) or s.startswith(_COPY_CALLS), rt_all)
+    launch_only[rt_all] = tl.name_mask(queues_device_work, rt_all)
     dl_name = tl.name_mask(is_dataloader)
     sync_name = tl.name_mask(is_sync_call)
     cold_name = tl.name_mask(is_cold_call)
-    launch_name = tl.name_mask(lambda s: bool(_LAUNCH_RE.match(s) or _ALLOC_CALL_RE.match(s)))
+    launch_name = tl.name_mask(lambda s: is_launch_call(s) or bool(_ALLOC_CALL_RE.match(s)))
     copy_name = tl.name_mask(lambda s: s in _COPY_OPS)
     dirs = copy_directions(tl, links)
     has_launch = links.launch_of >= 0

@@ -126,7 +126,7 @@ def kernel_fill(tl: Timeline, links: Links, window: Window, cfg: Config) -> Kern
     start = np.maximum(tl.start_ns[k], lo)
     end = np.minimum(tl.end_ns[k], hi)
     dur = (end - start).astype(np.int64)
-    device = np.array([tl.lanes[i].device for i in tl.lane[k].tolist()], dtype=np.int64)
+    device = tl.device_of(k)
     grid = tl.grid[k]
     bps = tl.blocks_per_sm[k].astype(np.float64)
     sms, origin = device_sm_counts(tl.meta.devices)

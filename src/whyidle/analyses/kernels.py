@@ -19,6 +19,7 @@ import re
 import msgspec
 import numpy as np
 
+from whyidle.analyses.calls import is_kernel_launch
 from whyidle.analyses.kernel_fill import KernelFill, kernel_fill
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
@@ -43,7 +44,6 @@ _FP32_TOKENS = (
     "dgrad_engine<float", "convolve_common_engine_float", "gemmk1_kernel<float",
 )  # fmt: skip
 _FP32_PATTERNS = re.compile(r"gemv2[nt]_kernel|wgrad_alg\d_engine<float")  # on the lowered name
-_LAUNCH_CALL = re.compile(r"^(cudaLaunchKernel|cuLaunchKernel|hipLaunchKernel|hipExtLaunchKernel|cudaLaunchKernelExC)")
 
 
 def _ordered(low: str, first: str, then: str) -> bool:
@@ -113,7 +113,7 @@ def kernel_stats(tl: Timeline, links: Links, window: Window, cfg: Config) -> Ker
             s = tl.strings[n_id]
             top[s] = top.get(s, 0) + d
     runtime = np.flatnonzero(tl.kind == int(Kind.RUNTIME))
-    launches = runtime[tl.name_mask(lambda s: bool(_LAUNCH_CALL.match(s)), runtime)]
+    launches = runtime[tl.name_mask(is_kernel_launch, runtime)]
     launches = launches[(tl.start_ns[launches] >= lo) & (tl.start_ns[launches] < hi)]
     mean_launch = float((tl.end_ns[launches] - tl.start_ns[launches]).mean()) if launches.size else None
     return KernelStats(

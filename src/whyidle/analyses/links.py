@@ -14,6 +14,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from whyidle.analyses.calls import queues_device_work
 from whyidle.timeline.arrays import setdiff_sorted, unique_sorted
 from whyidle.timeline.model import DEVICE_WORK_KINDS, Kind, Timeline
 
@@ -39,9 +40,6 @@ class Links(msgspec.Struct, frozen=True):
         return int((self.launch_of < 0).sum())
 
 
-_LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch", "hipLaunch", "hipExtLaunch", "cudaMemcpy", "cudaMemset", "hipMemcpy", "hipMemset")
-
-
 def link_launches(tl: Timeline) -> Links:
     device_rows = np.flatnonzero(tl.mask(*DEVICE_WORK_KINDS))
     runtime_rows = np.flatnonzero((tl.kind == int(Kind.RUNTIME)) & (tl.corr >= 0))
@@ -58,7 +56,7 @@ def link_launches(tl: Timeline) -> Links:
     launched = unique_sorted(launch_of[launch_of >= 0])
     # Launch calls whose work never appeared: dropped device events (buffer overflow, a
     # capture that ended before the work ran).
-    is_launch_name = tl.name_mask(lambda s: s.startswith(_LAUNCH_PREFIXES))
+    is_launch_name = tl.name_mask(queues_device_work)
     launch_rows = np.flatnonzero((tl.kind == int(Kind.RUNTIME)) & (tl.corr > 0) & is_launch_name)
     unmatched = setdiff_sorted(launch_rows, launched)
     return Links(device_rows=device_rows, launch_of=launch_of, launched=launched, unmatched_launch_rows=unmatched)

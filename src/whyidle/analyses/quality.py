@@ -87,6 +87,6 @@ def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: 
         )
     elif cold_ns:
         notes.append(f"cold start costs (module loading, first launches, allocator growth) hold {cold_ns / max(idle, 1):.0%} of device idle")
-    if window.basis == "steps" and len(window.steps) < 3:
-        notes.append(f"only {len(window.steps)} profiled step(s): capture at least 3 active steps for stable figures")
+    if window.basis == "steps" and len(window.steps) < cfg.min_profiled_steps:
+        notes.append(f"only {len(window.steps)} profiled step(s): capture at least {cfg.min_profiled_steps} active steps for stable figures")
     return Quality(tuple(notes), cold, False, has_host)

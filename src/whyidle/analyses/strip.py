@@ -46,10 +46,6 @@ class DeviceStrip(msgspec.Struct, frozen=True):
         return int(self.edges_ns.size - 1)
 
 
-def _union(tl: Timeline, rows: I64) -> Intervals:
-    return Intervals.union_of(tl.start_ns[rows], tl.end_ns[rows])
-
-
 def _spread(gs: I64, ge: I64, amount: I64, points: I64) -> I64:
     """For disjoint sorted gaps, sum of ``amount`` spread evenly over each gap, lying before each point."""
     if gs.size == 0:
@@ -89,15 +85,14 @@ def device_activity(tl: Timeline, links: Links, window: Window) -> tuple[DeviceA
     if hi <= lo or links.device_rows.size == 0:
         return ()
     rows = links.device_rows
-    dev_of_lane = np.array([ln.device for ln in tl.lanes], dtype=np.int64)
-    devices = dev_of_lane[tl.lane[rows]]
+    devices = tl.device_of(rows)
     out = []
     for dev in unique_sorted(devices):
         r = rows[devices == dev]
         k = tl.kind[r]
-        compute = _union(tl, r[k == int(Kind.KERNEL)]).clip(lo, hi)
-        comm = _union(tl, r[k == int(Kind.COLLECTIVE)]).clip(lo, hi)
-        copies = _union(tl, r[(k == int(Kind.MEMCPY)) | (k == int(Kind.MEMSET))]).clip(lo, hi)
+        compute = tl.union(r[k == int(Kind.KERNEL)]).clip(lo, hi)
+        comm = tl.union(r[k == int(Kind.COLLECTIVE)]).clip(lo, hi)
+        copies = tl.union(r[(k == int(Kind.MEMCPY)) | (k == int(Kind.MEMSET))]).clip(lo, hi)
         out.append(DeviceActivity(int(dev), compute, comm - compute, copies - (compute | comm)))
     return tuple(out)
 

@@ -121,10 +121,6 @@ class Utilization(msgspec.Struct, frozen=True):
         return sps * self.batch_size
 
 
-def _union(tl: Timeline, rows: I64, lo: int, hi: int) -> Intervals:
-    return Intervals.union_of(tl.start_ns[rows], tl.end_ns[rows]).clip(lo, hi)
-
-
 class _DeviceSets(msgspec.Struct, frozen=True):
     compute: Intervals
     comm: Intervals
@@ -135,17 +131,16 @@ class _DeviceSets(msgspec.Struct, frozen=True):
 
 def _device_sets(tl: Timeline, links: Links, lo: int, hi: int) -> list[_DeviceSets]:
     rows = links.device_rows
-    dev_of_lane = np.array([ln.device for ln in tl.lanes], dtype=np.int64)
-    devices = dev_of_lane[tl.lane[rows]] if rows.size else np.empty(0, dtype=np.int64)
+    devices = tl.device_of(rows)
     out = []
     for dev in unique_sorted(devices):
         r = rows[devices == dev]
         k = tl.kind[r]
-        compute = _union(tl, r[k == int(Kind.KERNEL)], lo, hi)
-        comm_all = _union(tl, r[k == int(Kind.COLLECTIVE)], lo, hi)
+        compute = tl.union(r[k == int(Kind.KERNEL)]).clip(lo, hi)
+        comm_all = tl.union(r[k == int(Kind.COLLECTIVE)]).clip(lo, hi)
         kernels = compute | comm_all
-        memcpy = _union(tl, r[k == int(Kind.MEMCPY)], lo, hi)
-        memset = _union(tl, r[k == int(Kind.MEMSET)], lo, hi)
+        memcpy = tl.union(r[k == int(Kind.MEMCPY)]).clip(lo, hi)
+        memset = tl.union(r[k == int(Kind.MEMSET)]).clip(lo, hi)
         out.append(_DeviceSets(compute, comm_all, memcpy - kernels, memset - kernels - memcpy, kernels | memcpy | memset))
     return out
 

@@ -61,6 +61,26 @@ def _device_span(tl: Timeline, links: Links) -> tuple[int, int] | None:
     return int(tl.start_ns[links.device_rows].min()), int(tl.end_ns[links.device_rows].max())
 
 
+def _chosen(numbers: list[int], cfg: Config) -> list[int]:
+    """Indices of the steps ``skip_first_steps`` and ``steps`` select (consecutive, at least one)."""
+    chosen = list(range(len(numbers)))
+    if cfg.skip_first_steps:
+        if cfg.skip_first_steps >= len(chosen):
+            raise UsageError(
+                f"skip_first_steps {cfg.skip_first_steps} drops every step: the trace has {len(chosen)} steps",
+                field="skip_first_steps",
+            )
+        chosen = chosen[cfg.skip_first_steps :]
+    if cfg.steps:
+        wanted = set(cfg.steps)
+        chosen = [i for i in chosen if numbers[i] in wanted]
+        if not chosen:
+            raise UsageError(f"steps selects none of the trace's steps (it has ProfilerStep#{numbers[0]}..#{numbers[-1]})", field="steps")
+        if chosen != list(range(chosen[0], chosen[-1] + 1)):
+            raise UsageError("steps must select consecutive steps (for example 3-6)", field="steps")
+    return chosen
+
+
 def select_window(tl: Timeline, links: Links, cfg: Config) -> Window:
     step_rows = np.flatnonzero(tl.kind == int(Kind.STEP))
     span = _device_span(tl, links)
@@ -101,22 +121,7 @@ def select_window(tl: Timeline, links: Links, cfg: Config) -> Window:
         numbers = list(range(1, len(numbers) + 1))
         notes_numbering = ("step markers carry no distinct numbers; they are numbered 1.. in time order",)
     all_numbers = tuple(numbers)
-    chosen = list(range(len(step_rows)))
-    if cfg.skip_first_steps:
-        if cfg.skip_first_steps >= len(chosen):
-            raise UsageError(
-                f"--skip-first {cfg.skip_first_steps} drops every step: the trace has {len(chosen)} steps"
-            )
-        chosen = chosen[cfg.skip_first_steps :]
-    if cfg.steps:
-        wanted = set(cfg.steps)
-        chosen = [i for i in chosen if numbers[i] in wanted]
-        if not chosen:
-            raise UsageError(
-                f"--steps selects none of the trace's steps (it has ProfilerStep#{all_numbers[0]}..#{all_numbers[-1]})"
-            )
-        if chosen != list(range(chosen[0], chosen[-1] + 1)):
-            raise UsageError("--steps must select consecutive steps (for example 3-6)")
+    chosen = _chosen(numbers, cfg)
     last_row = int(step_rows[chosen[-1]])
     last_start, last_end = int(tl.start_ns[last_row]), int(tl.end_ns[last_row])
     # End of the device work launched inside the last selected step (the step's host range when

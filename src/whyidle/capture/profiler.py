@@ -33,6 +33,7 @@ from typing import Any, TextIO
 from whyidle.capture._torch import require_torch
 from whyidle.config import Config
 from whyidle.diagnosis import Report
+from whyidle.errors import ArgumentError, CaptureError
 
 __all__ = ["schedule", "handler", "TraceHandler", "profile_steps", "DEFAULT_SCHEDULE"]
 
@@ -50,7 +51,7 @@ def schedule(wait: int = DEFAULT_SCHEDULE[0], warmup: int = DEFAULT_SCHEDULE[1],
     """
     torch = require_torch("whyidle.schedule()")
     if min(wait, warmup) < 0 or active <= 0 or repeat < 0:
-        raise ValueError(f"whyidle.schedule(wait={wait}, warmup={warmup}, active={active}, repeat={repeat}): expected wait, warmup >= 0, active > 0, repeat >= 0")
+        raise ArgumentError(f"whyidle.schedule(wait={wait}, warmup={warmup}, active={active}, repeat={repeat}): expected wait, warmup >= 0, active > 0, repeat >= 0")
     return torch.profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=repeat)
 
 
@@ -74,7 +75,7 @@ class TraceHandler:
         raise_errors: bool = False,
     ) -> None:
         if report not in ("print", "write", "both", "none"):
-            raise ValueError(f"whyidle.handler(report={report!r}): expected print, write, both or none")
+            raise ArgumentError(f"whyidle.handler(report={report!r}): expected print, write, both or none")
         self.dir = Path(dir_name)
         self.worker_name = worker_name or f"{socket.gethostname()}_{os.getpid()}"
         self.report_mode = report
@@ -144,7 +145,7 @@ def profile_steps(
     """
     torch = require_torch("whyidle.profile_steps()")
     if n <= 0:
-        raise ValueError(f"whyidle.profile_steps(n={n}): expected at least one step to profile")
+        raise ArgumentError(f"whyidle.profile_steps(n={n}): expected at least one step to profile")
     import tempfile
 
     acts = [torch.profiler.ProfilerActivity.CPU]
@@ -163,5 +164,5 @@ def profile_steps(
                 step_fn()
                 prof.step()
         if not h.reports:
-            raise RuntimeError("whyidle.profile_steps: the profiler produced no trace")
+            raise CaptureError("whyidle.profile_steps: the profiler produced no trace")
         return h.reports[-1]

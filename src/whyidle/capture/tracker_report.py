@@ -26,7 +26,7 @@ from whyidle import __version__
 from whyidle.analyses import causes as C
 from whyidle.analyses.kernels import KernelStats
 from whyidle.analyses.utilization import StepFigures, Utilization
-from whyidle.capture.tracker import StepRecord, TrackerStats
+from whyidle.capture.tracker_records import SOURCE_FORMAT, StepRecord, TrackerStats
 from whyidle.config import Config
 from whyidle.diagnosis import Diagnosis
 from whyidle.findings.levers import lever_for
@@ -44,7 +44,6 @@ from whyidle.units import format_ms
 
 __all__ = ["report_from_tracker", "SOURCE_FORMAT"]
 
-SOURCE_FORMAT = "whyidle.track"
 _ATTRIBUTED = (C.INPUT_PIPELINE, C.H2D_COPY, C.UNTRACED_HOST)
 
 
@@ -99,26 +98,27 @@ def _seen_here(cause: C.Cause, st: TrackerStats, per_step_ns: float, mean_step_n
     return ()
 
 
-def report_from_tracker(st: TrackerStats, config: Config | None = None) -> Diagnosis:
-    """Build the Diagnosis for a tracked run (pure: no I/O)."""
-    cfg = config or Config()
-    steps = st.selected()
+def _quality(st: TrackerStats, steps: tuple[StepRecord, ...]) -> list[str]:
     quality: list[str] = list(st.notes)
     if len(steps) < len(st.steps):
         quality.append(f"the first {st.skip_first} step(s) are left out (DataLoader worker start-up and first calls)")
     elif st.skip_first and st.steps:
         quality.append(f"only {len(st.steps)} step(s) were tracked: none left out for start-up, so the first may be slow")
-    on_cpu = not st.device_timing
-    if on_cpu:
+    if not st.device_timing:
         quality.append(
             "CPU-side measurement: 'GPU busy' here is the host's compute between batches, not a GPU's; "
             "the data wait and copy times are exact"
         )
+    return quality
+
+
+def _figures(steps: tuple[StepRecord, ...], device_timing: bool) -> tuple[list[StepFigures], dict[C.Cause, int], int]:
+    """(per-step figures, idle ns by cause over the steps, busy ns over the steps)."""
     figures: list[StepFigures] = []
     totals = {c: 0 for c in C.CAUSES}
     busy_total = 0
     for s in steps:
-        busy, by_cause = _split(s, st.device_timing)
+        busy, by_cause = _split(s, device_timing)
         busy_total += busy
         for c, ns in by_cause.items():
             totals[c] += ns
@@ -135,61 +135,87 @@ def report_from_tracker(st: TrackerStats, config: Config | None = None) -> Diagn
                 idle_by_cause_ns=tuple(by_cause.get(c, 0) for c in C.CAUSES),
             )
         )
+    return figures, totals, busy_total
+
+
+class _Run(msgspec.Struct, frozen=True):
+    """What every finding of one tracked run reads."""
+
+    st: TrackerStats
+    steps: tuple[StepRecord, ...]
+    figures: tuple[StepFigures, ...]
+    window_ns: int
+    idle_ns: int
+    batch: int | None
+
+    @property
+    def mean_step(self) -> float:
+        return self.window_ns / len(self.steps) if self.steps else 0.0
+
+
+def _finding(run: _Run, cause: C.Cause, ns: int, cfg: Config) -> Finding:
+    """The finding for the tracker's input-pipeline or copy time (``ns`` over the window)."""
+    st, steps, figures, mean_step = run.st, run.steps, run.figures, run.mean_step
+    ci = C.cause_index(cause)
+    per = [f.idle_by_cause_ns[ci] for f in figures]
+    per_step = float(np.mean(per))
+    variant = _variant(st) if cause is C.INPUT_PIPELINE else ""
+    lever = lever_for(cause.cause, variant)
+    label = "DataLoader.__next__ (measured by whyidle.track)" if cause is C.INPUT_PIPELINE else "tracker.copy() blocks"
+    n_steps = sum(1 for v in per if v > 0)
+    li = st.loader
+    facts: list[tuple[str, Any]] = [
+        ("basis", "whyidle.track: host clock per step" + ("; device time from CUDA events" if st.device_timing else "")),
+        ("steps", len(steps)),
+        ("mean_step_ns", mean_step),
+    ]
+    if cause is C.INPUT_PIPELINE:
+        facts += [("data_wait_share_of_step", per_step / mean_step if mean_step else 0.0)]
+        facts += [(k, v) for k, v in (("loader", li.kind), ("num_workers", li.num_workers), ("pin_memory", li.pin_memory)) if v not in (None, "")]
+    best = mean_step - per_step
+    speedup = mean_step / best if best > 0 else None
+    ev = Evidence(
+        gap_count=n_steps,
+        idle_ns=ns,
+        per_step_idle_ns=per_step,
+        share_of_step=per_step / mean_step if mean_step else None,
+        top_ops=((label, ns, n_steps),),
+        python_lines=((st.loop_line, n_steps),) if st.loop_line else (),
+        examples=tuple((f.start_ns, f.end_ns, f.idle_by_cause_ns[ci]) for f in sorted(figures, key=lambda f: -f.idle_by_cause_ns[ci])[: cfg.evidence_examples]),
+        facts=tuple(facts),
+    )
+    expected = (
+        f"up to {format_ms(per_step)} per step ({per_step / mean_step:.0%} of step time) can be recovered"
+        + (f": samples/s up to {speedup:.2f}x" if speedup else "")
+        + "; an upper bound, since removing this wait may expose the next one"
+    )
+    fix = Fix(lever.summary, _seen_here(cause, st, per_step, mean_step) + lever.steps, lever.code, lever.verify, expected, lever.docs)
+    finding = cause_finding(cause, lever, variant, ns, run.idle_ns, run.window_ns, ev, fix)
+    # Workers are predicted only where the loader ran in the training process (its wait is
+    # then the whole per-batch production cost).
+    if cause is not C.INPUT_PIPELINE or not li.num_workers:
+        waits = [s.data_wait_ns if cause is C.INPUT_PIPELINE else s.copy_ns for s in steps]
+        pred = predict_from_steps([s.duration_ns for s in steps], waits, cause.cause, cfg, run.batch)
+        finding = msgspec.structs.replace(finding, prediction=pred)
+    return finding
+
+
+def report_from_tracker(st: TrackerStats, config: Config | None = None) -> Diagnosis:
+    """Build the Diagnosis for a tracked run (pure: no I/O)."""
+    cfg = config or Config()
+    steps = st.selected()
+    quality = _quality(st, steps)
+    figures, totals, busy_total = _figures(steps, st.device_timing)
     window_ns = sum(s.duration_ns for s in steps)
     batch = _batch(steps)
     util = Utilization.busy_only(
         window_ns, 1, busy_total, tuple(figures), batch, "tracker: samples in each batch" if batch is not None else ""
     )
-    findings: list[Finding] = []
+    run = _Run(st, steps, tuple(figures), window_ns, util.idle_ns, batch)
     threshold = cfg.min_finding_share_of_window * window_ns
-    mean_step = window_ns / len(steps) if steps else 0.0
-    idle = util.idle_ns
-    for cause in (C.INPUT_PIPELINE, C.H2D_COPY):
-        ns = totals[cause]
-        if ns <= 0 or ns < threshold:
-            continue
-        ci = C.cause_index(cause)
-        per = [f.idle_by_cause_ns[ci] for f in figures]
-        per_step = float(np.mean(per))
-        variant = _variant(st) if cause is C.INPUT_PIPELINE else ""
-        lever = lever_for(cause.cause, variant)
-        label = "DataLoader.__next__ (measured by whyidle.track)" if cause is C.INPUT_PIPELINE else "tracker.copy() blocks"
-        n_steps = sum(1 for v in per if v > 0)
-        li = st.loader
-        facts: list[tuple[str, Any]] = [
-            ("basis", "whyidle.track: host clock per step" + ("; device time from CUDA events" if st.device_timing else "")),
-            ("steps", len(steps)),
-            ("mean_step_ns", mean_step),
-        ]
-        if cause is C.INPUT_PIPELINE:
-            facts += [("data_wait_share_of_step", per_step / mean_step if mean_step else 0.0)]
-            facts += [(k, v) for k, v in (("loader", li.kind), ("num_workers", li.num_workers), ("pin_memory", li.pin_memory)) if v not in (None, "")]
-        best = mean_step - per_step
-        speedup = mean_step / best if best > 0 else None
-        ev = Evidence(
-            gap_count=n_steps,
-            idle_ns=ns,
-            per_step_idle_ns=per_step,
-            share_of_step=per_step / mean_step if mean_step else None,
-            top_ops=((label, ns, n_steps),),
-            python_lines=((st.loop_line, n_steps),) if st.loop_line else (),
-            examples=tuple((f.start_ns, f.end_ns, f.idle_by_cause_ns[ci]) for f in sorted(figures, key=lambda f: -f.idle_by_cause_ns[ci])[: cfg.evidence_examples]),
-            facts=tuple(facts),
-        )
-        expected = (
-            f"up to {format_ms(per_step)} per step ({per_step / mean_step:.0%} of step time) can be recovered"
-            + (f": samples/s up to {speedup:.2f}x" if speedup else "")
-            + "; an upper bound, since removing this wait may expose the next one"
-        )
-        fix = Fix(lever.summary, _seen_here(cause, st, per_step, mean_step) + lever.steps, lever.code, lever.verify, expected, lever.docs)
-        finding = cause_finding(cause, lever, variant, ns, idle, window_ns, ev, fix)
-        # Workers are predicted only where the loader ran in the training process (its wait is
-        # then the whole per-batch production cost).
-        if cause is not C.INPUT_PIPELINE or not li.num_workers:
-            waits = [s.data_wait_ns if cause is C.INPUT_PIPELINE else s.copy_ns for s in steps]
-            pred = predict_from_steps([s.duration_ns for s in steps], waits, cause.cause, cfg, batch)
-            finding = msgspec.structs.replace(finding, prediction=pred)
-        findings.append(finding)
+    findings = [
+        _finding(run, cause, totals[cause], cfg) for cause in (C.INPUT_PIPELINE, C.H2D_COPY) if not (totals[cause] <= 0 or totals[cause] < threshold)
+    ]
     findings.sort(key=lambda f: -f.idle_ns)
     skipped = (
         Skipped(

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from whyidle.errors import InputError, UsageError
+from whyidle.units import MS2, format_ns
 
 __all__ = ["add_parser", "run", "parse_point", "efficiencies", "step_composition", "loss_breakdown", "superlinear_note", "Point"]
 
@@ -150,10 +151,6 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.2f} ms"
-
-
 def run(args: argparse.Namespace) -> int:
     points = [parse_point(t) for t in args.points]
     if bool(args.before) != bool(args.after):
@@ -185,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
         a, a_gpus = step_composition(a_doc)
         eff = b["step"] / a["step"] if a["step"] else 0.0
         out.write(
-            f"Reports: mean step {_ms(b['step'])} on {b_gpus} GPU(s) -> {_ms(a['step'])} on {a_gpus} GPU(s); "
+            f"Reports: mean step {format_ns(b['step'], MS2)} on {b_gpus} GPU(s) -> {format_ns(a['step'], MS2)} on {a_gpus} GPU(s); "
             f"{eff:.0%} efficiency per GPU assuming the same batch per GPU\n"
         )
         note = superlinear_note(eff, "the larger run")
@@ -198,8 +195,8 @@ def run(args: argparse.Namespace) -> int:
             out.write("The lost share went to (what grew in the mean step, per GPU; share of the growth):\n")
             for k, d, share in parts:
                 if d > 0:
-                    out.write(f"  {k:<52} +{_ms(d):>11}  {share:.0%}\n")
+                    out.write(f"  {k:<52} +{format_ns(d, MS2):>11}  {share:.0%}\n")
             shrank = [(k, d) for k, d, _ in parts if d < 0]
             if shrank:
-                out.write("Offset by what shrank: " + ", ".join(f"{k} {_ms(d)}" for k, d in shrank) + "\n")
+                out.write("Offset by what shrank: " + ", ".join(f"{k} {format_ns(d, MS2)}" for k, d in shrank) + "\n")
     return 0

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from whyidle.analyses import causes as C
+from whyidle.analyses.calls import is_kernel_launch
 from whyidle.analyses.context import CauseEvidence
 from whyidle.analyses.hostops import is_dataloader, is_sync_call
 from whyidle.analyses.hostwork import WorkClass
@@ -82,7 +83,7 @@ def _host_overhead_facts(a: Analyses) -> tuple[tuple[str, Any], ...]:
     n_zero, fills = _count_in_ranges(a.tl, lambda s: s.startswith("Optimizer.zero_grad"), lambda s: s in ("aten::zero_", "aten::fill_"))
     if n_zero and fills:
         facts.append(("zero_grad_fill_ops_per_call", fills // (2 * n_zero) or fills // n_zero))
-    n_step, launches = _count_in_ranges(a.tl, lambda s: s.startswith("Optimizer.step"), lambda s: s.startswith(("cudaLaunchKernel", "cuLaunchKernel", "hipLaunchKernel")))
+    n_step, launches = _count_in_ranges(a.tl, lambda s: s.startswith("Optimizer.step"), is_kernel_launch)
     if n_step and launches:
         facts.append(("optimizer_step_kernel_launches_per_call", launches // n_step))
     opt = _optimizer_name(a.tl)

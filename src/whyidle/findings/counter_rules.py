@@ -15,6 +15,7 @@ from whyidle.analyses.counters import CounterAnalysis, GpuCounters
 from whyidle.analyses.utilization import Utilization
 from whyidle.config import Config
 from whyidle.findings.model import rank_key, Evidence, Finding, Fix, DiagnosisData, Skipped, WindowInfo
+from whyidle.units import COARSE, format_ns
 
 __all__ = [
     "METRIC_EXPLANATIONS",
@@ -87,10 +88,6 @@ def explanations_for(metrics: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(seen.items())
 
 
-def _s(ns: float) -> str:
-    return f"{ns / 1e9:.1f} s" if ns >= 1e9 else f"{ns / 1e6:.0f} ms"
-
-
 def _ev(facts: tuple[tuple[str, Any], ...]) -> Evidence:
     return Evidence(0, 0, None, None, (), (), (), facts)
 
@@ -119,7 +116,7 @@ def _underfilled(g: GpuCounters, cfg: Config, capacity: int) -> Finding | None:
         fix=Fix(
             summary="Give each kernel more parallel work: larger batches, fused ops, fewer tiny launches.",
             steps=(
-                f"For {_s(g.underfilled_ns)} GPU {g.gpu} had GPU-Util >= {cfg.counter_busy_min_pct:.0f}% but SM activity "
+                f"For {format_ns(g.underfilled_ns, COARSE)} GPU {g.gpu} had GPU-Util >= {cfg.counter_busy_min_pct:.0f}% but SM activity "
                 f"below {cfg.counter_sm_active_low_pct:.0f}%: a kernel was running, on a small part of the GPU.",
                 "Raise the batch size (or micro-batch), fuse elementwise chains (torch.compile), use CUDA graphs for "
                 "launch-bound loops.",
@@ -127,7 +124,7 @@ def _underfilled(g: GpuCounters, cfg: Config, capacity: int) -> Finding | None:
             ),
             code="model = torch.compile(model)  # fuses small kernels; and try a larger batch",
             verify="Log DCGM SM activity again (dcgmi dmon -e 203,1002): SM activity should rise toward GPU-Util.",
-            expected=f"up to {_s(g.underfilled_ns)} of busy time at low SM activity could do more work per second",
+            expected=f"up to {format_ns(g.underfilled_ns, COARSE)} of busy time at low SM activity could do more work per second",
             docs=_DOCS,
         ),
         affected_busy_ns=g.underfilled_ns,
@@ -175,8 +172,8 @@ def _rhythm(g: GpuCounters, cfg: Config, capacity: int, trace_groups: dict[str, 
         x
         for x in (
             lead,
-            f"GPU {g.gpu} works in bursts every {_s(p.period_ns)} and is paused {1 - p.duty_cycle:.0%} of the time "
-            f"({p.pauses} pauses, {_s(p.mean_pause_ns)} each on average).",
+            f"GPU {g.gpu} works in bursts every {format_ns(p.period_ns, COARSE)} and is paused {1 - p.duty_cycle:.0%} of the time "
+            f"({p.pauses} pauses, {format_ns(p.mean_pause_ns, COARSE)} each on average).",
             host_line,
             "Counters cannot see the host. What tells starvation from synchronization: a trace of a few steps "
             "(whyidle diagnose trace.json --counters this.log): pauses inside DataLoader.__next__ or a host-to-device "
@@ -200,7 +197,7 @@ def _rhythm(g: GpuCounters, cfg: Config, capacity: int, trace_groups: dict[str, 
             steps=steps,
             code="whyidle diagnose trace.json --counters gpu.log",
             verify="Log the counters again: the duty cycle should rise and the pauses shrink.",
-            expected=f"up to {_s(pause_ns)} of idle GPU time in the pauses ({pause_ns / g.span_ns:.0%} of the log) could be recovered; an upper bound",
+            expected=f"up to {format_ns(pause_ns, COARSE)} of idle GPU time in the pauses ({pause_ns / g.span_ns:.0%} of the log) could be recovered; an upper bound",
             docs=_DOCS,
         ),
     )
@@ -231,14 +228,14 @@ def _low(g: GpuCounters, cfg: Config, capacity: int) -> Finding | None:
         fix=Fix(
             summary="Find out what the job does while the GPU waits: capture a trace of a few steps.",
             steps=(
-                f"GPU {g.gpu}: mean GPU-Util {util.mean:.1f}% over {_s(g.span_ns)}, with no regular burst rhythm.",
+                f"GPU {g.gpu}: mean GPU-Util {util.mean:.1f}% over {format_ns(g.span_ns, COARSE)}, with no regular burst rhythm.",
                 "For inference, this is usually too little demand (few requests, batch size 1); for training, a "
                 "host-bound loop or a stalled input pipeline.",
                 "whyidle diagnose on a torch.profiler or nsys capture names the cause.",
             ),
             code="nsys profile -t cuda,nvtx,osrt -o run python train.py && whyidle diagnose run.nsys-rep",
             verify="Mean GPU-Util rises in the next counter log.",
-            expected=f"{_s(idle_ns)} without any kernel running ({idle_ns / g.span_ns:.0%} of the log)",
+            expected=f"{format_ns(idle_ns, COARSE)} without any kernel running ({idle_ns / g.span_ns:.0%} of the log)",
             docs=_DOCS,
         ),
     )

@@ -34,8 +34,8 @@ from whyidle.config import Config
 from whyidle.findings.model import Evidence, Finding, Fix
 from whyidle.findings.rules import Analyses
 from whyidle.timeline.arrays import unique_sorted
-from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind
+from whyidle.units import format_ms
 
 __all__ = ["nsys_findings"]
 
@@ -44,10 +44,6 @@ I64 = npt.NDArray[np.int64]
 _SYNC_COPY = re.compile(r"^(cuda|cu)(Memcpy|Memset)(2D|3D|Peer|ToSymbol|FromSymbol|HtoD|DtoH|DtoD|D8|D16|D32)*(_v\d+)?$")
 _SYNC_API = re.compile(r"^(cudaDeviceSynchronize|cudaStreamSynchronize|cuCtxSynchronize|cuStreamSynchronize)(_v\d+)?$")
 _DOCS = "docs/inputs.md#nsight-systems"
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms"
 
 
 def _calls(a: Analyses, pattern: re.Pattern[str]) -> I64:
@@ -65,7 +61,7 @@ def _overlap_per_gap(a: Analyses, rows: I64, lo: I64, hi: I64) -> I64:
         r = rows[tl.lane[rows] == lane]
         if r.size == 0:
             continue
-        iv = Intervals.union_of(tl.start_ns[r], tl.end_ns[r])
+        iv = tl.union(r)
         out[sel] = iv.overlap(lo[sel], hi[sel])
     return out
 
@@ -122,14 +118,14 @@ def _pageable(a: Analyses, cfg: Config) -> Finding | None:
     fix = Fix(
         summary="Copy from pinned memory so the copy is truly asynchronous and overlaps compute.",
         steps=(
-            f"{int(hit.sum())} device-idle gaps ({_ms(ns)}) end with a cudaMemcpyAsync from pageable host memory: the driver "
+            f"{int(hit.sum())} device-idle gaps ({format_ms(ns)}) end with a cudaMemcpyAsync from pageable host memory: the driver "
             "stages it through a bounce buffer and the host waits, so nothing overlaps.",
             "PyTorch: DataLoader(pin_memory=True) and tensor.to(device, non_blocking=True); elsewhere cudaHostAlloc / "
             "cudaHostRegister the source buffer.",
         ),
         code="loader = DataLoader(ds, pin_memory=True, num_workers=4)\nx = x.to('cuda', non_blocking=True)",
         verify="Re-capture with nsys: the copies should read 'Pinned -> Device' and the gaps before them shrink.",
-        expected=f"up to {_ms(ns)} of device idle; an upper bound",
+        expected=f"up to {format_ms(ns)} of device idle; an upper bound",
         docs=_DOCS,
     )
     return _finding("api.pageable_memcpy", C.H2D_COPY, "Async copies from pageable memory block the host", ns, int(hit.sum()), a, facts, fix)
@@ -148,14 +144,14 @@ def _sync_copies(a: Analyses, cfg: Config) -> Finding | None:
     fix = Fix(
         summary="Replace synchronous cudaMemcpy/cudaMemset with their Async forms on a stream, from pinned memory.",
         steps=(
-            f"{int(rows.size)} synchronous calls ({', '.join(names)}) held the launching thread for {_ms(ns)} of device idle: "
+            f"{int(rows.size)} synchronous calls ({', '.join(names)}) held the launching thread for {format_ms(ns)} of device idle: "
             "each waits for all queued work and for the copy itself.",
             "Use cudaMemcpyAsync/cudaMemsetAsync on the work stream (PyTorch: .to(device, non_blocking=True) from pinned "
             "tensors; avoid .cpu()/.item() inside the loop).",
         ),
         code="cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream);",
         verify="Re-capture with nsys: cudaMemcpy/cudaMemset should be gone from the CUDA API summary.",
-        expected=f"up to {_ms(ns)} of device idle; an upper bound",
+        expected=f"up to {format_ms(ns)} of device idle; an upper bound",
         docs=_DOCS,
     )
     return _finding("api.sync_memcpy", C.HOST_SYNC, "Synchronous cudaMemcpy/cudaMemset stall the device", ns, int(hit.sum()), a, facts, fix)
@@ -188,14 +184,14 @@ def _sync_calls(a: Analyses, cfg: Config) -> Finding | None:
     fix = Fix(
         summary="Synchronise less: only where the host needs a result, and not every iteration.",
         steps=(
-            f"{int(rows.size)} calls ({per_s:.1f} per second) left the device idle for {_ms(ns)} in {int(hit.sum())} gaps: the host "
+            f"{int(rows.size)} calls ({per_s:.1f} per second) left the device idle for {format_ms(ns)} in {int(hit.sum())} gaps: the host "
             "waited for the queue to empty, then had to refill it.",
             "Remove debugging/timing syncs from the loop (use CUDA events), read scalars (loss.item()) every N steps, "
             "and let work queue ahead.",
         ),
         code="if step % 50 == 0:\n    print(loss.item())  # not every step",
         verify="Re-capture with nsys: fewer cudaStreamSynchronize/cudaDeviceSynchronize calls and shorter gaps after them.",
-        expected=f"up to {_ms(ns)} of device idle; an upper bound",
+        expected=f"up to {format_ms(ns)} of device idle; an upper bound",
         docs=_DOCS,
     )
     return _finding("api.sync_calls", C.HOST_SYNC, title, ns, int(hit.sum()), a, facts, fix)
@@ -235,7 +231,7 @@ def _blocked_host(a: Analyses, cfg: Config) -> Finding | None:
         if got:
             name = tl.name_of(r)
             by_name[name] = by_name.get(name, 0) + got
-    calls = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:5])
+    calls = ", ".join(f"{k} {format_ms(v)}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:5])
     group = "starvation" if g.training else "insufficient_demand" if serving else "unattributed"
     facts: list[tuple[str, Any]] = [("blocking_calls", calls), ("gaps", int(hit.size))]
     if not g.training and not serving:
@@ -259,10 +255,10 @@ def _blocked_host(a: Analyses, cfg: Config) -> Finding | None:
         lever = "Batch requests (dynamic batching) or serve more clients per GPU."
     fix = Fix(
         summary="The launching thread was blocked in the OS, not computing: feed it sooner.",
-        steps=(f"During {_ms(ns)} of device idle the launching thread sat in blocking OS calls ({calls}).", what, lever),
+        steps=(f"During {format_ms(ns)} of device idle the launching thread sat in blocking OS calls ({calls}).", what, lever),
         code="loader = DataLoader(ds, num_workers=8, persistent_workers=True, pin_memory=True)",
         verify="Re-capture with nsys -t cuda,nvtx,osrt: the blocking calls inside the gaps should shrink.",
-        expected=f"up to {_ms(ns)} of device idle; an upper bound",
+        expected=f"up to {format_ms(ns)} of device idle; an upper bound",
         docs=_DOCS,
     )
     f = _finding("api.blocked_host", cause, "The launching thread was blocked in OS calls while the GPU waited", ns, int(hit.size), a, facts, fix)

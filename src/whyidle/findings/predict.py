@@ -17,6 +17,7 @@ from whyidle.analyses import whatif as W
 from whyidle.analyses.links import link_launches
 from whyidle.analyses.window import Window
 from whyidle.config import Config
+from whyidle.errors import ArgumentError
 from whyidle.findings.model import Finding, Prediction
 from whyidle.timeline.model import Kind, Timeline
 
@@ -125,7 +126,7 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
             W.Edit("fp32_math", gemm_factor=high),
             W.Edit("fp32_math", gemm_factor=low),
         )
-    raise ValueError(f"unknown lever {lever!r}; expected one of {', '.join(LEVERS)}")
+    raise ArgumentError(f"unknown lever {lever!r}; expected one of {', '.join(LEVERS)}")
 
 
 class Replays:

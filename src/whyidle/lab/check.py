@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from whyidle.errors import ArgumentError
 from whyidle.findings.model import DiagnosisData
 
 __all__ = ["EXPECTED", "CPU_FLAWS", "GPU_ONLY", "CheckResult", "check_report"]
@@ -52,7 +53,7 @@ class CheckResult:
 
 def check_report(flaw: str, report: DiagnosisData, basis: str) -> CheckResult:
     if flaw not in EXPECTED:
-        raise ValueError(f"unknown flaw {flaw!r}; expected one of {', '.join(EXPECTED)}")
+        raise ArgumentError(f"unknown flaw {flaw!r}; expected one of {', '.join(EXPECTED)}")
     expected = EXPECTED[flaw]
     found = tuple(f.key for f in report.findings)
     problems = tuple(f.key for f in report.findings if f.group in PROBLEM_GROUPS)

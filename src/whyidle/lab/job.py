@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from whyidle.capture import require_torch
+from whyidle.errors import ArgumentError
 
 __all__ = ["FLAWS", "LabSpec", "LabRun", "spec_for", "run_job", "apply_fix"]
 
@@ -65,7 +66,7 @@ class LabSpec:
 def spec_for(flaw: str, device: str, steps: int | None = None, profile_steps: int | None = None) -> LabSpec:
     """The job for ``flaw`` on ``device``, sized so a CPU step takes ~10-20 ms and a GPU step a few ms."""
     if flaw not in FLAWS:
-        raise ValueError(f"unknown flaw {flaw!r}; expected one of {', '.join(FLAWS)}")
+        raise ArgumentError(f"unknown flaw {flaw!r}; expected one of {', '.join(FLAWS)}")
     cuda = device == "cuda"
     if cuda:
         # Big enough that a step's kernels outlast the host's launches even under the profiler
@@ -114,7 +115,7 @@ def apply_fix(spec: LabSpec, finding_id: str) -> tuple[LabSpec, str]:
         return replace(spec, pin_memory=True, non_blocking=True, num_workers=max(spec.num_workers, 2)), "DataLoader(pin_memory=True) and .to(device, non_blocking=True)"
     if finding_id.startswith("host_sync"):
         return replace(spec, cpu_metrics=False), "metrics kept on the device (no per-step .item()/.cpu())"
-    raise ValueError(f"the lab has no automatic fix for finding {finding_id!r}")
+    raise ArgumentError(f"the lab has no automatic fix for finding {finding_id!r}")
 
 
 def fix_workers() -> int:
@@ -214,6 +215,64 @@ def _threads(torch: Any, n: int | None) -> Iterator[None]:
         torch.set_num_threads(old)
 
 
+def _optimizer(torch: Any, model: Any, spec: LabSpec) -> Any:
+    opt_kw: dict[str, Any] = {"lr": 1e-3}
+    if spec.device == "cuda":
+        opt_kw["fused" if spec.fused_optimizer else "foreach"] = True if spec.fused_optimizer else False
+    return torch.optim.AdamW(model.parameters(), **opt_kw)
+
+
+class _Profiling:
+    """The profiler of a lab run: ``warm`` warm-up then ``n_prof`` active steps after the tracked
+    ones, written to ``trace_dir`` (or a temporary folder, deleted by :meth:`cleanup`)."""
+
+    def __init__(self, torch: Any, spec: LabSpec, trace_dir: str | Path | None, warm: int, n_prof: int) -> None:
+        import tempfile
+
+        from whyidle.capture.profiler import TraceHandler
+
+        self.tmp_dir = tempfile.TemporaryDirectory(prefix="whyidle-lab-") if trace_dir is None else None
+        out_dir = Path(trace_dir) if trace_dir is not None else Path(self.tmp_dir.name)  # type: ignore[union-attr]
+        self.handler = TraceHandler(out_dir, f"lab_{spec.flaw}_{spec.device}", report="none", raise_errors=True)
+        acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if spec.device == "cuda" else [])
+        self.prof = torch.profiler.profile(
+            activities=acts,
+            schedule=torch.profiler.schedule(wait=0, warmup=warm, active=n_prof, repeat=1),
+            on_trace_ready=self.handler,
+            with_stack=True,
+            record_shapes=True,
+        )
+
+    def results(self) -> tuple[Path | None, Any]:
+        """(the trace's path, its report); the path is None when it went to a temporary folder."""
+        h = self.handler
+        trace_path = h.paths[-1] if h.paths else None
+        trace_report = h.reports[-1] if h.reports else None
+        if self.tmp_dir is not None:
+            self.tmp_dir.cleanup()
+            trace_path = None
+        return trace_path, trace_report
+
+
+def _train_step(torch: Any, spec: LabSpec, model: Any, opt: Any, x: Any, y: Any, copy: Any) -> Any:
+    """One training step of the lab model: copy in (inside ``copy``), forward, backward, step."""
+    dev = torch.device("cuda" if spec.device == "cuda" else "cpu")
+    with copy:
+        x = x.to(dev, non_blocking=spec.non_blocking)
+        y = y.to(dev, non_blocking=spec.non_blocking)
+    ctx = torch.autocast("cuda", dtype=torch.bfloat16) if spec.device == "cuda" else contextlib.nullcontext()
+    with ctx:
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits, y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    if spec.cpu_metrics:  # the sync flaw: metrics on the CPU, every step
+        probs = torch.softmax(logits.detach().float().cpu(), dim=1)
+        _ = float(probs.max(dim=1).values.mean().item()), float(loss.item())
+    return loss.detach()
+
+
 def run_job(spec: LabSpec, trace_dir: str | Path | None = None, threads: int | None = 1, tracker: bool = True) -> LabRun:
     """Train ``spec.steps`` tracked steps, then profile ``spec.profile_steps`` more when asked.
 
@@ -222,21 +281,16 @@ def run_job(spec: LabSpec, trace_dir: str | Path | None = None, threads: int | N
     the step tracker (for the no-behaviour-change test and the overhead benchmark).
     """
     torch = require_torch("whyidle lab")
-    from whyidle.capture.profiler import TraceHandler
     from whyidle.capture.tracker import StepTracker, track
 
     cuda = spec.device == "cuda"
-    dev = torch.device("cuda" if cuda else "cpu")
     n_prof = (spec.profile_steps or 3) if trace_dir is not None else spec.profile_steps if cuda else 0
     warm = 1 if n_prof else 0
     total = spec.steps + warm + n_prof
     t_start = time.perf_counter()
     with _threads(torch, None if cuda else threads):
-        model = build_model(torch, spec).to(dev)
-        opt_kw: dict[str, Any] = {"lr": 1e-3}
-        if cuda:
-            opt_kw["fused" if spec.fused_optimizer else "foreach"] = True if spec.fused_optimizer else False
-        opt = torch.optim.AdamW(model.parameters(), **opt_kw)
+        model = build_model(torch, spec).to(torch.device("cuda" if cuda else "cpu"))
+        opt = _optimizer(torch, model, spec)
         quiet = warnings.catch_warnings()
         quiet.__enter__()
         # sleep-bound workers (simulated storage) may outnumber cores: see fix_workers()
@@ -247,45 +301,15 @@ def run_job(spec: LabSpec, trace_dir: str | Path | None = None, threads: int | N
         tr: StepTracker[Any] | None = track(loader, skip_first=1, device=spec.device) if tracker else None
         batches: Any = tr if tr is not None else loader
         losses: list[Any] = []
-        handler = None
-        prof = None
-        tmp_dir = None
-        if n_prof:
-            import tempfile
-
-            if trace_dir is None:
-                tmp_dir = tempfile.TemporaryDirectory(prefix="whyidle-lab-")
-            out_dir = Path(trace_dir) if trace_dir is not None else Path(tmp_dir.name)  # type: ignore[union-attr]
-            handler = TraceHandler(out_dir, f"lab_{spec.flaw}_{spec.device}", report="none", raise_errors=True)
-            acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
-            prof = torch.profiler.profile(
-                activities=acts,
-                schedule=torch.profiler.schedule(wait=0, warmup=warm, active=n_prof, repeat=1),
-                on_trace_ready=handler,
-                with_stack=True,
-                record_shapes=True,
-            )
+        profiling = _Profiling(torch, spec, trace_dir, warm, n_prof) if n_prof else None
+        prof = profiling.prof if profiling is not None else None
         started = False
         try:
             for i, (x, y) in enumerate(batches):
                 if prof is not None and i == spec.steps:
                     prof.start()  # the tracker has closed exactly spec.steps steps by now
                     started = True
-                cm = tr.copy() if tr is not None else contextlib.nullcontext()
-                with cm:
-                    x = x.to(dev, non_blocking=spec.non_blocking)
-                    y = y.to(dev, non_blocking=spec.non_blocking)
-                ctx = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
-                with ctx:
-                    logits = model(x)
-                    loss = torch.nn.functional.cross_entropy(logits, y)
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                if spec.cpu_metrics:  # the sync flaw: metrics on the CPU, every step
-                    probs = torch.softmax(logits.detach().float().cpu(), dim=1)
-                    _ = float(probs.max(dim=1).values.mean().item()), float(loss.item())
-                losses.append(loss.detach())
+                losses.append(_train_step(torch, spec, model, opt, x, y, tr.copy() if tr is not None else contextlib.nullcontext()))
                 if prof is not None and i >= spec.steps:
                     prof.step()
         finally:
@@ -294,14 +318,8 @@ def run_job(spec: LabSpec, trace_dir: str | Path | None = None, threads: int | N
             quiet.__exit__(None, None, None)
         stats = None
         if tr is not None:
-            from dataclasses import replace as _replace
-
             st = tr.stats()
-            stats = _replace(st, steps=st.steps[: spec.steps])
+            stats = replace(st, steps=st.steps[: spec.steps])
         values = [float(v) for v in torch.stack(losses).float().cpu().tolist()] if losses else []
-        trace_path = handler.paths[-1] if handler is not None and handler.paths else None
-        trace_report = handler.reports[-1] if handler is not None and handler.reports else None
-        if tmp_dir is not None:
-            tmp_dir.cleanup()
-            trace_path = None
+        trace_path, trace_report = profiling.results() if profiling is not None else (None, None)
     return LabRun(spec, values, stats, trace_path, trace_report, time.perf_counter() - t_start)

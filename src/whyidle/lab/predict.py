@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from whyidle.config import Config
+from whyidle.errors import ArgumentError
 from whyidle.findings.model import Prediction
 from whyidle.findings.predict import predict_from_steps, predict_lever
 from whyidle.lab.job import LabSpec, apply_fix
@@ -28,7 +29,7 @@ def lab_fix(spec: LabSpec) -> tuple[LabSpec, str, str, dict[str, Any]]:
     """(fixed spec, what changed, lever name, lever options) for the spec's flaw."""
     lever = FIXABLE.get(spec.flaw)
     if lever is None:
-        raise ValueError(f"the lab has no fix for flaw {spec.flaw!r}; flaws with one: {', '.join(FIXABLE)}")
+        raise ArgumentError(f"the lab has no fix for flaw {spec.flaw!r}; flaws with one: {', '.join(FIXABLE)}")
     if spec.flaw == "smallbatch":
         fixed = replace(spec, batch_size=SMALLBATCH_FIXED)
         return fixed, f"batch size {spec.batch_size} -> {SMALLBATCH_FIXED}", lever, {"batch_factor": SMALLBATCH_FIXED / spec.batch_size}

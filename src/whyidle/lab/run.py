@@ -14,7 +14,7 @@ import msgspec.structs
 from whyidle.capture import require_torch
 from whyidle.capture.tracker_report import report_from_tracker
 from whyidle.config import Config
-from whyidle.errors import UsageError
+from whyidle.errors import CaptureError, UsageError
 from whyidle.findings.model import DiagnosisData
 from whyidle.lab.check import CPU_FLAWS, GPU_ONLY, CheckResult, check_report
 from whyidle.lab.job import LabRun, LabSpec, run_job, spec_for
@@ -61,9 +61,9 @@ def pick_device(requested: str = "auto") -> str:
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: torch sees no CUDA device here; use --device cpu or auto")
+        raise UsageError("device cuda: torch sees no CUDA device here; use cpu or auto", field="device")
     if requested not in ("cpu", "cuda"):
-        raise UsageError(f"--device {requested!r}: expected auto, cpu or cuda")
+        raise UsageError(f"device {requested!r}: expected auto, cpu or cuda", field="device")
     return requested
 
 
@@ -88,7 +88,7 @@ def run_lab(
     elif tracker_report is not None:
         chk = check_report(flaw, tracker_report, "tracker")
     else:  # pragma: no cover - the lab always tracks
-        raise RuntimeError("the lab run produced neither a trace nor tracker stats")
+        raise CaptureError("the lab run produced neither a trace nor tracker stats")
     return LabResult(run, tracker_report, trace_report, chk)
 
 

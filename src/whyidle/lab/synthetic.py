@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whyidle.errors import ArgumentError
+
 __all__ = ["Sim", "training_trace", "FLAWS", "write_trace"]
 
 FLAWS = ("none", "starvation", "starvation_workers", "h2d", "sync", "launch", "inference_idle")
@@ -187,7 +189,7 @@ def _train_step(sim: Sim, n: int, kernels: int, kernel_us: float, flaw: str) -> 
 def training_trace(flaw: str = "none", steps: int = 5, schema: str = "new") -> dict[str, Any]:
     """A synthetic training trace with one injected flaw (see FLAWS)."""
     if flaw not in FLAWS:
-        raise ValueError(f"unknown flaw {flaw!r}; expected one of {', '.join(FLAWS)}")
+        raise ArgumentError(f"unknown flaw {flaw!r}; expected one of {', '.join(FLAWS)}")
     sim = Sim(schema=schema)
     if flaw == "inference_idle":
         # A server loop: each request is handled, then the thread blocks in queue.get until the

@@ -1,6 +1,8 @@
 """Input formats. ``load(path)`` sniffs the format and returns a Timeline.
 
-One module per format; these are the only modules that know a raw format.
+One module per format, the larger ones split by what they read (``nsys`` with ``nsys_schema``,
+``nsys_context``, ``nsys_device``, ``nsys_host``; ``counters`` with one ``counters_*`` module per
+log format); these are the only modules that know a raw format.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def load(
     *,
     read_ahead: ReadAhead | None = None,
     stream_jobs: int | None = None,
+    counters_utc_offset_min: int | None = None,
+    counters_interval_ms: float | None = None,
 ) -> Timeline:
     """Read a profile into a Timeline, whatever its format.
 
@@ -42,16 +46,20 @@ def load(
     ``read_ahead``: a :class:`~whyidle.sources._io.ReadAhead` that may already be reading the
     file. ``stream_jobs``: processes decoding chunks of a trace large enough for the out-of-core
     reader (None: by size; 1 where traces are already read one per core).
+    ``counters_utc_offset_min`` / ``counters_interval_ms``: how to read a GPU counter log's clock
+    (the Config fields of those names; see :func:`whyidle.sources.counters.parse_counters`).
     """
     p = Path(path)
     try:
-        return _load(p, step_pattern, jobs, read_ahead, stream_jobs)
+        return _load(p, step_pattern, jobs, read_ahead, stream_jobs, (counters_utc_offset_min, counters_interval_ms))
     finally:
         if read_ahead is not None:
             read_ahead.discard(p)  # a read-ahead that this input did not use
 
 
-def _load(p: Path, step_pattern: str | None, jobs: int, read_ahead: ReadAhead | None, stream_jobs: int | None) -> Timeline:
+def _load(
+    p: Path, step_pattern: str | None, jobs: int, read_ahead: ReadAhead | None, stream_jobs: int | None, clock: tuple[int | None, float | None]
+) -> Timeline:
     if p.is_dir():
         traces = find_traces(p)
         if not traces:
@@ -101,7 +109,7 @@ def _load(p: Path, step_pattern: str | None, jobs: int, read_ahead: ReadAhead | 
     from whyidle.sources.counters import counter_timeline, looks_like_counter_log
 
     if looks_like_counter_log(raw[:8192]):
-        return counter_timeline(p, raw)
+        return counter_timeline(p, raw, utc_offset_min=clock[0], interval_ms=clock[1])
     raise UnsupportedInputError(
         p,
         "is not a format whyidle reads; expected a PyTorch profiler trace (.json or .json.gz), an Nsight "

@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from whyidle.errors import ArgumentError
+
 __all__ = [
     "METRICS",
     "Metric",
@@ -154,9 +156,6 @@ class CounterLog:
                 return s
         return None
 
-    def metrics_of(self, gpu: str) -> tuple[str, ...]:
-        return tuple(s.metric for s in self.series if s.gpu == gpu)
-
     @property
     def span_ns(self) -> tuple[int, int] | None:
         starts = [int(s.time_ns[0]) for s in self.series if len(s)]
@@ -175,7 +174,7 @@ def counter_file_header(metrics: Sequence[str], gpus: Mapping[str, Mapping[str, 
     """The first lines of a whyidle counter file, up to and including the CSV header."""
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
-        raise ValueError(f"unknown counter metrics {unknown}; expected names from whyidle.timeline.counters.METRICS")
+        raise ArgumentError(f"unknown counter metrics {unknown}; expected names from whyidle.timeline.counters.METRICS")
     lines = [COUNTER_FILE_MAGIC]
     for gid, info in (gpus or {}).items():
         parts = "; ".join(f"{k}={str(v).replace(';', ',')}" for k, v in info.items() if v)

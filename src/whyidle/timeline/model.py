@@ -29,6 +29,8 @@ import numpy as np
 import numpy.typing as npt
 
 from whyidle.timeline.arrays import unique_inverse
+from whyidle.timeline.counters import CounterLog
+from whyidle.timeline.intervals import Intervals
 
 __all__ = ["Kind", "LaneKind", "Lane", "TimelineMeta", "Timeline", "OFF_CPU"]
 
@@ -95,7 +97,9 @@ class TimelineMeta(msgspec.Struct):
     world_size: int | None = None
     rank_basis: str = ""  # where the rank came from: "distributedInfo", "file name", ""
     quality: list[str] = msgspec.field(default_factory=list)  # notes the source made while reading
-    counters: Any = None  # a whyidle.timeline.counters.CounterLog when the input holds GPU counter samples
+    # The counters track: GPU counter samples on their own clock (timeline/counters.py). A counter
+    # log's Timeline has this track and no events.
+    counters: CounterLog | None = None
 
     @property
     def vendor(self) -> str:
@@ -197,9 +201,19 @@ class Timeline(msgspec.Struct):
         table = np.fromiter((bool(predicate(self.strings[i])) for i in uniq.tolist()), dtype=np.bool_, count=uniq.size)
         return table[inverse] if uniq.size else np.zeros(rows.size, dtype=np.bool_)
 
-    def lane_mask(self, predicate: Any) -> npt.NDArray[np.bool_]:
-        table = np.fromiter((bool(predicate(ln)) for ln in self.lanes), dtype=np.bool_, count=len(self.lanes))
-        return table[self.lane] if self.lanes else np.zeros(len(self), dtype=np.bool_)
+    def device_of(self, rows: I64 | None = None) -> I64:
+        """The device of each row's lane (all rows when ``rows`` is None): the GPU index for a
+        stream, -1 for a CPU thread."""
+        n = len(self) if rows is None else rows.size
+        if n == 0 or not self.lanes:
+            return np.full(n, -1, dtype=np.int64)
+        dev_of_lane = np.array([ln.device if ln.kind is LaneKind.GPU_STREAM else -1 for ln in self.lanes], dtype=np.int64)
+        return dev_of_lane[self.lane if rows is None else self.lane[rows]]
+
+    def union(self, rows: I64 | npt.NDArray[np.bool_]) -> Intervals:
+        """The union of the rows' intervals (row numbers or a mask): for device work, the time the
+        device was busy."""
+        return Intervals.union_of(self.start_ns[rows], self.end_ns[rows])
 
     def take(self, rows: npt.NDArray[np.bool_] | npt.NDArray[np.int64]) -> Timeline:
         """A timeline of the selected rows (same lanes, strings and metadata)."""

@@ -257,7 +257,18 @@ def _choose(cands: Sequence[Candidate], cfg: Config) -> Candidate | None:
     return min(near, key=key)
 
 
-def evaluate(profile: LatencyProfile, traffic: Traffic, settings: Settings, rate_per_s: float, *, percentile: float = 99.0, jitter: bool = True, seed: int = 0) -> Outcome:
-    """One simulation of given settings at a given rate (the figures the tuner compares)."""
-    runner = _Runner(profile, traffic, percentile, 1, jitter, seed, Config())
+def evaluate(
+    profile: LatencyProfile,
+    traffic: Traffic,
+    settings: Settings,
+    rate_per_s: float,
+    *,
+    percentile: float = 99.0,
+    jitter: bool = True,
+    seed: int = 0,
+    cfg: Config | None = None,
+) -> Outcome:
+    """One simulation of given settings at a given rate (the figures the tuner compares), under
+    ``cfg``'s rules (``batching_max_sigma``), as :func:`tune_batching` runs it."""
+    runner = _Runner(profile, traffic, percentile, 1, jitter, seed, cfg or Config())
     return _outcome(runner.run(settings, rate_per_s), rate_per_s, percentile)

@@ -23,6 +23,7 @@ from whyidle.analyses.names import NameTimes
 from whyidle.config import Config
 from whyidle.findings.labels import cause_label
 from whyidle.findings.model import DiagnosisData
+from whyidle.units import CHANGE, format_ns
 
 __all__ = ["Change", "NameChange", "PredictionCheck", "Comparison", "compare", "compare_reports", "read_side", "parse_regression", "REMOVED_BELOW"]
 
@@ -168,11 +169,11 @@ def parse_regression(text: str) -> float:
         else:
             value = float(t)
             if value >= 1:
-                raise UsageError(f"--max-regression {text}: a bare number is a fraction; did you mean {t}%?")
+                raise UsageError(f"max_regression {text}: a bare number is a fraction; did you mean {t}%?", field="max_regression")
     except ValueError:
-        raise UsageError(f"--max-regression {text!r}: expected a percentage like 5% or a fraction like 0.05") from None
+        raise UsageError(f"max_regression {text!r}: expected a percentage like 5% or a fraction like 0.05", field="max_regression") from None
     if value < 0:
-        raise UsageError(f"--max-regression {text}: expected 0 or more")
+        raise UsageError(f"max_regression {text}: expected 0 or more", field="max_regression")
     return value
 
 
@@ -199,17 +200,8 @@ def _names(b: dict[str, int], a: dict[str, int], db: float, da: float, limit: in
     return tuple(out[:limit])
 
 
-def _fmt(ns: float) -> str:
-    a = abs(ns)
-    if a >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if a >= 1e6:
-        return f"{ns / 1e6:.0f} ms" if a >= 1e7 else f"{ns / 1e6:.1f} ms"
-    return f"{ns / 1e3:.0f} us"
-
-
 def _signed(ns: float) -> str:
-    return ("\u2212" if ns < 0 else "+") + _fmt(abs(ns))
+    return ("\u2212" if ns < 0 else "+") + format_ns(abs(ns), CHANGE)
 
 
 def _verdict(causes: dict[str, Change], unit: str, scale: float | None) -> str:
@@ -229,11 +221,11 @@ def _verdict(causes: dict[str, Change], unit: str, scale: float | None) -> str:
         parts.append(f"{cause_label(grew[0])} grew: {_signed(grew[1])} {unit}")
         now = "now"
     else:
-        parts.append(f"no idle cause changed by more than {_fmt(floor)} {unit}" if floor else "no idle cause changed")
+        parts.append(f"no idle cause changed by more than {format_ns(floor, CHANGE)} {unit}" if floor else "no idle cause changed")
     remaining = max(((k, c.after or 0.0) for k, c in causes.items()), key=lambda kv: kv[1], default=("", 0.0))
     if remaining[1] > 0:
         label = "the largest remaining wait is" if now == "remaining" else "the largest wait is now"
-        parts.append(f"{label} {cause_label(remaining[0])}, {_fmt(remaining[1])} {unit}")
+        parts.append(f"{label} {cause_label(remaining[0])}, {format_ns(remaining[1], CHANGE)} {unit}")
     else:
         parts.append("no idle time remains")
     return "; ".join(parts)

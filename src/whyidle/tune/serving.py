@@ -30,6 +30,7 @@ import msgspec
 from whyidle.config import Config
 from whyidle.sources.requestlog import RequestLog
 from whyidle.tune.traffic import RequestStats, analyse_requests
+from whyidle.units import MS2, format_ns
 
 __all__ = ["ServingCause", "ServingDiagnosis", "diagnose_requests"]
 
@@ -60,10 +61,6 @@ class ServingDiagnosis(msgspec.Struct, frozen=True):
         d: dict[str, object] = msgspec.to_builtins(self)
         d["kind"] = "serving"
         return d
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.2f} ms"
 
 
 def diagnose_requests(
@@ -97,7 +94,7 @@ def diagnose_requests(
             "underfilled", "small_batches", st.left_behind_busy_ns, sh,
             f"{st.left_behind_batches} of {st.batches} batches were sent while other requests waited, with room "
             f"for more (largest batch run: {max(st.batch_sizes)}); mean batch {st.mean_batch:.2f}, "
-            f"p99 queue wait {_ms(st.wait_p99_ns or 0)}",
+            f"p99 queue wait {format_ns(st.wait_p99_ns or 0, MS2)}",
             f"Batch what is waiting: enable dynamic batching or raise its max batch size, and tune it: {tuner}",
         ))
     if device_busy_share is None:
