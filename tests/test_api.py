@@ -14,7 +14,7 @@ SRC = Path(whyidle.__file__).parent
 
 def test_public_api_is_pinned() -> None:
     assert sorted(whyidle.__all__) == sorted([
-        "__version__", "Comparison", "Config", "Diagnosis", "Evidence", "Finding", "Fix", "GapRecord", "HFCallback",
+        "__version__", "ArgumentError", "CaptureError", "Comparison", "Config", "Diagnosis", "Evidence", "Finding", "Fix", "GapRecord", "HFCallback",
         "InputError", "Kind", "Lane", "LightningCallback", "MissingExtraError", "OutputError", "Report", "Skipped",
         "Timeline", "TraceFormatError", "Trial", "TrialResult", "UnsupportedInputError", "UsageError", "WhyidleError",
         "Workload", "annotate", "compare", "diagnose", "handler", "load", "load_report", "load_requests",

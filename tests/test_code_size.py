@@ -20,17 +20,7 @@ MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 
 # "path" or "path:function" -> the branch splitting it. Remove an entry when its branch lands.
-_BEING_SPLIT: dict[str, str] = {
-    "analyses/whatif.py": "being split in branch predict",
-    "analyses/whatif.py:build_graph": "being split in branch predict",
-    "analyses/whatif.py:replay": "being split in branch predict",
-    "sources/kineto_columns.py": "being split in branch perf",
-    "sources/kineto_columns.py:_local_columns": "being split in branch perf",
-    "sources/kineto_stream.py": "being split in branch perf",
-    "sources/kineto_stream.py:_run": "being split in branch perf",
-    "tune/simulate.py:simulate": "being split in branch serve",
-    "render/json.py:report_to_dict": "being split in branch archdiag",
-}
+_BEING_SPLIT: dict[str, str] = {}
 
 
 def _has_reason(line: str) -> bool:

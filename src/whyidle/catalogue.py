@@ -9,6 +9,8 @@ Adding a cause: add an entry here, the detector that fills its column (``analyse
 a section in its group's page (``whyidle/data/causes/<group>.md``, see ``whyidle.pages``). ``tests/test_catalogue.py`` fails when an entry misses any
 of these.
 
+# long: one table with an entry per cause; splitting it would scatter what it exists to keep together
+
 Colours. Every cause has its own colour, and the causes of a group share a hue family: oranges
 and brick reds for starvation, plums for synchronization, yellows and tan for underfilled work,
 pink for insufficient demand, greys (warm, cool, light, dark) for what the trace cannot explain.

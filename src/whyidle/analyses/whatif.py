@@ -57,7 +57,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from whyidle.analyses.whatif_graph import D2H, H2D, H2D_SYNC, LOADER, SYNC, Graph, build_graph
+from whyidle.analyses.whatif_graph import D2H, H2D, H2D_SYNC, LOADER, Graph, build_graph
 from whyidle.analyses.whatif_graph import ANCHOR_NAMES as _ANCHOR_NAMES
 from whyidle.timeline.intervals import Intervals
 

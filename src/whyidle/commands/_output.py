@@ -10,7 +10,6 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from whyidle.output import clean
 

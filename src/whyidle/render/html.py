@@ -29,6 +29,7 @@ from whyidle.catalogue import BUSY, CATALOGUE, GROUP_COLOURS
 from whyidle.findings.labels import BUSY_LABELS, GROUP_LABELS, cause_label
 from whyidle.findings.model import Finding, GapRecord, DiagnosisData
 from whyidle.pages import PAGES, explain_command, page_title
+from whyidle.render._contrast import chip_style
 from whyidle.render._html_assets import CSS, JS
 from whyidle.render import TITLE_GPU, busy_finding_stat, busy_idle_rows, counter_value, title
 from whyidle.render._markdown import page_html
@@ -43,26 +44,8 @@ DEFAULT_BINS = 1200  # about one bin per pixel of a laptop-wide strip
 CAUSE_COLORS: dict[str, str] = {e.key: e.colour for e in CATALOGUE}
 BUSY_COLORS: dict[str, str] = {k: colour for k, (_, colour) in BUSY.items()}
 GROUP_COLORS: dict[str, str] = dict(GROUP_COLOURS)
-_INK_DARK = "#1d2330"  # the page's text colour (--ink)
 
 _e = html.escape
-
-
-def _luminance(hex_colour: str) -> float:
-    """WCAG 2 relative luminance of an sRGB colour."""
-    lin = [(c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4) for c in (int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5))]
-    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
-
-
-def _ink(background: str) -> str:
-    """The text colour (white or the page's ink) with the higher WCAG contrast on a chip of
-    ``background``: light causes (yellows, light greys) take dark text."""
-    y = _luminance(background)
-    return "#fff" if 1.05 / (y + 0.05) >= (y + 0.05) / (_luminance(_INK_DARK) + 0.05) else _INK_DARK
-
-
-def _chip_style(colour: str) -> str:
-    return f"--c:{colour};--ci:{_ink(colour)}"
 
 
 def _ms(ns: float | None) -> str:
@@ -211,16 +194,10 @@ def _cause_bar(r: DiagnosisData) -> str:
 
 
 # Colours of the critical path's segment kinds (analyses/whatif.py).
-_PATH_COLORS = {
-    "device": "#2e7d32",
-    "launch latency": "#9ccc65",
-    "host": "#f9a825",
-    "loader": "#c62828",
-    "sync": "#6a1b9a",
-    "h2d copy": "#ef6c00",
-    "h2d copy sync": "#ef6c00",
-    "d2h copy": "#8e24aa",
-}
+_PATH_COLORS = {  # the critical path's segment kinds
+    "device": "#2e7d32", "launch latency": "#9ccc65", "host": "#f9a825", "loader": "#c62828",
+    "sync": "#6a1b9a", "h2d copy": "#ef6c00", "h2d copy sync": "#ef6c00", "d2h copy": "#8e24aa",
+}  # fmt: skip
 
 
 def _critical_path(r: DiagnosisData) -> str:
@@ -306,7 +283,7 @@ def _finding(i: int, f: Finding, w0: int, window_ns: int) -> str:
     fix.append(f'<div class="wi-verify"><b>Verify:</b> {_e(f.fix.verify)}</div>')
     body.append('<div class="wi-fix">' + "".join(fix) + "</div>")
     body.append(_docs(f))
-    return f'<div class="wi-finding" style="{_chip_style(color)}">' + "".join(body) + "</div>"
+    return f'<div class="wi-finding" style="{chip_style(color)}">' + "".join(body) + "</div>"
 
 
 def _docs(f: Finding) -> str:
@@ -351,7 +328,7 @@ def _gap_row(i: int, g: GapRecord, w0: int) -> str:
         f'<td class="num" data-v="{g.start_ns - w0}">{(g.start_ns - w0) / 1e6:,.1f} ms</td>'
         f'<td class="num" data-v="{g.dur_ns}">{_e(_ms(g.dur_ns))}</td>'
         f'<td class="num" data-v="{g.device}">{g.device}</td>'
-        f'<td data-v="{_e(cause)}"><span class="wi-chip" style="{_chip_style(color)}">{_e(cause)}</span></td>'
+        f'<td data-v="{_e(cause)}"><span class="wi-chip" style="{chip_style(color)}">{_e(cause)}</span></td>'
         + _cell(g.before)
         + _cell(g.during)
         + _cell(g.python_line)

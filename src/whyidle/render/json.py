@@ -163,24 +163,89 @@ def _dist_dict(ds: Any) -> dict[str, Any]:
     }
 
 
+def _source_dict(r: DiagnosisData) -> Any:
+    return {
+        "path": r.source.path,
+        "format": r.source.format,
+        "version": r.source.version,
+        "devices": list(r.source.devices),
+        "rank": r.source.rank,
+        "world_size": r.source.world_size,
+        "workload": r.source.workload or ("training" if r.source.training else "inference"),
+        "workload_evidence": list(r.source.workload_evidence),
+    }
+
+
+def _utilization_dict(r: DiagnosisData) -> Any:
+    u = r.utilization
+    return {
+        "basis": (
+            f"counters: {_counter_basis(r.counters)}, summed over GPUs"
+            if r.window.basis == "counter log" and r.counters is not None
+            else "device: union of busy time over all streams, per device, summed over devices"
+        ),
+        "n_devices": u.n_devices,
+        "busy_fraction": u.busy_fraction,
+        "kernel_busy_fraction": u.kernel_busy_fraction,
+        "busy_ns": u.busy_ns,
+        "kernel_busy_ns": u.kernel_busy_ns,
+        "compute_ns": u.compute_ns,
+        "communication_exposed_ns": u.communication_ns,
+        "communication_total_ns": u.communication_total_ns,
+        "memcpy_ns": u.memcpy_ns,
+        "memset_ns": u.memset_ns,
+        "idle_ns": u.idle_ns,
+    }
+
+
+def _steps_list(r: DiagnosisData) -> Any:
+    u = r.utilization
+    return [
+        {
+            "number": s.number,
+            "start_ns": s.start_ns,
+            "end_ns": s.end_ns,
+            "duration_ns": s.duration_ns,
+            "compute_ns": s.compute_ns,
+            "communication_ns": s.communication_ns,
+            "memcpy_ns": s.memcpy_ns,
+            "memset_ns": s.memset_ns,
+            "idle_ns": s.idle_ns,
+            "idle_by_cause_ns": {c.key: int(v) for c, v in zip(C.CAUSES, s.idle_by_cause_ns) if v},
+        }
+        for s in u.steps
+    ]
+
+
+def _kernels_dict(r: DiagnosisData) -> Any:
+    k = r.kernels
+    return {
+        "count": k.count,
+        "total_ns": k.total_ns,
+        "median_ns": k.median_ns,
+        "short_count": k.short_count,
+        "short_ns": k.short_ns,
+        "short_share": k.short_share,
+        "mean_launch_call_ns": k.mean_launch_ns,
+        "est_sm_efficiency": k.sm_efficiency,
+        "est_achieved_occupancy_pct": k.achieved_occupancy_pct,
+        "tensor_core_share": k.tensor_core_share,
+        "fp32_math_share": k.fp32_math_share,
+        "fill": msgspec.to_builtins(k.fill) if k.fill is not None else None,
+        "tensor_core_ns": k.tensor_core_ns,
+        "fp32_math_ns": k.fp32_math_ns,
+        "top_fp32_kernels": [{"name": n, "ns": ns} for n, ns in k.top_fp32_kernels],
+    }
+
+
 def report_to_dict(r: DiagnosisData) -> dict[str, Any]:
     u = r.utilization
-    k = r.kernels
     times = u.step_times_ns
     by_group = r.idle_by_group_ns
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "whyidle", "version": __version__},
-        "source": {
-            "path": r.source.path,
-            "format": r.source.format,
-            "version": r.source.version,
-            "devices": list(r.source.devices),
-            "rank": r.source.rank,
-            "world_size": r.source.world_size,
-            "workload": r.source.workload or ("training" if r.source.training else "inference"),
-            "workload_evidence": list(r.source.workload_evidence),
-        },
+        "source": _source_dict(r),
         "window": {
             "start_ns": r.window.start_ns,
             "end_ns": r.window.end_ns,
@@ -189,24 +254,7 @@ def report_to_dict(r: DiagnosisData) -> dict[str, Any]:
             "steps": list(r.window.steps),
             "all_steps": list(r.window.all_steps),
         },
-        "utilization": {
-            "basis": (
-                f"counters: {_counter_basis(r.counters)}, summed over GPUs"
-                if r.window.basis == "counter log" and r.counters is not None
-                else "device: union of busy time over all streams, per device, summed over devices"
-            ),
-            "n_devices": u.n_devices,
-            "busy_fraction": u.busy_fraction,
-            "kernel_busy_fraction": u.kernel_busy_fraction,
-            "busy_ns": u.busy_ns,
-            "kernel_busy_ns": u.kernel_busy_ns,
-            "compute_ns": u.compute_ns,
-            "communication_exposed_ns": u.communication_ns,
-            "communication_total_ns": u.communication_total_ns,
-            "memcpy_ns": u.memcpy_ns,
-            "memset_ns": u.memset_ns,
-            "idle_ns": u.idle_ns,
-        },
+        "utilization": _utilization_dict(r),
         "throughput": {
             "steps_per_s": u.steps_per_s,
             "samples_per_s": u.samples_per_s,
@@ -220,38 +268,8 @@ def report_to_dict(r: DiagnosisData) -> dict[str, Any]:
             "p95_ns": _pct(times, 95),
             "max_ns": int(times.max()) if times.size else None,
         },
-        "steps": [
-            {
-                "number": s.number,
-                "start_ns": s.start_ns,
-                "end_ns": s.end_ns,
-                "duration_ns": s.duration_ns,
-                "compute_ns": s.compute_ns,
-                "communication_ns": s.communication_ns,
-                "memcpy_ns": s.memcpy_ns,
-                "memset_ns": s.memset_ns,
-                "idle_ns": s.idle_ns,
-                "idle_by_cause_ns": {c.key: int(v) for c, v in zip(C.CAUSES, s.idle_by_cause_ns) if v},
-            }
-            for s in u.steps
-        ],
-        "kernels": {
-            "count": k.count,
-            "total_ns": k.total_ns,
-            "median_ns": k.median_ns,
-            "short_count": k.short_count,
-            "short_ns": k.short_ns,
-            "short_share": k.short_share,
-            "mean_launch_call_ns": k.mean_launch_ns,
-            "est_sm_efficiency": k.sm_efficiency,
-            "est_achieved_occupancy_pct": k.achieved_occupancy_pct,
-            "tensor_core_share": k.tensor_core_share,
-            "fp32_math_share": k.fp32_math_share,
-            "fill": msgspec.to_builtins(k.fill) if k.fill is not None else None,
-            "tensor_core_ns": k.tensor_core_ns,
-            "fp32_math_ns": k.fp32_math_ns,
-            "top_fp32_kernels": [{"name": n, "ns": ns} for n, ns in k.top_fp32_kernels],
-        },
+        "steps": _steps_list(r),
+        "kernels": _kernels_dict(r),
         "idle_ns": r.idle_ns,
         "idle_by_group_ns": by_group,
         "idle_by_cause_ns": {key: v for key, v in r.idle_by_cause_ns.items() if v},

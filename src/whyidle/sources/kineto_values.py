@@ -84,44 +84,49 @@ def _to_ns(values: list[Any], style: str, path: str, what: str) -> np.ndarray:
         return out
     out = np.empty(n, dtype=np.int64)
     for i, v in enumerate(values):
-        if type(v) is int:
-            if not -_MAX_US <= v <= _MAX_US:
-                raise _time_range_error(path, what, v)
-            out[i] = v * 1000
-        elif type(v) is _Num:
-            dot = v.find(".")
-            if dot >= 0 and "e" not in v and "E" not in v:
-                whole = v[:dot] or "0"
-                frac = v[dot + 1 :]
-                neg = whole.startswith("-")
-                if style == "unpadded_ns":
-                    ns = int(frac) if frac else 0
-                else:
-                    digits = (frac + "000")[:3]
-                    ns = int(digits)
-                    if len(frac) > 3 and frac[3] >= "5":
-                        ns += 1
-                if len(whole) > 19 or not -_MAX_US <= int(whole) <= _MAX_US:
-                    raise _time_range_error(path, what, v)
-                w = int(whole)
-                out[i] = w * 1000 - ns if neg else w * 1000 + ns
-            else:
-                try:
-                    d = Decimal(v)
-                except InvalidOperation:
-                    raise TraceFormatError(path, f"has a non-numeric {what} {v!r}") from None
-                if not d.is_finite():
-                    raise TraceFormatError(path, f"has a {what} that is not a finite number ({v[:40]})")
-                if abs(d) > _MAX_US:
-                    raise _time_range_error(path, what, v)
-                out[i] = int((d * 1000).to_integral_value())
-        elif v is None:
-            raise TraceFormatError(path, f"has a complete event without a {what}; expected a number of microseconds")
-        elif type(v) is bool:
-            raise TraceFormatError(path, f"has a {what} that is a boolean ({v}); expected a number of microseconds")
-        else:
-            raise TraceFormatError(path, f"has a {what} that is a {type(v).__name__} ({str(v)[:40]!r}); expected a number of microseconds")
+        out[i] = _one_to_ns(v, style, path, what)
     return out
+
+
+def _one_to_ns(v: Any, style: str, path: str, what: str) -> int:
+    """One value of any accepted kind (int, decimal text) -> ns, or the error naming what it is."""
+    if type(v) is int:
+        if not -_MAX_US <= v <= _MAX_US:
+            raise _time_range_error(path, what, v)
+        return v * 1000
+    elif type(v) is _Num:
+        dot = v.find(".")
+        if dot >= 0 and "e" not in v and "E" not in v:
+            whole = v[:dot] or "0"
+            frac = v[dot + 1 :]
+            neg = whole.startswith("-")
+            if style == "unpadded_ns":
+                ns = int(frac) if frac else 0
+            else:
+                digits = (frac + "000")[:3]
+                ns = int(digits)
+                if len(frac) > 3 and frac[3] >= "5":
+                    ns += 1
+            if len(whole) > 19 or not -_MAX_US <= int(whole) <= _MAX_US:
+                raise _time_range_error(path, what, v)
+            w = int(whole)
+            return w * 1000 - ns if neg else w * 1000 + ns
+        else:
+            try:
+                d = Decimal(v)
+            except InvalidOperation:
+                raise TraceFormatError(path, f"has a non-numeric {what} {v!r}") from None
+            if not d.is_finite():
+                raise TraceFormatError(path, f"has a {what} that is not a finite number ({v[:40]})")
+            if abs(d) > _MAX_US:
+                raise _time_range_error(path, what, v)
+            return int((d * 1000).to_integral_value())
+    elif v is None:
+        raise TraceFormatError(path, f"has a complete event without a {what}; expected a number of microseconds")
+    elif type(v) is bool:
+        raise TraceFormatError(path, f"has a {what} that is a boolean ({v}); expected a number of microseconds")
+    else:
+        raise TraceFormatError(path, f"has a {what} that is a {type(v).__name__} ({str(v)[:40]!r}); expected a number of microseconds")
 
 
 _I64 = 2**63

@@ -36,7 +36,7 @@ def batching_text(res: BatchingResult, profile: LatencyProfile, advice: Instance
         f"Objective: {q} <= {_ms(res.slo_ns)}; {res.simulations} simulations of {res.requests_per_run:,} requests in {res.seconds:.2f} s",
         f"Service-time spread: {res.jitter}",
         "",
-        f"  max batch  delay (ms)  capacity (/s)" + (f"  {q} now  batch   busy" if res.rate_per_s else ""),
+        "  max batch  delay (ms)  capacity (/s)" + (f"  {q} now  batch   busy" if res.rate_per_s else ""),
     ]
     out += [_cand_row(c) for c in res.frontier]
     out.append("")
@@ -56,7 +56,7 @@ def batching_text(res: BatchingResult, profile: LatencyProfile, advice: Instance
             f"mean batch {b.at_rate.mean_batch:.1f}, instance busy {b.at_rate.busy_share:.0%}."
         )
         if res.rate_per_s and res.rate_per_s > b.capacity_per_s:
-            out.append(f"The observed rate exceeds this capacity: one instance cannot meet the SLO at it.")
+            out.append("The observed rate exceeds this capacity: one instance cannot meet the SLO at it.")
     out.append("")
     for name, text in all_servers(b.settings).items():
         out.append(f"{name}:")
