@@ -71,3 +71,10 @@ def test_import_whyidle_is_light_and_its_names_resolve_on_use() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "True True True True Diagnosis"
+
+
+def test_an_unknown_keyword_to_diagnose_is_a_usage_error_naming_the_field() -> None:
+    from pathlib import Path
+
+    with pytest.raises(whyidle.UsageError, match="did you mean skip_first_steps"):
+        whyidle.diagnose(Path(__file__).parent / "data" / "h200" / "serving_queue_wait.pt.trace.json.gz", skip_frist_steps=1)

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 import msgspec
 import numpy as np
@@ -200,13 +199,18 @@ def diagnose(
     """
     cfg = config or Config()
     if overrides:
-        cfg = replace(cfg, **overrides)  # type: ignore[arg-type]
+        cfg = cfg.with_overrides(**overrides)
     if isinstance(source, Timeline):
         tl = source
     else:
         from whyidle.sources import load
 
-        tl = load(source, step_pattern=cfg.step_range)
+        tl = load(
+            source,
+            step_pattern=cfg.step_range,
+            counters_utc_offset_min=cfg.counters_utc_offset_min,
+            counters_interval_ms=cfg.counters_interval_ms,
+        )
     if tl.meta.counters is not None and len(tl) == 0:
         return _counter_report(tl, cfg)
     a = analyse(tl, cfg)
@@ -219,11 +223,8 @@ def diagnose(
 def _counter_report(tl: Timeline, cfg: Config) -> Diagnosis:
     from whyidle.analyses.counters import analyse_counters
     from whyidle.findings.counter_rules import counter_only_report
-    from whyidle.sources.counters import load_counters
 
-    log = tl.meta.counters
-    if (cfg.counters_utc_offset_min is not None or cfg.counters_interval_ms is not None) and tl.meta.path:
-        log = load_counters(tl.meta.path, utc_offset_min=cfg.counters_utc_offset_min, interval_ms=cfg.counters_interval_ms)
+    log = tl.meta.counters  # read with the caller's clock settings (see diagnose)
     # a counter log has samples, not events: no gap columns or device activity to draw
     base = msgspec.structs.replace(report_from(analyse(tl, cfg), cfg), gap_columns=None, activity=None, lanes=(), name_times=None)
     return as_diagnosis(counter_only_report(base, analyse_counters(log, cfg), cfg))

@@ -149,7 +149,14 @@ def run(args: argparse.Namespace) -> int:
             from whyidle.sources import load
 
             with progress(f"whyidle: reading {args.trace}"):
-                timeline = load(args.trace, step_pattern=cfg.step_range, jobs=2 if args.jobs is None else args.jobs, read_ahead=read_ahead)
+                timeline = load(
+                    args.trace,
+                    step_pattern=cfg.step_range,
+                    jobs=2 if args.jobs is None else args.jobs,
+                    read_ahead=read_ahead,
+                    counters_utc_offset_min=cfg.counters_utc_offset_min,
+                    counters_interval_ms=cfg.counters_interval_ms,
+                )
                 report = diagnose(timeline, cfg, counters=getattr(args, "counters", None))
             emit(report, args, annotation_source(args.trace, timeline))
             failures = gate_failures(report, cfg)
