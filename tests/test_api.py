@@ -76,5 +76,7 @@ def test_import_whyidle_is_light_and_its_names_resolve_on_use() -> None:
 def test_an_unknown_keyword_to_diagnose_is_a_usage_error_naming_the_field() -> None:
     from pathlib import Path
 
+    import pytest
+
     with pytest.raises(whyidle.UsageError, match="did you mean skip_first_steps"):
         whyidle.diagnose(Path(__file__).parent / "data" / "h200" / "serving_queue_wait.pt.trace.json.gz", skip_frist_steps=1)
