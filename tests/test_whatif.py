@@ -378,50 +378,60 @@ def device_bound() -> Timeline:
     return t.build()
 
 
-def test_backlog_at_step_boundaries() -> None:
+def test_steady_step_and_no_backlog_without_a_wait() -> None:
     g = graph(device_bound())
     r = W.replay(g)
     assert [int(x) / US for x in r.step_ns] == [100, 100, 170]
-    # Step 1's kernel ends 30 us after step 2 starts, step 2's 50 us after step 3: median 40.
-    assert W.backlog_ns(g, r) == 40 * US
-    # No sync waited in the recording: nothing of a backlog is in its first step already.
-    assert W.first_wait_excess_ns(g) == 0
     # The window's mean carries the backlog into its last step (370 / 3 = 123.3 us); the steady
     # step is the interval between the ends of consecutive steps' work: 130, 250, 370 -> 120 us.
     assert r.done_ns.tolist() == [130 * US, 250 * US, 370 * US]
     assert r.steady_step_ns == 120 * US
     assert r.mean_step_ns == 370 * US / 3
+    # No step waits for the device: how far the host ran ahead before the window is unknown.
+    assert W.backlog_ns(g, r) == 0
 
 
-def starved_device() -> Timeline:
-    """Three steps of 100 us: a 60 us loader, then a launch of an 80 us kernel that runs into the
-    next step's loader (the device is never waited for)."""
+def starved_synced() -> Timeline:
+    """Three steps of 100 us: a 60 us loader, a stream sync (2 us, the previous kernel long done),
+    then a launch of an 80 us kernel::
+
+        host   [loader 0-60][sync 60-62][launch 62-67] ......... |[loader 100-160][sync] ...
+        device                               [k 70-150]          |
+    """
     t = TL()
     for i in range(3):
         o = 100 * i
         t.step(i + 1, o, o + 100)
         t.host(LOADER, o, o + 60)
-        t.work("k", o + 66, o + 146, launch_at=o + 60, launch_dur=5)
+        t.host("cudaStreamSynchronize", o + 60, o + 62, kind=Kind.RUNTIME)
+        t.work("k", o + 70, o + 150, launch_at=o + 62, launch_dur=5)
     return t.build()
 
 
 def test_warmup_backlog_in_a_profiled_after_run() -> None:
     from whyidle.findings.predict import Replays
 
-    g = graph(starved_device())
+    g = graph(starved_synced())
+    assert W.first_wait_excess_ns(g) == 0  # every step's sync took its 2 us tail
     e = W.Edit(loader_workers=2)
-    # Without the loader a step's host is 40 us and the device needs 80: kernels at 6-86, 86-166,
-    # 166-246; steps 40, 40 and 166 (the last ends with its kernel): mean 82 us.
-    assert steps_us(g, e) == [40, 40, 166]
-    # The untraced replay is the same (too few records to tell the profiler's cost); its backlog
-    # at step 2's start is 86 - 40 = 46 us, at step 3's 166 - 80 = 86: median 66.
-    assert Replays(g).warmup_backlog(e) == 66 * US
-    # A profiled after-run starts behind it: kernels at 66-146, 146-226, 226-306.
-    assert steps_us(g, W.Edit(loader_workers=2, carried_backlog_ns=66 * US)) == [40, 40, 226]
+    # Without the loader each sync waits for the previous kernel: kernels 10-90, 100-180,
+    # 190-270; host steps start at 0, 40 (2 + 38 us of host after the sync), 130 (92 + 38).
+    r = W.replay(g, e)
+    assert [int(x) / US for x in r.step_ns] == [40, 90, 140]
+    assert r.steady_step_ns == 90 * US
+    # Each step's sync starts 50 us before the previous kernel ends (40 vs 90, 130 vs 180).
+    assert W.backlog_ns(g, r) == 50 * US
+    # The untraced replay is the same (too few records to tell the profiler's cost).
+    assert Replays(g).warmup_backlog(e) == 50 * US
+    # A profiled after-run starts 50 us behind: the first sync returns at 52, kernels 60-140,
+    # 150-230, 240-320.
+    assert steps_us(g, W.Edit(loader_workers=2, carried_backlog_ns=50 * US)) == [90, 90, 140]
     lv = lever_edits("input_pipeline", Config(), workers=2)
-    p = predict_from_graph(g, lv._replace(point=W.Edit(loader_workers=2), low=W.Edit(loader_workers=2), high=W.Edit(loader_workers=2)), None, warmup=True)
-    assert p.step_ns_after == (40 + 40 + 226) * US / 3
+    p = predict_from_graph(g, lv._replace(point=e, low=e, high=e), None, warmup=True)
+    assert p.step_ns_after == 320 * US / 3
     assert "behind the device work of its unprofiled warm-up step" in p.assumption
+    # On the untraced basis: the steady step, no backlog.
+    assert predict_from_graph(g, lv._replace(point=e, low=e, high=e), None, untraced=True).step_ns_after == 90 * US
 
 
 def test_pinned_over_pageable_bandwidth_from_the_trace() -> None:

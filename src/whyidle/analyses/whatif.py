@@ -318,19 +318,22 @@ def replay(g: Graph, edit: Edit = NO_EDIT) -> Replay:
 def backlog_ns(g: Graph, r: Replay) -> int:
     """The device's backlog when a step's host first waits for it, the median over the window's
     steps after the first: how long the work launched in the previous step was still running at
-    the replayed start of the step's first sync or blocking copy (at the step's start when it has
-    none); 0 when it had finished. A loader's ``__next__`` at the step's start does not wait for
-    the device: work finishing under it is no backlog."""
+    the replayed start of the step's first sync or blocking copy; 0 when it had finished. A
+    loader's ``__next__`` does not wait for the device: work finishing under it is no backlog.
+
+    Only a wait in every step bounds the backlog (to about one step of device work); when a step
+    has none, the host may run ahead without limit and how far the steps before the window ran
+    ahead is unknown: 0 (no backlog assumed)."""
     out = []
     marks = np.append(g.step_starts, g.last_host_end)
     waits = np.flatnonzero(g.anc_kind != LOADER)
     for k in range(g.n_steps - 1):
-        launched = (g.dev_launch >= g.step_starts[k]) & (g.dev_launch < g.step_starts[k + 1])
-        if not launched.any():
-            continue
         first = waits[(g.anc_start[waits] >= marks[k + 1]) & (g.anc_start[waits] < marks[k + 2])]
-        t = int(r.anc_start[first[0]]) if first.size else int(r.step_starts[k + 1])
-        out.append(max(0, int(r.dev_end[launched].max()) - t))
+        if first.size == 0:
+            return 0
+        launched = (g.dev_launch >= g.step_starts[k]) & (g.dev_launch < g.step_starts[k + 1])
+        if launched.any():
+            out.append(max(0, int(r.dev_end[launched].max()) - int(r.anc_start[first[0]])))
     return int(np.median(out)) if out else 0
 
 
