@@ -306,3 +306,15 @@ def test_host_overhead_fix_names_adamw_from_the_h200_lab_trace() -> None:
     assert dict(f.evidence.facts)["optimizer"] == "AdamW"
     assert "opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)  # AdamW, as in this trace" in f.fix.code
     assert sum("fused" in s for s in f.fix.steps) == 1
+
+
+def test_fix_code_uses_the_batch_size_the_trace_shows() -> None:
+    from whyidle.findings.cause_details import with_trace_batch_size
+
+    code = "loader = DataLoader(dataset, batch_size=B, num_workers=8)"
+    assert with_trace_batch_size(code, 32) == "loader = DataLoader(dataset, batch_size=32, num_workers=8)"
+    assert with_trace_batch_size(code, None) == code  # unknown: the placeholder stays
+    assert with_trace_batch_size("model = torch.compile(model)", 32) == "model = torch.compile(model)"
+    r = whyidle.diagnose(Path(__file__).parent / "data" / "lab" / "lab_starvation.pt.trace.json.gz")
+    (f,) = [f for f in r.findings if f.cause == "input_pipeline"]
+    assert r.utilization.batch_size and f"batch_size={r.utilization.batch_size}," in f.fix.code and "batch_size=B" not in f.fix.code

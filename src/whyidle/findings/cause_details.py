@@ -27,7 +27,7 @@ from whyidle.findings.demand import demand_facts, demand_steps
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
-__all__ = ["Detail", "DETAILS", "Facts", "context_evidence"]
+__all__ = ["Detail", "DETAILS", "Facts", "context_evidence", "with_trace_batch_size"]
 
 Facts = tuple[tuple[str, Any], ...]
 
@@ -301,3 +301,11 @@ DETAILS: dict[C.Cause, Detail] = {
 
 context_evidence = _context_evidence
 uncorrelatable = _uncorrelatable
+
+
+def with_trace_batch_size(code: str, batch_size: int | None) -> str:
+    """A lever's code with the batch size the trace shows in place of the placeholder ``B``
+    (``batch_size=B`` -> ``batch_size=32``), so the snippet is this job's, not a template."""
+    if batch_size is None or batch_size <= 0 or "batch_size=B," not in code and "batch_size=B)" not in code:
+        return code
+    return code.replace("batch_size=B,", f"batch_size={batch_size},").replace("batch_size=B)", f"batch_size={batch_size})")

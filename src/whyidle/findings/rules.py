@@ -20,7 +20,7 @@ from whyidle.analyses import causes as C
 from whyidle.analyses.context import CauseEvidence, cause_evidence
 from whyidle.config import Config
 from whyidle.findings.analyses import Analyses
-from whyidle.findings.cause_details import DETAILS, Detail, context_evidence, uncorrelatable
+from whyidle.findings.cause_details import DETAILS, Detail, context_evidence, uncorrelatable, with_trace_batch_size
 from whyidle.findings.levers import Lever, lever_for
 from whyidle.findings.model import Evidence, Finding, Fix, Skipped
 from whyidle.timeline.model import Kind
@@ -180,8 +180,10 @@ def _cause_finding(a: Analyses, cfg: Config, ci: int, ns: int) -> Finding:
         "an upper bound, since removing this wait may expose the next one"
     )
     fix = _fix(lever, expected)
+    code = with_trace_batch_size(fix.code, a.utilization.batch_size)
     if steps is not lever.steps:
-        code = d.code(dict(facts), fix.code) if d.code else fix.code
+        code = d.code(dict(facts), code) if d.code else code
+    if steps is not lever.steps or code != fix.code:
         fix = Fix(fix.summary, steps, code, fix.verify, fix.expected, fix.docs)
     return cause_finding(cause, lever, variant, ns, idle, capacity, evidence, fix)
 
