@@ -64,6 +64,13 @@ B = npt.NDArray[np.bool_]
 _UNKNOWN = Workload("unknown", ())
 
 
+def primary_causes(slices: I64) -> I64:
+    """Per gap (a row of ns per cause, in CAUSES order): the index of the cause holding most of it."""
+    if slices.shape[0] == 0:
+        return np.empty(0, dtype=np.int64)
+    return np.asarray(np.argmax(slices, axis=1), dtype=np.int64)
+
+
 class Gaps(msgspec.Struct, frozen=True):
     """Every device-idle interval in the window, one row each, sorted by device then start."""
 
@@ -92,9 +99,7 @@ class Gaps(msgspec.Struct, frozen=True):
     @property
     def primary(self) -> I64:
         """Index into CAUSES of the cause that holds most of each gap."""
-        if self.slices.shape[0] == 0:
-            return np.empty(0, dtype=np.int64)
-        return np.asarray(np.argmax(self.slices, axis=1), dtype=np.int64)
+        return primary_causes(self.slices)
 
     def total_by_cause(self) -> I64:
         if self.slices.shape[0] == 0:

@@ -181,9 +181,9 @@ class GapColumns(msgspec.Struct, frozen=True):
     @property
     def primary(self) -> I64:
         """Index into CAUSES of the cause that holds most of each gap."""
-        if self.causes_ns.shape[0] == 0:
-            return np.empty(0, dtype=np.int64)
-        return np.asarray(np.argmax(self.causes_ns, axis=1), dtype=np.int64)
+        from whyidle.analyses.gaps import primary_causes
+
+        return primary_causes(self.causes_ns)
 
     def text(self, column: I64, i: int) -> str:
         """The string of row ``i`` of a name column ('' for -1)."""

@@ -8,7 +8,7 @@ builds every element with ``textContent``: nothing taken from a trace is ever pa
 
 from __future__ import annotations
 
-__all__ = ["CSS", "JS"]
+__all__ = ["CSS", "JS", "static_page"]
 
 CSS = r"""
 .wi{--bg:#f4f5f8;--card:#fff;--ink:#1d2330;--muted:#5d6678;--line:#e3e6ec;--accent:#3b5bdb;
@@ -303,3 +303,18 @@ JS = r"""
   }
 })();
 """
+
+
+def static_page(title: str, body: str, style: str = "") -> str:
+    """A self-contained HTML page with no script: the shared stylesheet (plus ``style``) and a
+    Content-Security-Policy that allows no network access. ``title`` is already escaped."""
+    csp = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{title}</title>"
+        f'<style>{CSS}{style}</style></head><body style="margin:0">{body}</body></html>\n'
+    )
+

@@ -30,12 +30,12 @@ from whyidle.findings.labels import BUSY_LABELS, GROUP_LABELS, cause_label
 from whyidle.findings.model import Finding, GapRecord, DiagnosisData
 from whyidle.pages import PAGES, explain_command, page_title
 from whyidle.render._contrast import chip_style
-from whyidle.render._html_assets import CSS, JS
+from whyidle.render._html_assets import CSS, JS, static_page
 from whyidle.render import TITLE_GPU, busy_finding_stat, busy_idle_rows, counter_value, title
 from whyidle.render._markdown import page_html
 from whyidle.units import format_ns
 
-__all__ = ["render_html", "CAUSE_COLORS", "BUSY_COLORS", "DEFAULT_BINS", "CSS"]
+__all__ = ["render_html", "CAUSE_COLORS", "BUSY_COLORS", "DEFAULT_BINS", "CSS", "static_page"]
 
 DEFAULT_BINS = 1200  # about one bin per pixel of a laptop-wide strip
 
