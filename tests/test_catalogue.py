@@ -39,3 +39,16 @@ def test_every_table_is_derived_from_the_catalogue() -> None:
     assert set(GROUP_LABELS) == set(GROUP_COLOURS) == set(GROUPS)
     assert {e.group for e in CATALOGUE} == set(GROUPS)
     assert [c.key for c in C.ARTIFACTS] == [e.key for e in CATALOGUE if e.artifact]
+
+
+def test_a_detector_names_any_cause_by_its_key() -> None:
+    """Adding a cause needs no constant in analyses/causes.py: causes.cause(key) finds every entry."""
+    import pytest
+
+    from whyidle.analyses import causes as C
+    from whyidle.catalogue import CATALOGUE
+
+    for e in CATALOGUE:
+        assert C.cause(e.key) == C.CAUSES[C.cause_index(C.cause(e.key))] and C.cause(e.key).key == e.key
+    with pytest.raises(KeyError, match="not in the cause catalogue"):
+        C.cause("starvation/no_such_cause")

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from whyidle.catalogue import CATALOGUE, GROUPS
 
-__all__ = ["Cause", "CAUSES", "GROUPS", "ARTIFACTS", "cause_index"]
+__all__ = ["Cause", "CAUSES", "GROUPS", "ARTIFACTS", "cause_index", "cause"]
 
 
 class Cause(NamedTuple):
@@ -47,3 +47,13 @@ _INDEX = {c: i for i, c in enumerate(CAUSES)}
 
 def cause_index(c: Cause) -> int:
     return _INDEX[c]
+
+
+def cause(key: str) -> Cause:
+    """The cause with catalogue key ``key`` ("group/cause"): a detector of a new cause names it
+    this way, so adding one needs no edit here. An unknown key is a KeyError naming the known ones."""
+    try:
+        return _BY_KEY[key]
+    except KeyError:
+        raise KeyError(f"{key!r} is not in the cause catalogue; known: {', '.join(_BY_KEY)}") from None
+
