@@ -27,7 +27,7 @@ from whyidle.findings.demand import demand_facts, demand_steps
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
-__all__ = ["Detail", "DETAILS", "Facts", "context_evidence", "with_trace_batch_size"]
+__all__ = ["Detail", "DETAILS", "Facts", "context_evidence", "uncorrelatable", "with_trace_batch_size"]
 
 Facts = tuple[tuple[str, Any], ...]
 
@@ -157,7 +157,7 @@ def _not_dataloader(name: str) -> bool:
 
 
 
-def _context_evidence(a: Analyses, ci: int, classes: tuple[int, ...], limit_gaps: int = 200) -> tuple[tuple[str, int, int], ...]:
+def context_evidence(a: Analyses, ci: int, classes: tuple[int, ...], limit_gaps: int = 200) -> tuple[tuple[str, int, int], ...]:
     """The innermost Python frames, ranges and OS calls of these classes during the gaps of one cause."""
     g, tl = a.gaps, a.tl
     part = g.slices[:, ci]
@@ -260,7 +260,7 @@ def _dependency_facts(a: Analyses, ci: int) -> tuple[tuple[str, Any], ...]:
     return tuple(facts)
 
 
-def _uncorrelatable(a: Analyses, ci: int) -> bool:
+def uncorrelatable(a: Analyses, ci: int) -> bool:
     """Every gap of cause ``ci`` ends in device work that no capture links to a launch."""
     rows = a.gaps.next_row[(a.gaps.slices[:, ci] > 0) & (a.gaps.next_row >= 0)]
     return bool(rows.size) and bool(a.tl.name_mask(uncorrelated_by_design, rows).all())
@@ -271,7 +271,7 @@ def _loader(a: Analyses, ci: int, ev: CauseEvidence) -> str:
 
 
 def _no_correlation(a: Analyses, ci: int, ev: CauseEvidence) -> str:
-    return "no_correlation" if _uncorrelatable(a, ci) else ""
+    return "no_correlation" if uncorrelatable(a, ci) else ""
 
 
 DETAILS: dict[C.Cause, Detail] = {
@@ -298,9 +298,6 @@ DETAILS: dict[C.Cause, Detail] = {
     C.DEPENDENCY_WAIT: Detail(facts=lambda a, ci, cfg: _dependency_facts(a, ci), context=(WorkClass.RANKS,)),
     C.NO_LAUNCH_INFO: Detail(variant=_no_correlation),
 }
-
-context_evidence = _context_evidence
-uncorrelatable = _uncorrelatable
 
 
 def with_trace_batch_size(code: str, batch_size: int | None) -> str:
