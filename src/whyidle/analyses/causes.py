@@ -56,4 +56,3 @@ def cause(key: str) -> Cause:
         return _BY_KEY[key]
     except KeyError:
         raise KeyError(f"{key!r} is not in the cause catalogue; known: {', '.join(_BY_KEY)}") from None
-

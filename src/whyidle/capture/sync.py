@@ -148,4 +148,3 @@ def _replay_others(records: list[warnings.WarningMessage]) -> None:
     for w in records:
         if SYNC_WARNING_MARK not in str(w.message):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-

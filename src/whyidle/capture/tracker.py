@@ -440,4 +440,3 @@ def track(
         except OSError as exc:
             _warn(f"whyidle.track: cannot stream steps to {sink} ({exc}); the sweep cannot measure this run", 3)
     return tr
-

@@ -153,10 +153,6 @@ def _not_dataloader(name: str) -> bool:
     return not is_dataloader(name)
 
 
-
-
-
-
 def context_evidence(a: Analyses, ci: int, classes: tuple[int, ...], limit_gaps: int = 200) -> tuple[tuple[str, int, int], ...]:
     """The innermost Python frames, ranges and OS calls of these classes during the gaps of one cause."""
     g, tl = a.gaps, a.tl

@@ -53,6 +53,7 @@ def idle_words(a: CounterAnalysis) -> str:
         return "of unused SM time (SM activity counts SMs in use: a kernel may have run on a few of them)"
     return "without a kernel running"
 
+
 # What each metric measures, as the playbook defines them (printed beside the numbers).
 METRIC_EXPLANATIONS: dict[str, str] = {
     "gpu_util_pct": (

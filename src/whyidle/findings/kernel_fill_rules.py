@@ -21,6 +21,7 @@ __all__ = ["RULE", "small_grid_finding", "kernel_config_label"]
 
 RULE = "underfilled/small_grids"
 
+
 def kernel_config_label(c: KernelConfig) -> str:
     """'grid 2 x 512 threads, 0.02 blocks/SM: saxpy(...)': the launch configuration first, then the kernel."""
     parts = []

@@ -56,24 +56,6 @@ def _evidence(a: Analyses, cause: C.Cause, ev: CauseEvidence, idle_ns: int, fact
     )
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def cause_finding(
     cause: C.Cause, lever: Lever, variant: str, idle_ns: int, idle_total_ns: int, window_ns: int, evidence: Evidence, fix: Fix
 ) -> Finding:
@@ -90,20 +72,6 @@ def cause_finding(
         fix=fix,
         variant=variant,
     )
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def capture_advice(a: Analyses, cfg: Config) -> tuple[str, ...]:

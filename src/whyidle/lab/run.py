@@ -90,6 +90,3 @@ def run_lab(
     else:  # pragma: no cover - the lab always tracks
         raise CaptureError("the lab run produced neither a trace nor tracker stats")
     return LabResult(run, tracker_report, trace_report, chk)
-
-
-

@@ -317,4 +317,3 @@ def static_page(title: str, body: str, style: str = "") -> str:
         f"<title>{title}</title>"
         f'<style>{CSS}{style}</style></head><body style="margin:0">{body}</body></html>\n'
     )
-

@@ -66,6 +66,8 @@ class SeriesBuilder:
             order = np.argsort(t, kind="stable")
             out.append(CounterSeries(gpu, metric, t[order], v[order]))
         return tuple(out)
+
+
 class Rejects:
     """Sample rows that could not be read: skipped and counted, never the whole log rejected.
 
@@ -137,4 +139,3 @@ def log_interval(times: dict[str, list[int]]) -> int:
     """The typical sample spacing over GPUs (GPUs with a single sample say nothing)."""
     per_gpu = [d for d in (_median_interval(v) for v in times.values()) if d > 0]
     return int(np.median(per_gpu)) if per_gpu else 0
-

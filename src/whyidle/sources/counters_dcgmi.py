@@ -56,7 +56,6 @@ DCGM_FIELDS: dict[int, tuple[str, str, float]] = {
 _DCGM_BY_NAME = {short: (metric, scale) for short, metric, scale in DCGM_FIELDS.values()}
 
 
-
 def _dcgm_column(name: str) -> tuple[str, float] | None:
     if name.isdigit():
         f = DCGM_FIELDS.get(int(name))

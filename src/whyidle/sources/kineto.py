@@ -95,6 +95,7 @@ _FLOAT_TIME_RE = re.compile(rb'"(?:ts|dur)"\s*:\s*-?(\d+)\.(\d+)')
 # float64 has 53 bits: microsecond values below this keep every nanosecond through x * 1000.
 _EXACT_FLOAT_US = 2**53 // 1000 // 4
 
+
 def load_kineto(path: Path, raw: bytes | list[bytes], jobs: int = 1) -> Timeline:
     """Parse a Kineto trace already read into ``raw`` (decompressed).
 

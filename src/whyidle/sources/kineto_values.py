@@ -214,8 +214,6 @@ def _int_or(values: list[Any], default: int) -> np.ndarray:
     return np.array([v if type(v) is int and -_I64 <= v < _I64 else (_as_int(v, default) if v is not None else default) for v in values], dtype=np.int64)
 
 
-
-
 def _dims_many(values: list[Any]) -> np.ndarray:
     """:func:`_dims` of each value, as int64; lists of three small positive ints in one pass."""
     n = len(values)

@@ -77,6 +77,7 @@ def read_kernels(x: Export) -> int:
     )
     return int(a.shape[0])
 
+
 def read_memcpy(x: Export) -> int:
     t = "CUPTI_ACTIVITY_KIND_MEMCPY"
     if not x.s.has(t, "start", "end"):
@@ -98,6 +99,7 @@ def read_memcpy(x: Export) -> int:
     )
     return int(a.shape[0])
 
+
 def read_memset(x: Export) -> int:
     t = "CUPTI_ACTIVITY_KIND_MEMSET"
     if not x.s.has(t, "start", "end"):
@@ -118,6 +120,7 @@ def read_memset(x: Export) -> int:
         nbytes=a[:, 6],
     )
     return int(a.shape[0])
+
 
 def read_graphs(x: Export) -> int:
     t = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"

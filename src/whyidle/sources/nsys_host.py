@@ -74,6 +74,7 @@ def read_runtime(x: Export) -> int:
         x.thread_of_key = dict(zip(key[ok].tolist(), lanes[ok].tolist()))
     return int(a.shape[0])
 
+
 def read_sync(x: Export) -> int:
     t = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
     if not x.s.has(t, "start", "end", "correlationId"):
@@ -100,6 +101,7 @@ def read_sync(x: Export) -> int:
         name=ids[inv.reshape(-1)],
     )
     return int(a.shape[0])
+
 
 def read_nvtx(x: Export) -> int:
     t = "NVTX_EVENTS"
@@ -147,6 +149,7 @@ def read_nvtx(x: Export) -> int:
     )
     return int(a.shape[0])
 
+
 def read_osrt(x: Export) -> int:
     t = "OSRT_API"
     if not x.s.has(t, "start", "end", "globalTid", "nameId"):
@@ -163,6 +166,7 @@ def read_osrt(x: Export) -> int:
         name=x.strings.names(x.b, a[:, 3], missing="<os call>"),
     )
     return int(a.shape[0])
+
 
 def read_sched(x: Export) -> int:
     """Thread scheduling (SCHED_EVENTS): each stretch a thread spent scheduled out, from a
@@ -187,6 +191,7 @@ def read_sched(x: Export) -> int:
         name=np.full(int(out.sum()), x.b.intern(OFF_CPU), dtype=np.int32),
     )
     return int(out.sum())
+
 
 def name_threads(x: Export) -> None:
     if not x.s.has("ThreadNames", "nameId", "globalTid"):
