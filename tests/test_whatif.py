@@ -266,6 +266,31 @@ def test_replay_without_edit_reproduces_step_times(tl: Timeline) -> None:
     assert W.replay(g, W.Edit(profiler_removed=True)).step_ns.sum() <= got.sum()
 
 
+def shifted(tl: Timeline, by: int) -> Timeline:
+    import msgspec.structs
+
+    return msgspec.structs.replace(tl, start_ns=tl.start_ns + by, end_ns=tl.end_ns + by)
+
+
+@settings(max_examples=30, deadline=None)
+@given(simulated(), st.sampled_from([W.NO_EDIT, W.Edit(loader_workers=2), W.Edit(sync_removed=True), W.Edit(host_factor=0.3), W.Edit(profiler_removed=True)]))
+def test_replay_is_the_same_at_epoch_timestamps(tl: Timeline, edit: W.Edit) -> None:
+    # Kineto's timestamps are nanoseconds since the epoch (~1.7e18), where a float64 steps by 256
+    # ns: the replay runs from the window start, so moving the trace moves the replay exactly.
+    by = 1_764_547_200_123_456_789
+    links = link_launches(tl)
+    g0 = W.build_graph(tl, links, select_window(tl, links, Config()))
+    tl1 = shifted(tl, by)
+    links1 = link_launches(tl1)
+    g1 = W.build_graph(tl1, links1, select_window(tl1, links1, Config()))
+    assert g0 is not None and g1 is not None
+    r0, r1 = W.replay(g0, edit), W.replay(g1, edit)
+    assert np.array_equal(r1.step_ns, r0.step_ns)
+    assert np.array_equal(r1.dev_start, r0.dev_start + by) and np.array_equal(r1.anc_end, r0.anc_end + by)
+    if edit == W.NO_EDIT:  # the recorded times, to the nanosecond
+        assert np.array_equal(r1.dev_start, g1.dev_start) and np.array_equal(r1.dev_end, g1.dev_end)
+
+
 def test_replay_of_real_traces_reproduces_their_steps(resnet0: object) -> None:
     from pathlib import Path
 

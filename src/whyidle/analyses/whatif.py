@@ -144,8 +144,10 @@ class _Clock:
         else:
             self.scaled = Intervals.single(g.host_lo, max(g.host_hi, int(g.dev_end.max())) + 1) - self.anchors
 
-    def at(self, t: I64) -> npt.NDArray[np.float64]:
-        c = (t - self.anchors.covered_before(t)).astype(np.float64)
+    def at(self, t: I64, origin: int) -> npt.NDArray[np.float64]:
+        """The clock at ``t``, counted from ``origin`` (a float64 holds whole nanoseconds exactly
+        only below 2**53: times since the epoch would be rounded to 256 ns)."""
+        c = ((t - origin) - self.anchors.covered_before(t)).astype(np.float64)
         if len(self.scaled):
             c -= (1.0 - self.factor) * self.scaled.covered_before(t)
         return c
@@ -177,19 +179,19 @@ class _Run:
     is ``h_ref_new + C(t) - h_ref_c`` (C: the clock)."""
 
     def __init__(self, g: Graph, edit: Edit) -> None:
-        clock = _Clock(g, edit)
+        clock, o = _Clock(g, edit), g.host_lo  # times from the window start (exact in float64)
         n = g.dev_start.size
         has_launch = g.dev_launch >= 0
         self.launch_ids = np.flatnonzero(has_launch).tolist()
         c_launch = np.zeros(n)
-        c_launch[has_launch] = clock.at(g.dev_launch[has_launch])
-        self.c_launch, self.c_nolaunch = c_launch.tolist(), clock.at(g.dev_start).tolist()
-        self.c_step = clock.at(np.append(g.step_starts, g.last_host_end)).tolist()
-        self.c_anc_s, self.c_anc_e = clock.at(g.anc_start).tolist(), clock.at(g.anc_end).tolist()
-        self.h_ref_c, self.h_ref_new = float(clock.at(np.array([g.host_lo], dtype=np.int64))[0]), float(g.host_lo)
-        self.dev_key, self.dev_end = np.maximum(g.dev_start, g.dev_launch).tolist(), g.dev_end.tolist()
+        c_launch[has_launch] = clock.at(g.dev_launch[has_launch], o)
+        self.c_launch, self.c_nolaunch = c_launch.tolist(), clock.at(g.dev_start, o).tolist()
+        self.c_step = clock.at(np.append(g.step_starts, g.last_host_end), o).tolist()
+        self.c_anc_s, self.c_anc_e = clock.at(g.anc_start, o).tolist(), clock.at(g.anc_end, o).tolist()
+        self.h_ref_c, self.h_ref_new = float(clock.at(np.array([o], dtype=np.int64), o)[0]), 0.0
+        self.dev_key, self.dev_end = (np.maximum(g.dev_start, g.dev_launch) - o).tolist(), (g.dev_end - o).tolist()
         self.lat, self.gap, self.stream, self.has = g.dev_lat.tolist(), g.dev_gap.tolist(), g.dev_stream.tolist(), has_launch.tolist()
-        self.a_start, self.a_end, self.a_kind = g.anc_start.tolist(), g.anc_end.tolist(), g.anc_kind.tolist()
+        self.a_start, self.a_end, self.a_kind = (g.anc_start - o).tolist(), (g.anc_end - o).tolist(), g.anc_kind.tolist()
         self.a_tail, self.a_dev, self.a_awaited = g.anc_tail.tolist(), g.anc_dev.tolist(), g.anc_awaited.tolist()
         self.a_prof = g.anc_profiler.tolist() if edit.profiler_removed else [0] * g.anc_start.size
         self.lo = g.launch_order.tolist()
@@ -202,7 +204,7 @@ class _Run:
         self.last_on: dict[int, int] = {}
         # Work launched before the window (a carried backlog) keeps the main stream busy until
         # free0, and the first sync waits for it.
-        self.main, self.free0 = g.main_stream, float(g.host_lo + edit.carried_backlog_ns)
+        self.main, self.free0 = g.main_stream, float(edit.carried_backlog_ns)
         self.done_max = self.free0 if edit.carried_backlog_ns > 0 else float(np.iinfo(np.int64).min)
         self.done_j = -1
         self.pending: list[int] = []  # work launched before the last sync but not waited for by it
@@ -293,8 +295,9 @@ def replay(g: Graph, edit: Edit = NO_EDIT) -> Replay:
     s_n = g.step_starts.size
     r = _Run(g, edit)
     r.run(g.event_order.tolist(), s_n)
-    ns, ne = np.array(r.ns, dtype=np.int64), np.array(r.ne, dtype=np.int64)
-    starts = np.array(r.starts, dtype=np.int64)
+    o = g.host_lo
+    ns, ne = np.array(r.ns, dtype=np.int64) + o, np.array(r.ne, dtype=np.int64) + o
+    starts = np.array(r.starts, dtype=np.int64) + o
     last_step = int(g.step_starts[-1])
     in_last = (g.dev_launch >= last_step) | ((g.dev_launch < 0) & (g.dev_start >= last_step))
     host_end = int(starts[-1])
@@ -310,7 +313,7 @@ def replay(g: Graph, edit: Edit = NO_EDIT) -> Replay:
     np.maximum.at(done, step_of[launched], ne[launched])
     return Replay(
         edit, ns, ne, np.array(r.bound, dtype=np.int8), np.array(r.prev, dtype=np.int64),
-        np.array(r.as_, dtype=np.int64), np.array(r.ae, dtype=np.int64), np.array(r.waited, dtype=np.int64),
+        np.array(r.as_, dtype=np.int64) + o, np.array(r.ae, dtype=np.int64) + o, np.array(r.waited, dtype=np.int64),
         starts, end_new, step_ns, floor, done,
     )
 
