@@ -291,6 +291,80 @@ def test_replay_is_the_same_at_epoch_timestamps(tl: Timeline, edit: W.Edit) -> N
         assert np.array_equal(r1.dev_start, g1.dev_start) and np.array_equal(r1.dev_end, g1.dev_end)
 
 
+def same_replay(g: W.Graph, edit: W.Edit) -> None:
+    """The replay's array path (every run of device work as arrays) and its scalar path (one op at
+    a time) give the same numbers."""
+    a, b = W.replay(g, edit, min_vector=1), W.replay(g, edit, min_vector=1 << 30)
+    for f in a.__struct_fields__:
+        x, y = getattr(a, f), getattr(b, f)
+        assert np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y, (f, edit)
+
+
+EDITS = [
+    W.NO_EDIT, W.Edit(profiler_removed=True), W.Edit(sync_removed=True), W.Edit(sync_removed=True, sync_consumers_removed=True),
+    W.Edit(h2d_async=True), W.Edit(loader_workers=4, loader_handoff_ns=100_000), W.Edit(host_factor=0.25),
+    W.Edit(host_factor=0.5, host_region="optimizer"), W.Edit(gemm_factor=3), W.Edit(batch_factor=2),
+    W.Edit(carried_backlog_ns=5_000_000, profiler_removed=True),
+]
+
+
+@st.composite
+def tangled(draw: st.DrawFn) -> Timeline:
+    """Steps of device work on up to three streams, long runs and short ones, some without a
+    launch record, blocking copies, syncs and loader ranges at random: not a consistent
+    recording, just every shape the replay's two paths must agree on."""
+    t = TL()
+    h = 0
+    for s in range(draw(st.integers(2, 4))):
+        start = h
+        if draw(st.booleans()):
+            t.host(LOADER, h, h + draw(st.integers(5, 100)))
+            h += 100
+        for _ in range(draw(st.integers(1, 40))):
+            h += draw(st.integers(1, 10))
+            ks = h + draw(st.integers(-2, 60))
+            stream = draw(st.sampled_from([7, 7, 7, 8, 9]))
+            launched = draw(st.integers(0, 9)) > 0
+            if draw(st.integers(0, 9)) == 0:  # a blocking host-to-device copy
+                t.work("Memcpy HtoD (Pageable -> Device)", ks, ks + 20, launch_at=h, launch_dur=ks + 21 - h, kind=Kind.MEMCPY, launch_name="cudaMemcpyAsync", stream=stream)
+                h = ks + 21
+                continue
+            t.work("k", ks, ks + draw(st.integers(1, 50)), launch_at=h if launched else None, launch_dur=3, stream=stream)
+            h += 3
+            if draw(st.integers(0, 7)) == 0:
+                end = h + draw(st.integers(1, 80))
+                t.host("cudaDeviceSynchronize", h, end, kind=Kind.RUNTIME)
+                h = end
+        h += draw(st.integers(1, 40))
+        t.step(s + 1, start, h)
+    return t.build()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(simulated(), tangled()), st.sampled_from(EDITS))
+def test_array_and_scalar_replays_agree(tl: Timeline, edit: W.Edit) -> None:
+    links = link_launches(tl)
+    g = W.build_graph(tl, links, select_window(tl, links, Config()))
+    if g is not None:
+        same_replay(g, edit)
+
+
+def test_array_and_scalar_replays_agree_on_real_traces(resnet0: object) -> None:
+    from pathlib import Path
+
+    from whyidle.sources import load
+
+    h200 = Path(__file__).parent / "data" / "h200"
+    for p in [resnet0, *sorted(h200.glob("*.pt.trace.json.gz"))]:
+        tl = load(p)
+        links = link_launches(tl)
+        g = W.build_graph(tl, links, select_window(tl, links, Config()))
+        if g is None:
+            continue
+        for e in EDITS:
+            same_replay(g, e)
+
+
 def test_replay_of_real_traces_reproduces_their_steps(resnet0: object) -> None:
     from pathlib import Path
 

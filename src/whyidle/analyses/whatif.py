@@ -174,40 +174,52 @@ def _scaled_durations(g: Graph, edit: Edit) -> I64:
 
 
 class _Run:
-    """One pass of the replay. The state is plain Python lists: indexing numpy arrays one element
-    at a time costs ~5x more in the loop. Host time at a recorded instant t after the last anchor
-    is ``h_ref_new + C(t) - h_ref_c`` (C: the clock)."""
+    """One pass of the replay, segment by segment (``Graph.schedule``: the events between two
+    anchors). Inside a segment the host clock has one reference: host time at a recorded instant
+    t is ``h_ref_new + C(t) - h_ref_c`` (C: the clock), so the segment's launches and step marks
+    are computed at once, and its device work stream by stream with a running maximum (below).
+    Segments with little device work take a scalar path (numpy's per-call cost would dominate);
+    both give the same numbers (tests/test_whatif.py). Times run from the window start, whole
+    nanoseconds, exact in float64."""
 
-    def __init__(self, g: Graph, edit: Edit) -> None:
-        clock, o = _Clock(g, edit), g.host_lo  # times from the window start (exact in float64)
-        n = g.dev_start.size
-        has_launch = g.dev_launch >= 0
-        self.launch_ids = np.flatnonzero(has_launch).tolist()
-        c_launch = np.zeros(n)
-        c_launch[has_launch] = clock.at(g.dev_launch[has_launch], o)
-        self.c_launch, self.c_nolaunch = c_launch.tolist(), clock.at(g.dev_start, o).tolist()
-        self.c_step = clock.at(np.append(g.step_starts, g.last_host_end), o).tolist()
+    def __init__(self, g: Graph, edit: Edit, min_vector: int) -> None:
+        clock, o = _Clock(g, edit), g.host_lo
+        self.sc, self.min_vector = g.schedule, min_vector
+        has = g.dev_launch >= 0
+        self.c_launch = np.zeros(g.dev_start.size)
+        self.c_launch[has] = clock.at(g.dev_launch[has], o)
+        self.c_nolaunch = clock.at(g.dev_start, o)
+        self.c_step = clock.at(np.append(g.step_starts, g.last_host_end), o)
         self.c_anc_s, self.c_anc_e = clock.at(g.anc_start, o).tolist(), clock.at(g.anc_end, o).tolist()
         self.h_ref_c, self.h_ref_new = float(clock.at(np.array([o], dtype=np.int64), o)[0]), 0.0
-        self.dev_key, self.dev_end = (np.maximum(g.dev_start, g.dev_launch) - o).tolist(), (g.dev_end - o).tolist()
-        self.lat, self.gap, self.stream, self.has = g.dev_lat.tolist(), g.dev_gap.tolist(), g.dev_stream.tolist(), has_launch.tolist()
+        self.has, self.lat, self.gap, self.stream = has, g.dev_lat, g.dev_gap, g.dev_stream
+        self.dev_key, self.dev_end = np.maximum(g.dev_start, g.dev_launch) - o, g.dev_end - o
         self.a_start, self.a_end, self.a_kind = (g.anc_start - o).tolist(), (g.anc_end - o).tolist(), g.anc_kind.tolist()
         self.a_tail, self.a_dev, self.a_awaited = g.anc_tail.tolist(), g.anc_dev.tolist(), g.anc_awaited.tolist()
         self.a_prof = g.anc_profiler.tolist() if edit.profiler_removed else [0] * g.anc_start.size
-        self.lo = g.launch_order.tolist()
-        self.dur = _scaled_durations(g, edit).tolist()
-        self.h_launch = [0.0] * n
-        self.ns, self.ne, self.bound, self.prev = [0] * n, [0] * n, [2] * n, [-1] * n
+        self.lo = g.launch_order
+        self.dur = _scaled_durations(g, edit)
+        # Q: per stream, the sum of start-up gaps and predecessors' durations up to each op (its
+        # offset from the stream's first op when nothing but the stream holds it back).
+        so = self.sc.stream_order
+        inc = self.gap[so].copy()
+        p = self.sc.prev[so]
+        inc[p >= 0] += self.dur[p[p >= 0]]
+        self.q = np.empty_like(inc)
+        self.q[so] = np.cumsum(inc)
+        n = g.dev_start.size
+        self.h_launch = np.zeros(n)
+        self.ns, self.ne = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        self.bound = np.full(n, 2, dtype=np.int8)
         a_n = g.anc_start.size
         self.as_, self.ae, self.waited = [0] * a_n, [0] * a_n, [-1] * a_n
-        self.starts = [0] * (g.step_starts.size + 1)
-        self.last_on: dict[int, int] = {}
+        self.starts = np.zeros(g.step_starts.size + 1, dtype=np.int64)
         # Work launched before the window (a carried backlog) keeps the main stream busy until
         # free0, and the first sync waits for it.
-        self.main, self.free0 = g.main_stream, float(edit.carried_backlog_ns)
-        self.done_max = self.free0 if edit.carried_backlog_ns > 0 else float(np.iinfo(np.int64).min)
+        self.main, self.free0 = g.main_stream, edit.carried_backlog_ns
+        self.done_max = float(self.free0) if edit.carried_backlog_ns > 0 else float(np.iinfo(np.int64).min)
         self.done_j = -1
-        self.pending: list[int] = []  # work launched before the last sync but not waited for by it
+        self.pending: list[int] = []  # launched before the last sync, not waited for by it
         self.folded = 0
         self.edit, self.launch_cost = edit, g.launch_cost_ns
         self.loader_cost = edit.loader_handoff_ns if edit.loader_workers > 0 else -1
@@ -215,20 +227,105 @@ class _Run:
     def host(self, c: float) -> float:
         return self.h_ref_new + c - self.h_ref_c
 
+    def run(self) -> None:
+        sc, mv = self.sc, self.min_vector
+        l_ptr, launch_ids = sc.launch_ptr.tolist(), sc.launch_ids
+        m_ptr, r_ptr, r_start = sc.mark_ptr.tolist(), sc.run_ptr.tolist(), sc.run_start.tolist()
+        for k, anchor in enumerate(sc.seg_anchor.tolist()):
+            if l_ptr[k + 1] - l_ptr[k] >= mv:
+                ids = launch_ids[l_ptr[k] : l_ptr[k + 1]]
+                self.h_launch[ids] = (self.h_ref_new + self.c_launch[ids]) - self.h_ref_c
+            else:
+                for i in launch_ids[l_ptr[k] : l_ptr[k + 1]].tolist():
+                    self.h_launch[i] = (self.h_ref_new + self.c_launch.item(i)) - self.h_ref_c
+            if m_ptr[k + 1] > m_ptr[k]:
+                marks = sc.mark_ids[m_ptr[k] : m_ptr[k + 1]]
+                self.starts[marks] = np.rint((self.h_ref_new + self.c_step[marks]) - self.h_ref_c)
+            for r in range(r_ptr[k], r_ptr[k + 1]):
+                a, b = r_start[r], r_start[r + 1]
+                if b - a >= mv:
+                    self.device_run(sc.dev_ids[a:b])
+                else:
+                    for i in sc.dev_ids[a:b].tolist():
+                        self.device_op(i)
+            if anchor >= 0:
+                self.anchor(anchor)
+
+    def ready(self, ids: I64) -> npt.NDArray[np.float64]:
+        """When device work becomes ready: its launch plus latency, else its clock time."""
+        return np.where(self.has[ids], self.h_launch[ids] + self.lat[ids], (self.h_ref_new + self.c_nolaunch[ids]) - self.h_ref_c)
+
+    def chain_first(self, i: int) -> tuple[int | None, int]:
+        """What holds back the first op of a run besides its launch: the end of its stream
+        predecessor plus its start-up gap (bound 1), the carried backlog on the main stream
+        (bound 2), or nothing (None)."""
+        p = self.sc.prev_list[i]
+        if p >= 0:
+            return self.ne.item(p) + self.sc.gap_list[i], 1
+        if self.sc.stream_list[i] == self.main:
+            return self.free0, 2
+        return None, 2
+
+    def device_op(self, i: int) -> None:
+        """One op: it starts when it is ready and what holds it back (chain_first) has passed."""
+        sc = self.sc
+        if sc.has_list[i]:
+            start, bound = self.h_launch.item(i) + sc.lat_list[i], 0
+        else:
+            start, bound = (self.h_ref_new + self.c_nolaunch.item(i)) - self.h_ref_c, 2
+        p = sc.prev_list[i]
+        if p >= 0:
+            chain = self.ne.item(p) + sc.gap_list[i]
+            if chain > start:
+                start, bound = float(chain), 1
+        elif sc.stream_list[i] == self.main and self.free0 > start:
+            start, bound = float(self.free0), 2
+        ns = int(round(start))
+        self.ns[i], self.ne[i], self.bound[i] = ns, ns + self.dur.item(i), bound
+
+    def device_run(self, ids: I64) -> None:
+        """A stream's ops of one segment at once: op i starts at max(ready_i, end of op i-1 +
+        gap_i), i.e. ns_i = Q_i + max(chain - Q_first, cummax(round(ready) - Q)_i)."""
+        ready = self.ready(ids)
+        q = self.q[ids]
+        x = np.maximum.accumulate(np.rint(ready).astype(np.int64) - q)
+        chain, why = self.chain_first(int(ids[0]))
+        if chain is not None:
+            x = np.maximum(x, chain - int(q[0]))
+        ns = q + x
+        ne = ns + self.dur[ids]
+        held = np.empty(ids.size, dtype=np.int64)  # what held each op back besides its launch
+        held[1:] = ne[:-1] + self.gap[ids[1:]]
+        held[0] = chain if chain is not None else np.iinfo(np.int64).min
+        bound = np.where(self.has[ids], 0, 2).astype(np.int8)
+        bound[held > ready] = 1
+        if chain is not None and chain > ready[0]:
+            bound[0] = why
+        self.ns[ids], self.ne[ids], self.bound[ids] = ns, ne, bound
+
     def sync_done(self, k: int) -> float:
         """The latest replayed end of the work launched before sync ``k`` began that had finished
         by its recorded end (the work it waited for); work left over waits for a later sync."""
-        upto = self.a_awaited[k]
-        cand = self.pending + self.lo[self.folded : upto] if upto > self.folded else self.pending
-        self.folded = max(self.folded, upto)
-        self.pending = []
-        a_end = self.a_end[k]
-        for j in cand:
-            if self.dev_end[j] <= a_end + 1_000 and self.dev_key[j] < a_end:
-                if self.ne[j] > self.done_max:
-                    self.done_max, self.done_j = float(self.ne[j]), j
-            else:
-                self.pending.append(j)
+        upto, folded, a_end, sc = self.a_awaited[k], self.folded, self.a_end[k], self.sc
+        self.folded = max(folded, upto)
+        if len(self.pending) + upto - folded < self.min_vector:  # the same, one op at a time
+            keep = []
+            for j in self.pending + sc.launch_order_list[folded:upto] if upto > folded else self.pending:
+                if sc.end_list[j] <= a_end + 1_000 and sc.key_list[j] < a_end:
+                    if self.ne.item(j) > self.done_max:
+                        self.done_max, self.done_j = float(self.ne.item(j)), j
+                else:
+                    keep.append(j)
+            self.pending = keep
+            return self.done_max
+        cand = np.concatenate((np.array(self.pending, dtype=np.int64), self.lo[folded:upto] if upto > folded else self.lo[:0]))
+        ok = (self.dev_end[cand] <= a_end + 1_000) & (self.dev_key[cand] < a_end)
+        self.pending = cand[~ok].tolist()
+        done = cand[ok]
+        if done.size:
+            j = int(done[np.argmax(self.ne[done])])
+            if self.ne[j] > self.done_max:
+                self.done_max, self.done_j = float(self.ne[j]), j
         return self.done_max
 
     def anchor(self, k: int) -> None:
@@ -243,8 +340,9 @@ class _Run:
             if (edit.h2d_async and kind == H2D) or (edit.sync_removed and kind == D2H):
                 e_new = s_new + self.launch_cost
             else:
-                e_new = max(s_new, float(self.ne[j] + tail))
-                self.waited[k] = j if self.ne[j] + tail > s_new else -1
+                end_j = self.ne.item(j) + tail
+                e_new = max(s_new, float(end_j))
+                self.waited[k] = j if end_j > s_new else -1
         elif edit.sync_removed or (edit.h2d_async and kind == H2D_SYNC):
             e_new = s_new + tail
         else:
@@ -254,50 +352,16 @@ class _Run:
         self.as_[k], self.ae[k] = int(round(s_new)), int(round(e_new))
         self.h_ref_c, self.h_ref_new = self.c_anc_e[k], e_new
 
-    def run(self, order: list[int], s_n: int) -> None:
-        """Events in ``Graph.event_order``: launches, step marks, device work, anchors.
 
-        Device work (most events) is handled inline with local names, 3x faster than a method:
-        it starts when it is ready (launch + latency) and its stream's previous work has ended."""
-        n_l, n = len(self.launch_ids), len(self.ns)
-        launch_ids, c_launch, c_step, c_nolaunch = self.launch_ids, self.c_launch, self.c_step, self.c_nolaunch
-        h_launch, has, lat, gap, stream, dur = self.h_launch, self.has, self.lat, self.gap, self.stream, self.dur
-        ns, ne, bound, prev, last_on = self.ns, self.ne, self.bound, self.prev, self.last_on
-        main, free0 = self.main, self.free0
-        d0 = n_l + s_n + 1
-        for ev in order:
-            if ev < n_l:  # a launch call
-                i = launch_ids[ev]
-                h_launch[i] = self.h_ref_new + c_launch[i] - self.h_ref_c
-            elif ev < d0:  # a step start (or the last step's host end)
-                self.starts[ev - n_l] = int(round(self.h_ref_new + c_step[ev - n_l] - self.h_ref_c))
-            elif ev - d0 < n:
-                i = ev - d0
-                if has[i]:
-                    start, bound[i] = h_launch[i] + lat[i], 0
-                else:
-                    start = self.h_ref_new + c_nolaunch[i] - self.h_ref_c
-                p = last_on.get(stream[i], -1)
-                if p >= 0 and ne[p] + gap[i] > start:
-                    start, bound[i] = float(ne[p] + gap[i]), 1
-                elif p < 0 and stream[i] == main and free0 > start:
-                    start, bound[i] = free0, 2
-                prev[i] = p
-                ns[i] = int(round(start))
-                ne[i] = ns[i] + dur[i]
-                last_on[stream[i]] = i
-            else:
-                self.anchor(ev - d0 - n)
-
-
-def replay(g: Graph, edit: Edit = NO_EDIT) -> Replay:
-    """Replay the graph with ``edit`` applied (see the module docstring for the rules)."""
-    s_n = g.step_starts.size
-    r = _Run(g, edit)
-    r.run(g.event_order.tolist(), s_n)
+def replay(g: Graph, edit: Edit = NO_EDIT, min_vector: int = 16) -> Replay:
+    """Replay the graph with ``edit`` applied (see the module docstring for the rules).
+    ``min_vector``: the fewest ops of one stream in a segment replayed as arrays (a speed knob:
+    the numbers are the same for every value)."""
+    r = _Run(g, edit, min_vector)
+    r.run()
     o = g.host_lo
-    ns, ne = np.array(r.ns, dtype=np.int64) + o, np.array(r.ne, dtype=np.int64) + o
-    starts = np.array(r.starts, dtype=np.int64) + o
+    ns, ne = r.ns + o, r.ne + o
+    starts = r.starts + o
     last_step = int(g.step_starts[-1])
     in_last = (g.dev_launch >= last_step) | ((g.dev_launch < 0) & (g.dev_start >= last_step))
     host_end = int(starts[-1])
@@ -312,7 +376,7 @@ def replay(g: Graph, edit: Edit = NO_EDIT) -> Replay:
     launched = g.dev_launch >= g.step_starts[0]
     np.maximum.at(done, step_of[launched], ne[launched])
     return Replay(
-        edit, ns, ne, np.array(r.bound, dtype=np.int8), np.array(r.prev, dtype=np.int64),
+        edit, ns, ne, r.bound, g.schedule.prev,
         np.array(r.as_, dtype=np.int64) + o, np.array(r.ae, dtype=np.int64) + o, np.array(r.waited, dtype=np.int64),
         starts, end_new, step_ns, floor, done,
     )

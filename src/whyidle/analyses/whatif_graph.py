@@ -27,7 +27,7 @@ from whyidle.analyses.window import Window
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
 
-__all__ = ["Graph", "build_graph", "SYNC", "LOADER", "H2D", "D2H", "H2D_SYNC", "ANCHOR_NAMES"]
+__all__ = ["Graph", "Schedule", "build_graph", "SYNC", "LOADER", "H2D", "D2H", "H2D_SYNC", "ANCHOR_NAMES"]
 
 I64 = npt.NDArray[np.int64]
 _NEVER = np.iinfo(np.int64).max
@@ -35,6 +35,81 @@ _NEVER = np.iinfo(np.int64).max
 # Anchor kinds: host intervals whose replayed length follows a rule instead of the clock.
 SYNC, LOADER, H2D, D2H, H2D_SYNC = 0, 1, 2, 3, 4
 ANCHOR_NAMES = ("sync", "loader", "h2d copy", "d2h copy", "h2d copy sync")
+
+
+class Schedule(msgspec.Struct, frozen=True):
+    """The replay's event order cut at its anchors (the same for every edit).
+
+    Segment ``k`` holds the events after anchor ``seg_anchor[k - 1]`` up to anchor
+    ``seg_anchor[k]`` (-1: the open segment after the last anchor). Inside a segment the host
+    clock has one reference, so its launches, step marks and device work are replayed together:
+    its device work is listed by stream, each stream's work in event order (a run). Lists are
+    CSR: segment ``k``'s items are ``ids[ptr[k]:ptr[k + 1]]``."""
+
+    seg_anchor: I64
+    launch_ptr: I64
+    launch_ids: I64  # device ops whose launch call is in the segment
+    mark_ptr: I64
+    mark_ids: I64  # step marks (index into step_starts + last host end)
+    dev_ptr: I64
+    dev_ids: I64  # device ops, by stream then event order
+    run_ptr: I64  # per segment: its runs, index into run_start
+    run_start: I64  # per run: its first position in dev_ids (one past the last: the next run's)
+    prev: I64  # per device op: the previous device op on its stream in event order, -1 if none
+    stream_order: I64  # device ops by stream, then event order
+    # The same per-op facts as lists, for the replay's scalar path (a list index is ~5x cheaper
+    # than a numpy one): prev, has a launch, latency, start-up gap, stream; launch order; end and
+    # start (or launch if later) from the window start.
+    prev_list: list[int]
+    has_list: list[bool]
+    lat_list: list[int]
+    gap_list: list[int]
+    stream_list: list[int]
+    launch_order_list: list[int]
+    end_list: list[int]
+    key_list: list[int]
+
+
+def _schedule(order: I64, n_launch: int, n_marks: int, launch_ids: I64, stream: I64, has: npt.NDArray[np.bool_], lat: I64, gap: I64, lorder: I64, end: I64, key: I64) -> Schedule:
+    """Cut ``order`` (Graph.event_order: launches, marks, device work, anchors by id range) at its
+    anchors."""
+    d0, n_dev = n_launch + n_marks, stream.size
+    is_anchor = order >= d0 + n_dev
+    seg = np.concatenate(([0], np.cumsum(is_anchor)[:-1]))  # an anchor closes its segment
+    n_seg = int(is_anchor.sum()) + 1
+    seg_anchor = np.full(n_seg, -1, dtype=np.int64)
+    seg_anchor[: n_seg - 1] = order[is_anchor] - d0 - n_dev
+
+    def csr(sel: npt.NDArray[np.bool_], ids: I64, key: I64 | None = None) -> tuple[I64, I64]:
+        s_of = seg[sel]
+        o = np.lexsort((np.arange(s_of.size), key[sel], s_of)) if key is not None else np.arange(s_of.size)
+        ptr = np.searchsorted(s_of[o], np.arange(n_seg + 1), side="left").astype(np.int64)
+        return ptr, ids[o].astype(np.int64)
+
+    is_launch, is_mark = order < n_launch, (order >= n_launch) & (order < d0)
+    is_dev = (order >= d0) & ~is_anchor
+    dev = order[is_dev] - d0
+    launch_ptr, launch = csr(is_launch, launch_ids[order[is_launch]])
+    mark_ptr, marks = csr(is_mark, order[is_mark] - n_launch)
+    dev_stream = np.full(order.size, -1, dtype=np.int64)
+    dev_stream[is_dev] = stream[dev]
+    dev_ptr, dev_ids = csr(is_dev, dev, dev_stream)
+    # Runs: a new run where the stream or the segment changes.
+    s_ids = stream[dev_ids]
+    new = np.ones(dev_ids.size, dtype=bool)
+    new[1:] = s_ids[1:] != s_ids[:-1]
+    new[dev_ptr[:-1][dev_ptr[:-1] < dev_ids.size]] = True
+    run_start = np.append(np.flatnonzero(new), dev_ids.size).astype(np.int64)
+    run_ptr = np.searchsorted(run_start[:-1], dev_ptr, side="left").astype(np.int64)
+    # Stream predecessors in event order.
+    stream_order = dev[np.lexsort((np.arange(dev.size), stream[dev]))].astype(np.int64)
+    prev = np.full(n_dev, -1, dtype=np.int64)
+    same = stream[stream_order[1:]] == stream[stream_order[:-1]]
+    prev[stream_order[1:][same]] = stream_order[:-1][same]
+    return Schedule(
+        seg_anchor, launch_ptr, launch, mark_ptr, marks, dev_ptr, dev_ids, run_ptr, run_start, prev, stream_order,
+        prev.tolist(), has.tolist(), lat.tolist(), gap.tolist(), stream.tolist(), lorder.tolist(), end.tolist(), key.tolist(),
+    )
 
 
 class Graph(msgspec.Struct, frozen=True):
@@ -72,6 +147,7 @@ class Graph(msgspec.Struct, frozen=True):
     launch_cost_ns: int  # median launch call (the cost of a non-blocking copy call)
     launch_order: I64  # device ops sorted by launch start (ops without a launch last)
     event_order: I64  # the replay's order of launches, step marks, device work and anchors
+    schedule: Schedule  # event_order cut at its anchors
     # steps: starts of the host step ranges, and the window end
     step_starts: I64
     last_host_end: int  # end of the last step's host range
@@ -136,7 +212,7 @@ def _latency(d0: I64, d1: I64, stream: I64, lstart: I64, boundary_ns: int) -> tu
     return lat.astype(np.int64), gap.astype(np.int64)
 
 
-def _anchors(tl: Timeline, links: Links, dv: _Device, on_host: npt.NDArray[np.bool_], names: tuple[str, ...]) -> _Anchors:
+def _anchors(tl: Timeline, links: Links, dv: _Device, on_host: npt.NDArray[np.bool_]) -> _Anchors:
     """Loader ranges, then blocking copies and syncs outside them (the outermost of nested calls).
 
     A blocking copy is a memcpy whose launch call lasted through at least half of its copy
@@ -147,11 +223,10 @@ def _anchors(tl: Timeline, links: Links, dv: _Device, on_host: npt.NDArray[np.bo
     d0, d1 = tl.start_ns[rows], tl.end_ns[rows]
     sync_rows = np.flatnonzero(on_host & np.isin(tl.kind, (int(Kind.RUNTIME), int(Kind.SYNC))) & tl.name_mask(is_sync_call))
     loader_rows = np.flatnonzero(on_host & np.isin(tl.kind, (int(Kind.CPU_OP), int(Kind.ANNOTATION))) & tl.name_mask(is_dataloader))
-    direction = np.array([memcpy_direction(n) for n in names], dtype=object)
     call_end = tl.end_ns[np.maximum(launch, 0)]
     blocking = (tl.kind[rows] == int(Kind.MEMCPY)) & (launch >= 0) & (np.minimum(call_end, d1) - d0 >= (d1 - d0) // 2) & (d1 > d0)
-    h2d_dev = np.flatnonzero(blocking & (direction == "HtoD"))
-    d2h_dev = np.flatnonzero(blocking & (direction == "DtoH"))
+    h2d_dev = np.flatnonzero(blocking & tl.name_mask(lambda n: memcpy_direction(n) == "HtoD", rows))
+    d2h_dev = np.flatnonzero(blocking & tl.name_mask(lambda n: memcpy_direction(n) == "DtoH", rows))
     launch_calls = np.unique(launch[launch >= 0])
     launch_cost = _median((tl.end_ns[launch_calls] - tl.start_ns[launch_calls])[~np.isin(launch_calls, launch[np.flatnonzero(blocking)])], 5_000)
     loader = Intervals.union_of(tl.start_ns[loader_rows], tl.end_ns[loader_rows])
@@ -233,16 +308,16 @@ def _event_order(lstart: I64, d0: I64, marks: I64, anc_end: I64) -> I64:
     return np.lexsort((types, keys)).astype(np.int64)
 
 
-def _pinned_speedup(tl: Timeline, rows: I64, names: tuple[str, ...], min_bytes: int) -> float:
+def _pinned_speedup(tl: Timeline, rows: I64, min_bytes: int) -> float:
     """How much faster the trace's pinned host-to-device copies ran than its pageable ones, by
     bandwidth (bytes over time, each kind's copies of at least ``min_bytes`` together); 0 when the
     trace lacks either (or their sizes)."""
     size, dur = tl.nbytes[rows], tl.end_ns[rows] - tl.start_ns[rows]
     h2d = (tl.kind[rows] == int(Kind.MEMCPY)) & (size >= max(min_bytes, 1)) & (dur > 0)
-    h2d &= np.array([memcpy_direction(n) == "HtoD" for n in names], dtype=bool)
+    h2d &= tl.name_mask(lambda n: memcpy_direction(n) == "HtoD", rows)
     bw = []
     for mem in ("Pinned", "Pageable"):
-        sel = h2d & np.array([mem in n for n in names], dtype=bool)
+        sel = h2d & tl.name_mask(lambda n: mem in n, rows)
         bw.append(float(size[sel].sum()) / float(dur[sel].sum()) if sel.any() else 0.0)
     return bw[0] / bw[1] if bw[0] > 0 and bw[1] > 0 else 0.0
 
@@ -266,7 +341,7 @@ def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5
     lat, gap = _latency(d0, d1, stream, lstart, boundary_ns)
     names = tuple(tl.names_of(rows))
     on_host = np.isin(tl.lane, dv.host_lanes) & (tl.end_ns > w0) & (tl.start_ns < w1)
-    an = _anchors(tl, links, dv, on_host, names)
+    an = _anchors(tl, links, dv, on_host)
     lorder, awaited, tail = _waits(an, d1, lstart)
     opt_rows = np.flatnonzero(on_host & tl.name_mask(lambda n: n.startswith("Optimizer.step")))
     optimizer = Intervals.union_of(tl.start_ns[opt_rows], tl.end_ns[opt_rows])
@@ -274,6 +349,7 @@ def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5
     step_starts = np.array([s.start_ns for s in window.steps], dtype=np.int64)
     marks = np.append(step_starts, window.steps[-1].host_end_ns)
     kernel = tl.kind[rows] == int(Kind.KERNEL)
+    order = _event_order(lstart, d0, marks, an.end)
     pageable = tl.name_mask(lambda n: memcpy_direction(n) == "HtoD" and "Pageable" in n, rows) & (tl.kind[rows] == int(Kind.MEMCPY))
     return Graph(
         dev_start=d0,
@@ -287,7 +363,7 @@ def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5
         dev_blocks_per_sm=tl.blocks_per_sm[rows],
         dev_in_optimizer=optimizer.contains(lstart) & (lstart >= 0),
         dev_names=names,
-        pinned_speedup=_pinned_speedup(tl, rows, names, copy_min_bytes),
+        pinned_speedup=_pinned_speedup(tl, rows, copy_min_bytes),
         main_stream=int(np.unique(stream)[np.argmax([int((d1 - d0)[stream == x].sum()) for x in np.unique(stream)])]),
         anc_start=an.start,
         anc_end=an.end,
@@ -304,7 +380,8 @@ def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5
         profiler_floor_ns=prof.floor_ns,
         launch_cost_ns=an.launch_cost,
         launch_order=lorder,
-        event_order=_event_order(lstart, d0, marks, an.end),
+        event_order=order,
+        schedule=_schedule(order, int((lstart >= 0).sum()), marks.size, np.flatnonzero(lstart >= 0), stream, lstart >= 0, lat, gap, lorder, d1 - w0, np.maximum(d0, lstart) - w0),
         step_starts=step_starts,
         last_host_end=window.steps[-1].host_end_ns,
         window_end=w1,
