@@ -186,12 +186,13 @@ class _Run:
         clock, o = _Clock(g, edit), g.host_lo
         self.sc, self.min_vector = g.schedule, min_vector
         has = g.dev_launch >= 0
-        self.c_launch = np.zeros(g.dev_start.size)
-        self.c_launch[has] = clock.at(g.dev_launch[has], o)
-        self.c_nolaunch = clock.at(g.dev_start, o)
-        self.c_step = clock.at(np.append(g.step_starts, g.last_host_end), o)
-        self.c_anc_s, self.c_anc_e = clock.at(g.anc_start, o).tolist(), clock.at(g.anc_end, o).tolist()
-        self.h_ref_c, self.h_ref_new = float(clock.at(np.array([o], dtype=np.int64), o)[0]), 0.0
+        # The clock at: each device op's launch (its start without one), the step marks, the
+        # anchors' starts and ends, the window start; in one pass.
+        n, m, a_n = g.dev_start.size, g.step_starts.size + 1, g.anc_start.size
+        c = clock.at(np.concatenate((np.where(has, g.dev_launch, g.dev_start), g.step_starts, [g.last_host_end], g.anc_start, g.anc_end, [o])), o)
+        self.c_dev, self.c_step = c[:n], c[n : n + m]
+        self.c_anc_s, self.c_anc_e = c[n + m : n + m + a_n].tolist(), c[n + m + a_n : n + m + 2 * a_n].tolist()
+        self.h_ref_c, self.h_ref_new = float(c[-1]), 0.0
         self.has, self.lat, self.gap, self.stream = has, g.dev_lat, g.dev_gap, g.dev_stream
         self.dev_key, self.dev_end = np.maximum(g.dev_start, g.dev_launch) - o, g.dev_end - o
         self.a_start, self.a_end, self.a_kind = (g.anc_start - o).tolist(), (g.anc_end - o).tolist(), g.anc_kind.tolist()
@@ -207,11 +208,9 @@ class _Run:
         inc[p >= 0] += self.dur[p[p >= 0]]
         self.q = np.empty_like(inc)
         self.q[so] = np.cumsum(inc)
-        n = g.dev_start.size
         self.h_launch = np.zeros(n)
         self.ns, self.ne = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         self.bound = np.full(n, 2, dtype=np.int8)
-        a_n = g.anc_start.size
         self.as_, self.ae, self.waited = [0] * a_n, [0] * a_n, [-1] * a_n
         self.starts = np.zeros(g.step_starts.size + 1, dtype=np.int64)
         # Work launched before the window (a carried backlog) keeps the main stream busy until
@@ -234,10 +233,10 @@ class _Run:
         for k, anchor in enumerate(sc.seg_anchor.tolist()):
             if l_ptr[k + 1] - l_ptr[k] >= mv:
                 ids = launch_ids[l_ptr[k] : l_ptr[k + 1]]
-                self.h_launch[ids] = (self.h_ref_new + self.c_launch[ids]) - self.h_ref_c
+                self.h_launch[ids] = (self.h_ref_new + self.c_dev[ids]) - self.h_ref_c
             else:
                 for i in launch_ids[l_ptr[k] : l_ptr[k + 1]].tolist():
-                    self.h_launch[i] = (self.h_ref_new + self.c_launch.item(i)) - self.h_ref_c
+                    self.h_launch[i] = (self.h_ref_new + self.c_dev.item(i)) - self.h_ref_c
             if m_ptr[k + 1] > m_ptr[k]:
                 marks = sc.mark_ids[m_ptr[k] : m_ptr[k + 1]]
                 self.starts[marks] = np.rint((self.h_ref_new + self.c_step[marks]) - self.h_ref_c)
@@ -253,7 +252,7 @@ class _Run:
 
     def ready(self, ids: I64) -> npt.NDArray[np.float64]:
         """When device work becomes ready: its launch plus latency, else its clock time."""
-        return np.where(self.has[ids], self.h_launch[ids] + self.lat[ids], (self.h_ref_new + self.c_nolaunch[ids]) - self.h_ref_c)
+        return np.where(self.has[ids], self.h_launch[ids] + self.lat[ids], (self.h_ref_new + self.c_dev[ids]) - self.h_ref_c)
 
     def chain_first(self, i: int) -> tuple[int | None, int]:
         """What holds back the first op of a run besides its launch: the end of its stream
@@ -272,7 +271,7 @@ class _Run:
         if sc.has_list[i]:
             start, bound = self.h_launch.item(i) + sc.lat_list[i], 0
         else:
-            start, bound = (self.h_ref_new + self.c_nolaunch.item(i)) - self.h_ref_c, 2
+            start, bound = (self.h_ref_new + self.c_dev.item(i)) - self.h_ref_c, 2
         p = sc.prev_list[i]
         if p >= 0:
             chain = self.ne.item(p) + sc.gap_list[i]
