@@ -53,6 +53,17 @@ def test_set_operations_match_model(a: list[tuple[int, int]], b: list[tuple[int,
         assert np.array_equal(to_mask(got), want)
 
 
+@settings(max_examples=200)
+@given(st.integers(0, N), st.integers(0, N), raw_intervals)
+def test_one_interval_minus_a_set_matches_model(lo: int, hi: int, b: list[tuple[int, int]]) -> None:
+    # One interval minus a set takes its own path (the set's gaps inside it).
+    A, B = Intervals.single(lo, hi), build(b)
+    want = mask([(lo, hi)]) & ~mask(b)
+    got = A - B
+    assert is_normalised(got)
+    assert np.array_equal(to_mask(got), want)
+
+
 @given(raw_intervals, st.integers(0, N), st.integers(0, N))
 def test_complement_and_clip(pairs: list[tuple[int, int]], lo: int, hi: int) -> None:
     iv = build(pairs)

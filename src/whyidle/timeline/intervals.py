@@ -144,6 +144,13 @@ class Intervals(msgspec.Struct, frozen=True):
     def __sub__(self, other: Intervals) -> Intervals:
         if other.start.size == 0 or self.start.size == 0:
             return self
+        if self.start.size == 1:  # one interval: the gaps of ``other`` inside it, O(k)
+            lo, hi = int(self.start[0]), int(self.end[0])
+            inside = other.clip(lo, hi)
+            s = np.concatenate(([lo], inside.end))
+            e = np.concatenate((inside.start, [hi]))
+            keep = e > s
+            return Intervals(s[keep], e[keep])
         return self._combine(other, "sub")
 
     def __eq__(self, other: object) -> bool:
