@@ -87,3 +87,21 @@ def test_every_golden_file_has_a_case() -> None:
     """A renamed or removed case must not leave a stale golden file behind."""
     names = {p.name.rsplit(".", 1)[0] for p in GOLDEN.glob("*.*")}
     assert names <= set(CASES), sorted(names - set(CASES))
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (_, rel) in CASES.items() if Path(rel).suffix))  # files, not rank folders
+def test_golden_json_with_a_helper_process(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command line's default, jobs=2 (a forked child decodes part of the trace and replays the
+    predictions beside the analyses), gives the golden JSON byte for byte."""
+    from whyidle import diagnose
+    from whyidle.sources import _twoway
+
+    if not _twoway.can_fork():
+        pytest.skip("a forked helper needs Linux and two usable cores")
+    base, rel = CASES[name]
+    if not (base / rel).exists():
+        pytest.skip(f"{rel} not available: ../shared/traces is absent on this machine")
+    monkeypatch.chdir(base)
+    text = render(diagnose(rel, jobs=2), "json", width=100)
+    assert isinstance(text, str)
+    assert (text if text.endswith("\n") else text + "\n") == (GOLDEN / f"{name}.json").read_text(encoding="utf-8")

@@ -120,6 +120,68 @@ def test_two_ended_map_without_fork_runs_here(monkeypatch: pytest.MonkeyPatch) -
     assert _twoway.two_ended_map(5, lambda i: (i, os.getpid())) == [(i, here) for i in range(5)]
 
 
+# --- relay: a forked child prepares, then answers a question ------------------------------------
+
+
+@needs_fork
+def test_relay_answers_in_the_child_while_this_process_works() -> None:
+    here = os.getpid()
+    relay = _twoway.Relay[tuple[int, int], int, tuple[int, int]](lambda: (21, os.getpid()), lambda p, q: (p[0] * q, p[1]))
+    with relay:
+        time.sleep(0.01)  # this process's own work
+        relay.ask(2)
+        value, pid = relay.result()
+    assert value == 42 and pid != here  # prepared and answered in the child
+
+
+@needs_fork
+def test_relay_redoes_a_failed_child_here_and_raises_its_error() -> None:
+    parent = os.getpid()
+
+    def answer(p: int, q: int) -> int:
+        if os.getpid() != parent:
+            os._exit(3)  # the child dies without an answer: computed here instead
+        return p + q
+
+    relay = _twoway.Relay[int, int, int](lambda: 1, answer)
+    with relay:
+        relay.ask(2)
+        assert relay.result() == 3
+
+    def fails(p: int, q: int) -> int:
+        raise ValueError(f"bad question {q}")
+
+    relay2 = _twoway.Relay[int, int, int](lambda: 1, fails)
+    with relay2, pytest.raises(ValueError, match="bad question 5"):  # the child's failure, raised here
+        relay2.ask(5)
+        relay2.result()
+
+
+@needs_fork
+def test_relay_left_without_a_result_stops_its_child() -> None:
+    relay = _twoway.Relay[int, int, int](lambda: time.sleep(30) or 1, lambda p, q: p)
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt), relay:
+        pid = relay.pid
+        raise KeyboardInterrupt  # Ctrl-C while this process works
+    assert time.perf_counter() - t0 < 5
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # killed and reaped: no zombie left
+
+
+def test_relay_without_fork_runs_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_twoway, "can_fork", lambda: False)
+    here = os.getpid()
+    relay = _twoway.Relay[int, int, tuple[int, int]](lambda: 1, lambda p, q: (p + q, os.getpid()))
+    with relay:
+        relay.ask(1)
+        assert relay.result() == (2, here)
+    relay = _twoway.Relay[int, int, tuple[int, int]](lambda: 1, lambda p, q: (p + q, os.getpid()), fork=False)
+    with relay:
+        relay.ask(1)
+        assert relay.result() == (2, here)
+
+
 @needs_fork
 def test_forked_decode_gives_the_same_timeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(K, "_BATCH_EVENTS", 64)  # many batches from a small trace

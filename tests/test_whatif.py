@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import whyidle
 from whyidle.analyses import whatif as W
+from whyidle.analyses import whatif_path as WP
 from whyidle.analyses.links import link_launches
 from whyidle.analyses.window import select_window
 from whyidle.config import Config
@@ -180,7 +181,7 @@ def test_batch_factor_grows_kernels_that_fill_the_sms() -> None:
 def test_critical_path_of_a_starved_step_is_the_loader_then_the_kernel() -> None:
     g = graph(starved())
     r = W.replay(g)
-    path = W.critical_path(g, r, 1)
+    path = WP.critical_path(g, r, 1)
     kinds = [(s.kind, s.dur_ns // US) for s in path]
     # Step 2 (100-200) ends with its kernel: back to its launch at 160, which came right after the
     # loader (100-160).
@@ -188,7 +189,7 @@ def test_critical_path_of_a_starved_step_is_the_loader_then_the_kernel() -> None
     assert path[0].start_ns == 100 * US and path[-1].end_ns == 200 * US
     # With workers the loader is gone: step 2 runs 40-80, its launch at 40 opens it.
     r2 = W.replay(g, W.Edit(loader_workers=4))
-    kinds2 = [(s.kind, s.start_ns // US, s.dur_ns // US) for s in W.critical_path(g, r2, 1)]
+    kinds2 = [(s.kind, s.start_ns // US, s.dur_ns // US) for s in WP.critical_path(g, r2, 1)]
     assert kinds2 == [("launch latency", 40, 10), ("device", 50, 30)]
 
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import msgspec
 import numpy as np
@@ -15,29 +16,31 @@ from whyidle.analyses import causes as C
 from whyidle.analyses.context import GapContext, ThreadIndex, brief_context, explaining_ops, gap_context
 from whyidle.analyses.gaps import find_gaps
 from whyidle.analyses.kernels import kernel_stats
-from whyidle.analyses.links import link_launches
+from whyidle.analyses.links import Links, link_launches
 from whyidle.analyses.quality import assess_quality
 from whyidle.analyses.utilization import measure_utilization
-from whyidle.analyses.window import select_window
+from whyidle.analyses.window import Window, select_window
 from whyidle.config import Config
 from whyidle.analyses.names import name_times
 from whyidle.analyses.strip import device_activity
 from whyidle.diagnosis import Diagnosis, as_diagnosis
-from whyidle.findings.model import rank_key, GapColumns, GapRecord, SourceInfo, WindowInfo
-from whyidle.findings.predict import attach_predictions
+from whyidle.findings.model import rank_key, Finding, GapColumns, GapRecord, SourceInfo, WindowInfo
+from whyidle.findings.predict import LeverPredictions, PredictionGraph, attach_predictions, levers_of, prediction_graph, predictions_on
 from whyidle.findings.registry import apply_rules
 from whyidle.findings.rules import Analyses, capture_advice
 from whyidle.timeline.arrays import unique_sorted
+from whyidle.sources import Relay
 from whyidle.timeline.model import Timeline
 
 __all__ = ["diagnose", "analyse"]
 
 
-def analyse(tl: Timeline, cfg: Config | None = None) -> Analyses:
-    """Run every analysis on a timeline (pure: no I/O, no printing)."""
+def analyse(tl: Timeline, cfg: Config | None = None, links: Links | None = None, window: Window | None = None) -> Analyses:
+    """Run every analysis on a timeline (pure: no I/O, no printing). ``links`` and ``window``:
+    the timeline's, when already computed."""
     cfg = cfg or Config()
-    links = link_launches(tl)
-    window = select_window(tl, links, cfg)
+    links = link_launches(tl) if links is None else links
+    window = select_window(tl, links, cfg) if window is None else window
     gaps = find_gaps(tl, links, window, cfg)
     util = measure_utilization(tl, links, window, gaps, cfg)
     kern = kernel_stats(tl, links, window, cfg)
@@ -140,9 +143,22 @@ def _gap_record(a: Analyses, i: int, ctx: GapContext, next_work: npt.NDArray[np.
 
 
 def report_from(a: Analyses, cfg: Config) -> Diagnosis:
+    """The Diagnosis of the analyses."""
+    return _with_predictions(a, _report_without_predictions(a, cfg), cfg, None)
+
+
+def _with_predictions(a: Analyses, report: Diagnosis, cfg: Config, predictions: LeverPredictions | None) -> Diagnosis:
+    findings, path = attach_predictions(a.tl, a.window, report.findings, a.utilization.batch_size, cfg, predictions)
+    return msgspec.structs.replace(report, findings=findings, extra={"critical_path": path} if path is not None else {})
+
+
+def _report_without_predictions(a: Analyses, cfg: Config, on_findings: Callable[[tuple[Finding, ...]], None] | None = None) -> Diagnosis:
+    """The Diagnosis without predictions or critical path; ``on_findings`` sees the findings as
+    soon as the rules have made them (the rest of the report takes longer)."""
     findings, skipped = apply_rules(a, cfg)
     findings = tuple(sorted(findings, key=rank_key))
-    findings, path = attach_predictions(a.tl, a.window, findings, a.utilization.batch_size, cfg)
+    if on_findings is not None:
+        on_findings(findings)
     tl = a.tl
     totals = a.gaps.total_by_cause()
     idle_by_cause = {c.key: int(totals[i]) for i, c in enumerate(C.CAUSES)}
@@ -177,7 +193,6 @@ def report_from(a: Analyses, cfg: Config) -> Diagnosis:
         quality=a.quality.notes + capture_advice(a, cfg),
         cold_start=a.quality.cold_start,
         no_device_activity=a.quality.no_device_activity,
-        extra={"critical_path": path} if path is not None else {},
         gap_columns=columns,
         activity=device_activity(tl, a.links, a.window),
         lanes=tuple(tl.lanes),
@@ -189,6 +204,8 @@ def diagnose(
     source: str | os.PathLike[str] | Timeline,
     config: Config | None = None,
     counters: str | os.PathLike[str] | None = None,
+    *,
+    jobs: int = 1,
     **overrides: object,
 ) -> Diagnosis:
     """Diagnose a profile (a path to any supported input, or a Timeline) and return the Diagnosis.
@@ -196,6 +213,10 @@ def diagnose(
     Keyword overrides replace fields of ``config``: ``diagnose(path, skip_first_steps=2)``.
     ``counters``: a GPU counter log joined with the trace by wall-clock time as extra evidence.
     A counter log given as ``source`` gives a report of the counter analyses alone.
+    ``jobs`` >= 2 lets one forked process help (Linux, two usable cores): it decodes part of a
+    Kineto trace, then builds the what-if graph while this process runs the other analyses, and
+    replays the levers the findings name (the same report either way). Forking is the caller's choice: not in a
+    process whose other threads hold native locks (a training job's CUDA or OpenMP threads).
     """
     cfg = config or Config()
     if overrides:
@@ -208,13 +229,23 @@ def diagnose(
         tl = load(
             source,
             step_pattern=cfg.step_range,
+            jobs=jobs,
             counters_utc_offset_min=cfg.counters_utc_offset_min,
             counters_interval_ms=cfg.counters_interval_ms,
         )
     if tl.meta.counters is not None and len(tl) == 0:
         return _counter_report(tl, cfg)
-    a = analyse(tl, cfg)
-    report = report_from(a, cfg)
+    links = link_launches(tl)
+    window = select_window(tl, links, cfg)
+    # With jobs >= 2 a forked child builds the what-if graph while the analyses and rules run
+    # here, then replays the levers the findings name while the report is assembled.
+    relay = Relay[PredictionGraph, tuple[str, ...], LeverPredictions](
+        lambda: prediction_graph(tl, window, cfg), lambda pg, levers: predictions_on(pg, levers, cfg), fork=jobs >= 2
+    )
+    with relay:
+        a = analyse(tl, cfg, links, window)
+        report = _report_without_predictions(a, cfg, on_findings=lambda f: relay.ask(levers_of(f)))
+        report = _with_predictions(a, report, cfg, relay.result())
     if counters is not None:
         report = _join_counters(report, a, counters, cfg)
     return report

@@ -71,8 +71,8 @@ class Schedule(msgspec.Struct, frozen=True):
 
 
 def _schedule(order: I64, n_launch: int, n_marks: int, launch_ids: I64, stream: I64, has: npt.NDArray[np.bool_], lat: I64, gap: I64, lorder: I64, end: I64, key: I64) -> Schedule:
-    """Cut ``order`` (Graph.event_order: launches, marks, device work, anchors by id range) at its
-    anchors."""
+    """Cut ``order`` (the replay's event order, see _event_order: launches, marks, device work,
+    anchors by id range) at its anchors."""
     d0, n_dev = n_launch + n_marks, stream.size
     is_anchor = order >= d0 + n_dev
     seg = np.concatenate(([0], np.cumsum(is_anchor)[:-1]))  # an anchor closes its segment
@@ -146,8 +146,7 @@ class Graph(msgspec.Struct, frozen=True):
     profiler_floor_ns: dict[str, int]  # its estimate per record kind
     launch_cost_ns: int  # median launch call (the cost of a non-blocking copy call)
     launch_order: I64  # device ops sorted by launch start (ops without a launch last)
-    event_order: I64  # the replay's order of launches, step marks, device work and anchors
-    schedule: Schedule  # event_order cut at its anchors
+    schedule: Schedule  # the replay's order of launches, step marks, device work and anchors, cut at its anchors
     # steps: starts of the host step ranges, and the window end
     step_starts: I64
     last_host_end: int  # end of the last step's host range
@@ -380,7 +379,6 @@ def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5
         profiler_floor_ns=prof.floor_ns,
         launch_cost_ns=an.launch_cost,
         launch_order=lorder,
-        event_order=order,
         schedule=_schedule(order, int((lstart >= 0).sum()), marks.size, np.flatnonzero(lstart >= 0), stream, lstart >= 0, lat, gap, lorder, d1 - w0, np.maximum(d0, lstart) - w0),
         step_starts=step_starts,
         last_host_end=window.steps[-1].host_end_ns,

@@ -76,7 +76,8 @@ def add_parser(sub: Any) -> None:
         type=int,
         metavar="N",
         help="processes to use. A folder of rank traces: N ranks are read at once (default: one per core). "
-        "One trace: 1 reads it in this process only; 2 or more add a decoding process (large traces: N chunks at once; default 2)",
+        "One trace: 1 runs in this process only; 2 or more add a helper process that decodes part of the trace and replays "
+        "the predictions beside the other analyses (large traces: N chunks at once; default 2)",
     )
     p.add_argument("--workers", type=int, metavar="N", help="multi-rank folders: run the ranks on a local Dask cluster of N processes")
     p.add_argument("--scheduler", metavar="ADDRESS", help="multi-rank folders: run the ranks on this Dask scheduler (tcp://host:8786)")
@@ -148,16 +149,17 @@ def run(args: argparse.Namespace) -> int:
             from whyidle.render.perfetto import annotation_source
             from whyidle.sources import load
 
+            jobs = 2 if args.jobs is None else args.jobs
             with progress(f"whyidle: reading {args.trace}"):
                 timeline = load(
                     args.trace,
                     step_pattern=cfg.step_range,
-                    jobs=2 if args.jobs is None else args.jobs,
+                    jobs=jobs,
                     read_ahead=read_ahead,
                     counters_utc_offset_min=cfg.counters_utc_offset_min,
                     counters_interval_ms=cfg.counters_interval_ms,
                 )
-                report = diagnose(timeline, cfg, counters=getattr(args, "counters", None))
+                report = diagnose(timeline, cfg, counters=getattr(args, "counters", None), jobs=jobs)
             emit(report, args, annotation_source(args.trace, timeline))
             failures = gate_failures(report, cfg)
     for msg in failures:

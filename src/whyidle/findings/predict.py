@@ -14,6 +14,7 @@ import msgspec.structs
 import numpy as np
 
 from whyidle.analyses import whatif as W
+from whyidle.analyses import whatif_path as WP
 from whyidle.analyses.links import link_launches
 from whyidle.analyses.window import Window
 from whyidle.config import Config
@@ -30,6 +31,12 @@ __all__ = [
     "Replays",
     "predict_from_steps",
     "attach_predictions",
+    "LeverPredictions",
+    "PredictionGraph",
+    "prediction_graph",
+    "predictions_on",
+    "lever_predictions",
+    "levers_of",
     "critical_path_summary",
 ]
 
@@ -193,8 +200,6 @@ def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None, cache: Rep
     before = run(W.NO_EDIT)
     after = run(lv.point)
     ends = (run(lv.low), run(lv.high))
-    sps_b = batch_size * 1e9 / before if batch_size and before > 0 else None
-    sps_a = batch_size * lv.batch_factor * 1e9 / after if batch_size and after > 0 else None
     assumption = lv.assumption
     if untraced:
         removed = g.profiler.clip(g.host_lo, g.host_hi).total() / max(g.n_steps, 1)
@@ -202,17 +207,25 @@ def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None, cache: Rep
         assumption += f"; without the profiler: its own host time removed ({removed / 1e6:.2f} ms per step; per record: {floors or 'none found'})"
     elif backlogs and backlogs[0] > 0:
         assumption += f"; in a profiled after-run the first step starts {backlogs[0] / 1e6:.1f} ms behind the device work of its unprofiled warm-up step"
-    return Prediction(
-        lever=lv.lever,
-        assumption=assumption,
-        step_ns_before=before,
-        step_ns_after=after,
-        step_ns_low=min(after, *ends),
-        step_ns_high=max(after, *ends),
-        batch_factor=lv.batch_factor,
-        samples_per_s_before=sps_b,
-        samples_per_s_after=sps_a,
+    return with_batch_size(
+        Prediction(
+            lever=lv.lever,
+            assumption=assumption,
+            step_ns_before=before,
+            step_ns_after=after,
+            step_ns_low=min(after, *ends),
+            step_ns_high=max(after, *ends),
+            batch_factor=lv.batch_factor,
+        ),
+        batch_size,
     )
+
+
+def with_batch_size(p: Prediction, batch_size: int | None) -> Prediction:
+    """The prediction with its samples/s for ``batch_size`` samples per step (None: unknown)."""
+    sps_b = batch_size * 1e9 / p.step_ns_before if batch_size and p.step_ns_before > 0 else None
+    sps_a = batch_size * p.batch_factor * 1e9 / p.step_ns_after if batch_size and p.step_ns_after > 0 else None
+    return msgspec.structs.replace(p, samples_per_s_before=sps_b, samples_per_s_after=sps_a)
 
 
 def _graph(tl: Timeline, cfg: Config, window: Window | None = None) -> tuple[W.Graph | None, Window]:
@@ -247,24 +260,68 @@ def predict_lever(tl: Timeline, lever: str, cfg: Config | None = None, batch_siz
     return predict_from_graph(g, lever_edits(lever, cfg, **kw), batch_size, untraced=untraced, warmup=cfg.whatif_profiled_warmup)
 
 
-def attach_predictions(tl: Timeline, window: Window, findings: tuple[Finding, ...], batch_size: int | None, cfg: Config) -> tuple[tuple[Finding, ...], dict[str, Any] | None]:
-    """Findings with their predictions, and the critical path of the median step (None without steps)."""
+class LeverPredictions(msgspec.Struct, frozen=True):
+    """Predictions of a window, one per lever (samples/s left out: the batch size scales them),
+    and the critical path of its median step (None without steps). What a report's findings take
+    their predictions from; a pure function of the timeline and window (:func:`lever_predictions`),
+    so it can be computed beside the other analyses."""
+
+    by_lever: dict[str, Prediction]
+    critical_path: dict[str, Any] | None
+
+
+class PredictionGraph(NamedTuple):
+    """A window's replay graph (None: no steps or no linked device work), the window cut to the
+    steps it replays, and the median step's critical path: what every lever's prediction shares."""
+
+    graph: W.Graph | None
+    window: Window
+    critical_path: dict[str, Any] | None
+
+
+def prediction_graph(tl: Timeline, window: Window, cfg: Config) -> PredictionGraph:
     g, window = _graph(tl, cfg, window)
+    return PredictionGraph(g, window, None if g is None else critical_path_summary(g, W.replay(g), window, tl=tl))
+
+
+def predictions_on(pg: PredictionGraph, levers: tuple[str, ...], cfg: Config) -> LeverPredictions:
+    """The replays of ``levers`` (names of :data:`LEVERS`) on the graph, sharing one replay cache."""
+    g = pg.graph
     if g is None:
+        return LeverPredictions({}, None)
+    cache = Replays(g)
+    by_lever = {name: predict_from_graph(g, lever_edits(name, cfg, copy_speedup=g.pinned_speedup), None, cache, warmup=cfg.whatif_profiled_warmup) for name in levers}
+    return LeverPredictions(by_lever, pg.critical_path)
+
+
+def lever_predictions(tl: Timeline, window: Window, levers: tuple[str, ...], cfg: Config) -> LeverPredictions:
+    """The replays of ``levers`` on the window, and the median step's critical path."""
+    return predictions_on(prediction_graph(tl, window, cfg), levers, cfg)
+
+
+def levers_of(findings: tuple[Finding, ...]) -> tuple[str, ...]:
+    """The levers that predict the findings' fixes, once each, in the findings' order."""
+    return tuple(dict.fromkeys(_CAUSE_LEVER[f.cause] for f in findings if f.cause in _CAUSE_LEVER))
+
+
+def attach_predictions(
+    tl: Timeline, window: Window, findings: tuple[Finding, ...], batch_size: int | None, cfg: Config, basis: LeverPredictions | None = None
+) -> tuple[tuple[Finding, ...], dict[str, Any] | None]:
+    """Findings with their predictions, and the critical path of the median step (None without
+    steps). ``basis``: the window's lever predictions if already computed (for at least the
+    findings' levers), else they are replayed here."""
+    if basis is None:
+        basis = lever_predictions(tl, window, levers_of(findings), cfg)
+    if basis.critical_path is None:
         return findings, None
     out = []
-    base = W.replay(g)
-    cache = Replays(g)
     for f in findings:
         name = _CAUSE_LEVER.get(f.cause)
-        if name is None:
-            out.append(f)
-            continue
-        out.append(msgspec.structs.replace(f, prediction=predict_from_graph(g, lever_edits(name, cfg, copy_speedup=g.pinned_speedup), batch_size, cache, warmup=cfg.whatif_profiled_warmup)))
-    return tuple(out), critical_path_summary(g, base, window, tl=tl)
+        out.append(f if name is None else msgspec.structs.replace(f, prediction=with_batch_size(basis.by_lever[name], batch_size)))
+    return tuple(out), basis.critical_path
 
 
-def _host_op_names(tl: Timeline, segs: list[W.PathSegment], limit: int = 3) -> list[W.PathSegment]:
+def _host_op_names(tl: Timeline, segs: list[WP.PathSegment], limit: int = 3) -> list[WP.PathSegment]:
     """Host and loader segments named by the CPU ops that overlap them most (recorded times: the
     path of the replay with no edit)."""
     rows = np.flatnonzero(tl.kind == int(Kind.CPU_OP))
@@ -292,8 +349,8 @@ def critical_path_summary(g: W.Graph, r: W.Replay, window: Window, max_segments:
     """The median step's critical path for the JSON report: time by kind and the segments, with
     consecutive segments of one kind merged (their names joined when few). With ``tl`` (and a
     replay with no edit), host segments are named by the CPU ops that ran in them."""
-    i = W.median_step(r)
-    segs = W.critical_path(g, r, i)
+    i = WP.median_step(r)
+    segs = WP.critical_path(g, r, i)
     if tl is not None and r.edit == W.NO_EDIT:
         segs = _host_op_names(tl, segs)
     merged: list[list[Any]] = []
@@ -306,7 +363,7 @@ def critical_path_summary(g: W.Graph, r: W.Replay, window: Window, max_segments:
         else:
             merged.append([s.kind, s.start_ns, s.end_ns, [s.name] if s.name else [], 1])
     step = window.steps[i]
-    by_kind = W.path_by_kind(segs)
+    by_kind = WP.path_by_kind(segs)
     return {
         "step": step.number,
         "start_ns": int(r.step_starts[i]),

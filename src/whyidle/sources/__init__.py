@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 from whyidle.errors import InputError, UnsupportedInputError
 from whyidle.sources._io import SQLITE_MAGIC, ReadAhead, TooLargeForMemory, check_regular, estimated_size, read_bytes
-from whyidle.sources._twoway import quiet_worker
+from whyidle.sources._twoway import Relay, quiet_worker
 
 if TYPE_CHECKING:
     from whyidle.timeline.model import Timeline
 
-__all__ = ["load", "find_traces", "ReadAhead", "read_bytes", "quiet_worker"]
+__all__ = ["load", "find_traces", "ReadAhead", "read_bytes", "quiet_worker", "Relay"]
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".parquet")
 
