@@ -4,7 +4,6 @@ the runners with a fake launcher, the cache, the renderers and the command line'
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -26,7 +25,7 @@ from whyidle.tune.search import Space, levers_for_findings, plateaued, run_sweep
 from whyidle.tune.trial import Trial, TrialResult
 
 CFG = SweepConfig()
-STEPS = dataclasses.replace(CFG, window_min_ns=0)  # windows of exactly window_steps steps
+STEPS = msgspec.structs.replace(CFG, window_min_ns=0)  # windows of exactly window_steps steps
 H200 = Path(__file__).parent / "data" / "h200" / "measured.json"
 
 

@@ -40,7 +40,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_INPUT, f"whyidle: error: {message} (see whyidle {self.prog.split()[-1]} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every subcommand, or only ``only`` (one of COMMANDS).
+
+    ``whyidle diagnose ...`` needs only the diagnose command's parser: importing the other ten
+    command modules and building their parsers took 6 ms of its start-up (see
+    docs/architecture.md). Help, errors and an unknown command get the full parser."""
     parser = _Parser(
         prog="whyidle",
         description="Why is my GPU idle, and what do I change?",
@@ -49,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"whyidle {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else (only,):
         mod = importlib.import_module(f"whyidle.commands.{name}")
         mod.add_parser(sub)
         if getattr(mod, "EXAMPLES", ""):  # each command's examples (tests/test_first_hour.py asks for them)
@@ -129,7 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = _ClosedStdout()
     if sys.stderr is None:  # closed (2>&-): print(file=sys.stderr) would otherwise go to stdout
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         if sys.stderr is not None:

@@ -86,7 +86,7 @@ class ThreadIndex:
     def __init__(self, tl: Timeline) -> None:
         self.tl = tl
         self._cache: dict[int, _Thread] = {}
-        self._dl = tl.name_mask(is_dataloader)
+        self._dl_range = tl.kind_name_mask(is_dataloader, Kind.ANNOTATION)
         self._contexts: tuple[Gaps, _Contexts] | None = None
 
     def thread(self, lane: int) -> _Thread:
@@ -95,7 +95,7 @@ class ThreadIndex:
             return got
         tl = self.tl
         on = tl.lane == lane
-        work = on & (np.isin(tl.kind, _WORK) | ((tl.kind == int(Kind.ANNOTATION)) & self._dl))
+        work = on & (np.isin(tl.kind, _WORK) | self._dl_range)
         rows = np.flatnonzero(work)  # timeline rows are sorted by start, longest first on ties
         s, e = tl.start_ns[rows], tl.end_ns[rows]
         reach = np.maximum.accumulate(e) if rows.size else e
@@ -354,7 +354,7 @@ def _top_ops(
     np.add.at(total, key, ns)
     first = np.full(uniq.size, key.size, dtype=np.int64)
     np.minimum.at(first, key, np.arange(key.size, dtype=np.int64))
-    pair = np.unique(rank * uniq.size + key)
+    pair = unique_sorted(rank * uniq.size + key)
     n_gaps = np.bincount(pair % uniq.size, minlength=uniq.size)
     present = np.flatnonzero(first < key.size)
     best = present[np.lexsort((first[present], -total[present]))][:5]

@@ -19,6 +19,7 @@ import msgspec
 import numpy as np
 
 from whyidle.analyses.hostops import memcpy_direction
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
 
@@ -46,7 +47,7 @@ def exposed_h2d_copies(tl: Timeline, lo: int, hi: int, steps: tuple[tuple[int, i
     is_kernel = inside & np.isin(tl.kind, (int(Kind.KERNEL), int(Kind.COLLECTIVE)))
     exposed: list[Intervals] = []  # per device: devices overlap in time, so they are summed, not united
     pageable_ns = copy_ns = 0
-    for d in np.unique(dev[is_h2d]):
+    for d in unique_sorted(dev[is_h2d]):
         on = dev == d
         rows = is_h2d & on
         copies = tl.union(rows).clip(lo, hi)

@@ -219,10 +219,11 @@ def host_sets(
     launch_only = np.zeros(len(tl), dtype=np.bool_)
     launch_only[rt_all] = tl.name_mask(queues_device_work, rt_all)
     dl_name = tl.name_mask(is_dataloader)
-    sync_name = tl.name_mask(is_sync_call)
-    cold_name = tl.name_mask(is_cold_call)
-    launch_name = tl.name_mask(lambda s: is_launch_call(s) or bool(_ALLOC_CALL_RE.match(s)))
-    copy_name = tl.name_mask(lambda s: s in _COPY_OPS)
+    # Tested only where they are read: on host work (sync, copy ops) and runtime calls (cold, launch).
+    sync_name = tl.kind_name_mask(is_sync_call, *map(Kind, _HOST_WORK))
+    cold_name = tl.kind_name_mask(is_cold_call, Kind.RUNTIME)
+    launch_name = tl.kind_name_mask(lambda s: is_launch_call(s) or bool(_ALLOC_CALL_RE.match(s)), Kind.RUNTIME)
+    copy_name = tl.kind_name_mask(lambda s: s in _COPY_OPS, *map(Kind, _HOST_WORK))
     dirs = copy_directions(tl, links)
     has_launch = links.launch_of >= 0
     result: dict[int, HostSets] = {}

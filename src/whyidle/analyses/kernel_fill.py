@@ -41,6 +41,7 @@ import numpy.typing as npt
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
 from whyidle.config import Config
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
 __all__ = ["KernelConfig", "KernelFill", "kernel_fill", "device_sm_counts"]
@@ -132,7 +133,7 @@ def kernel_fill(tl: Timeline, links: Links, window: Window, cfg: Config) -> Kern
     sms, origin = device_sm_counts(tl.meta.devices)
     # Without the device's SM count, Kineto's grid over its blocks per SM gives it back.
     derivable = np.isfinite(bps) & (bps > 0) & (grid > 0)
-    for dev in np.unique(device[derivable]).tolist():
+    for dev in unique_sorted(device[derivable]).tolist():
         if dev not in sms:
             on = derivable & (device == dev)
             sms[dev] = int(round(float(np.median(grid[on] / bps[on]))))
@@ -145,7 +146,7 @@ def kernel_fill(tl: Timeline, links: Links, window: Window, cfg: Config) -> Kern
     occ = tl.occupancy[k].astype(np.float64)
     low_occ = (fill >= 1.0) & np.isfinite(occ) & (occ > 0) & (occ < cfg.small_grid_low_occupancy_pct)
     busy = under = unused = 0
-    for dev in np.unique(device).tolist():
+    for dev in unique_sorted(device).tolist():
         on = device == dev
         b, u, n = _sweep(start[on], end[on], fill[on])
         busy, under, unused = busy + b, under + u, unused + n
@@ -156,7 +157,7 @@ def kernel_fill(tl: Timeline, links: Links, window: Window, cfg: Config) -> Kern
         underfilled_ns=under,
         unused_ns=unused,
         low_occupancy_ns=int(dur[low_occ].sum()),
-        sm_counts=tuple(sorted((d, sms[d]) for d in np.unique(device).tolist() if d in sms)),
+        sm_counts=tuple(sorted((d, sms[d]) for d in unique_sorted(device).tolist() if d in sms)),
         sm_count_origin=origin,
         top=_top(tl, k, dur, fill, bps, occ, low_occ),
     )

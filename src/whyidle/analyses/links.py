@@ -56,7 +56,7 @@ def link_launches(tl: Timeline) -> Links:
     launched = unique_sorted(launch_of[launch_of >= 0])
     # Launch calls whose work never appeared: dropped device events (buffer overflow, a
     # capture that ended before the work ran).
-    is_launch_name = tl.name_mask(queues_device_work)
-    launch_rows = np.flatnonzero((tl.kind == int(Kind.RUNTIME)) & (tl.corr > 0) & is_launch_name)
+    queues_work = tl.kind_name_mask(queues_device_work, Kind.RUNTIME)
+    launch_rows = np.flatnonzero(queues_work & (tl.corr > 0))
     unmatched = setdiff_sorted(launch_rows, launched)
     return Links(device_rows=device_rows, launch_of=launch_of, launched=launched, unmatched_launch_rows=unmatched)

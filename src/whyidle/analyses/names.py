@@ -9,8 +9,7 @@ window, so a figure is the time inside the analysed steps.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -23,8 +22,7 @@ __all__ = ["NameTimes", "name_times"]
 I64 = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True)
-class NameTimes:
+class NameTimes(msgspec.Struct, frozen=True):
     kernels_ns: dict[str, int]  # device work per name
     ops_ns: dict[str, int]  # host ops per name (inclusive)
     steps: int  # steps in the window (0: no step markers)

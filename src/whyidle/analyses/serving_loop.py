@@ -39,6 +39,7 @@ import numpy as np
 
 from whyidle.config import Config
 from whyidle.analyses.hostwork import SERVING_NAME, WorkClass, classify
+from whyidle.timeline.arrays import setdiff_sorted, unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import DEVICE_WORK_KINDS, Kind, Timeline
 
@@ -117,7 +118,7 @@ def _sizes(tl: Timeline, batches: np.ndarray) -> tuple[np.ndarray, str]:
     on = np.flatnonzero((tl.lane == lane) & (tl.kind == int(Kind.CPU_OP)) & (tl.shape0 > 0) & (not engine))
     req = np.flatnonzero((tl.lane == lane) & np.isin(tl.kind, _RANGE_KINDS))
     req = req[tl.name_mask(lambda s: bool(_REQUEST.search(_label(s))), req)]
-    req = req[~np.isin(req, batches)]
+    req = setdiff_sorted(req, batches)  # both are row numbers; np.isin would import numpy.ma (docs/architecture.md)
     by_shape = np.full(batches.size, -1, dtype=np.int64)
     by_req = np.zeros(batches.size, dtype=np.int64)
     for j, b in enumerate(batches.tolist()):
@@ -158,7 +159,7 @@ def _device_ns(tl: Timeline, batches: np.ndarray) -> np.ndarray | None:
 
 def _curve(sizes: np.ndarray, dur: np.ndarray, dev: np.ndarray | None) -> tuple[CurvePoint, ...]:
     out = []
-    for k in np.unique(sizes).tolist():
+    for k in unique_sorted(sizes).tolist():
         sel = sizes == k
         d = dur[sel]
         out.append(CurvePoint(
@@ -202,7 +203,7 @@ def serving_loop(tl: Timeline, cfg: Config) -> ServingLoop:
     if waited.size and ends[-1] > starts[waited[0]]:
         arrival = int(sizes[waited[0] :].sum()) / ((int(ends[-1]) - int(starts[waited[0]])) / 1e9)
     missing: tuple[str, ...] = ()
-    if np.unique(sizes).size == 1:
+    if unique_sorted(sizes).size == 1:
         missing = (
             f"the latency at batch sizes other than {int(sizes[0])}: every batch in the trace held {int(sizes[0])}; "
             "measure the curve with whyidle batching --measure MODULE:FUNCTION (profile_latency)",

@@ -10,9 +10,9 @@ innermost Python frames, ranges and OS calls instead of ops (``context``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from whyidle.analyses import causes as C
@@ -32,8 +32,7 @@ __all__ = ["Detail", "DETAILS", "Facts", "context_evidence", "uncorrelatable", "
 Facts = tuple[tuple[str, Any], ...]
 
 
-@dataclass(frozen=True)
-class Detail:
+class Detail(msgspec.Struct, frozen=True):
     """What one cause adds to the generic finding (every field optional)."""
 
     facts: Callable[[Analyses, int, Config], Facts] | None = None  # (analyses, cause index, config)
@@ -55,10 +54,10 @@ def _loader_variant(ev: CauseEvidence) -> str:
 
 def _count_in_ranges(tl: Timeline, range_pred: Any, op_pred: Any) -> tuple[int, int]:
     """(number of ranges matching range_pred, ops matching op_pred inside them on the same thread)."""
-    ranges = np.flatnonzero(tl.name_mask(range_pred) & np.isin(tl.kind, (int(Kind.CPU_OP), int(Kind.ANNOTATION))))
+    ranges = np.flatnonzero(tl.kind_name_mask(range_pred, Kind.CPU_OP, Kind.ANNOTATION))
     if ranges.size == 0:
         return 0, 0
-    ops = np.flatnonzero(tl.name_mask(op_pred) & np.isin(tl.kind, (int(Kind.CPU_OP), int(Kind.RUNTIME))))
+    ops = np.flatnonzero(tl.kind_name_mask(op_pred, Kind.CPU_OP, Kind.RUNTIME))
     total = 0
     # Per thread: ops sorted by start; the ones inside a range are those starting in it and
     # ending by its end (binary search for the candidates, then a check on the few found).
@@ -161,7 +160,7 @@ def context_evidence(a: Analyses, ci: int, classes: tuple[int, ...], limit_gaps:
     idx = idx[np.argsort(-part[idx], kind="stable")][:limit_gaps]
     ns_by: dict[str, int] = {}
     gaps_by: dict[str, int] = {}
-    for lane in np.unique(g.thread_lane[idx]).tolist():
+    for lane in unique_sorted(g.thread_lane[idx]).tolist():
         ctx = g.contexts.get(lane)
         if ctx is None or ctx.seg_start.size == 0:
             continue
@@ -190,7 +189,7 @@ def _on_cpu_facts(a: Analyses, ci: int) -> tuple[tuple[str, Any], ...]:
     g = a.gaps
     sel = np.flatnonzero(g.slices[:, ci] > 0)
     total = off = 0
-    for lane in np.unique(g.thread_lane[sel]).tolist():
+    for lane in unique_sorted(g.thread_lane[sel]).tolist():
         ctx = g.contexts.get(lane)
         if ctx is None or not ctx.has_sched:
             continue
@@ -205,7 +204,7 @@ def _on_cpu_facts(a: Analyses, ci: int) -> tuple[tuple[str, Any], ...]:
 def _sync_facts(a: Analyses, ci: int) -> tuple[tuple[str, Any], ...]:
     """How often the launching threads synchronised: calls per step and per second, and per kernel."""
     g, tl, w = a.gaps, a.tl, a.window
-    lanes = np.unique(g.thread_lane[(g.slices[:, ci] > 0) & (g.thread_lane >= 0)])
+    lanes = unique_sorted(g.thread_lane[(g.slices[:, ci] > 0) & (g.thread_lane >= 0)])
     rows = np.flatnonzero(
         np.isin(tl.lane, lanes) & (tl.kind == int(Kind.RUNTIME)) & (tl.start_ns >= w.start_ns) & (tl.start_ns < w.end_ns)
     )

@@ -13,7 +13,7 @@ of the catalogue) is a function and one entry here.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import msgspec
 
 from whyidle.analyses.copies import exposed_h2d_copies
 from whyidle.config import Config
@@ -27,8 +27,7 @@ __all__ = ["Rule", "RULES", "NEEDS", "apply_rules"]
 Outcome = Sequence[Finding | Skipped]
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     name: str
     description: str
     needs: tuple[str, ...]  # keys of NEEDS

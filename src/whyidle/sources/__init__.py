@@ -92,7 +92,7 @@ def _load(
     from whyidle.config import Config
 
     try:  # gzip size fields are modulo 4 GiB: a larger content is found out while reading
-        raw = read_bytes(p, read_ahead, max_bytes=Config.stream_min_bytes)
+        raw = read_bytes(p, read_ahead, max_bytes=Config().stream_min_bytes)
     except TooLargeForMemory:
         from whyidle.sources.kineto_stream import load_kineto_stream
 

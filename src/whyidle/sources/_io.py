@@ -20,8 +20,8 @@ def gzip_cap(compressed_bytes: int, max_ratio: float | None = None, floor_bytes:
     """The most bytes a gzip file of ``compressed_bytes`` may decompress to (config.max_gzip_ratio)."""
     from whyidle.config import Config
 
-    ratio = Config.max_gzip_ratio if max_ratio is None else max_ratio
-    floor = Config.gzip_ratio_floor_bytes if floor_bytes is None else floor_bytes
+    ratio = Config().max_gzip_ratio if max_ratio is None else max_ratio
+    floor = Config().gzip_ratio_floor_bytes if floor_bytes is None else floor_bytes
     return max(floor, int(ratio * compressed_bytes))
 
 

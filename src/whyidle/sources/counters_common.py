@@ -20,6 +20,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 
 from whyidle.errors import TraceFormatError
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.counters import CounterSeries
 
 __all__ = ["SeriesBuilder", "Rejects", "zone", "epoch_ns", "log_interval", "num", "split_cells", "DEFAULT_INTERVAL_NS"]
@@ -131,7 +132,7 @@ def epoch_ns(dt: datetime, tz: timezone | None) -> int:
 def _median_interval(times: list[int]) -> int:
     if len(times) < 2:
         return 0
-    d = np.diff(np.unique(np.asarray(times, dtype=np.int64)))
+    d = np.diff(unique_sorted(np.asarray(times, dtype=np.int64)))
     return int(np.median(d)) if d.size else 0
 
 

@@ -184,7 +184,7 @@ class _Text:
         self.first = b""
         self.recent: list[bytes] = []  # the last blocks, at least 1 MiB together (no copies)
         self.eof = False
-        self.max_held = Config.max_event_bytes
+        self.max_held = Config().max_event_bytes
 
     def more(self) -> bool:
         """Append the next block to the buffer; False at the end."""
@@ -339,7 +339,7 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1, progress: Progress 
         size = os.fstat(f.fileno()).st_size
     # Memory grows with the events kept (about 60 bytes each): for gzip, their number is bounded
     # by the compressed size, as the inflated text is by max_gzip_ratio.
-    cols = _Columns(str(path), style, None if plain else int(Config.max_events_per_gzip_byte * size) + 100_000)
+    cols = _Columns(str(path), style, None if plain else int(Config().max_events_per_gzip_byte * size) + 100_000)
     t = _Text(path, progress)
     doc, pos = _head(t, exact)
     batches = _Batches(cols, exact, jobs)

@@ -38,8 +38,7 @@ The counter file whyidle's sampler writes (``whyidle watch``), read by
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -61,8 +60,7 @@ I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
 
-@dataclass(frozen=True)
-class Metric:
+class Metric(msgspec.Struct, frozen=True):  # Structs, not dataclasses: cheap to define at start-up
     name: str
     unit: str
     label: str  # short human name
@@ -114,8 +112,7 @@ def on_epoch_clock(t_ns: int) -> bool:
 HOST_SERIES = "host"  # the series id of process-tree metrics (host_cpu_pct, host_rss_mib): not a GPU
 
 
-@dataclass(frozen=True)
-class CounterSeries:
+class CounterSeries(msgspec.Struct, frozen=True):
     """One metric of one GPU: sample times (sorted) and values (NaN = missing)."""
 
     gpu: str
@@ -131,14 +128,13 @@ class CounterSeries:
         return CounterSeries(self.gpu, self.metric, self.time_ns[sel], self.value[sel])
 
 
-@dataclass(frozen=True)
-class CounterLog:
+class CounterLog(msgspec.Struct, frozen=True):
     source_format: str  # "nvidia-smi dmon", "nvidia-smi --query-gpu", "dcgmi dmon", "whyidle counters"
     path: str
     clock: str  # "epoch" or "relative"
     interval_ns: int  # the typical time between two samples of one GPU
     series: tuple[CounterSeries, ...]
-    gpus: dict[str, dict[str, str]] = field(default_factory=dict)  # gpu -> name, uuid, pci_bus_id
+    gpus: dict[str, dict[str, str]] = msgspec.field(default_factory=dict)  # gpu -> name, uuid, pci_bus_id
     quality: tuple[str, ...] = ()
 
     @property

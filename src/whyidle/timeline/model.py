@@ -28,7 +28,6 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from whyidle.timeline.arrays import unique_inverse
 from whyidle.timeline.counters import CounterLog
 from whyidle.timeline.intervals import Intervals
 
@@ -190,16 +189,27 @@ class Timeline(msgspec.Struct):
     def name_mask(self, predicate: Any, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.bool_]:
         """Whether each row's name satisfies ``predicate(str) -> bool``.
 
-        The predicate runs once per distinct name. With ``rows``, only those rows' names are
-        tested and the mask is over ``rows``.
+        The predicate runs once per distinct name of the rows (in string-table order), never on
+        strings no row is named (stacks, names of other rows). With ``rows``, only those rows'
+        names are tested and the mask is over ``rows``.
         """
-        if rows is None:
-            table = np.fromiter((bool(predicate(s)) for s in self.strings), dtype=np.bool_, count=len(self.strings))
-            return table[self.name] if len(self.strings) else np.zeros(len(self), dtype=np.bool_)
-        ids = self.name[rows]
-        uniq, inverse = unique_inverse(ids)
-        table = np.fromiter((bool(predicate(self.strings[i])) for i in uniq.tolist()), dtype=np.bool_, count=uniq.size)
-        return table[inverse] if uniq.size else np.zeros(rows.size, dtype=np.bool_)
+        ids = self.name if rows is None else self.name[rows]
+        strings = self.strings
+        used = np.zeros(len(strings), dtype=np.bool_)  # a scatter, not a sort: O(rows + strings)
+        used[ids] = True
+        table = np.zeros(len(strings), dtype=np.bool_)
+        for i in np.flatnonzero(used).tolist():
+            table[i] = bool(predicate(strings[i]))
+        return table[ids]
+
+    def kind_name_mask(self, predicate: Any, *kinds: Kind) -> npt.NDArray[np.bool_]:
+        """Whether each row is of one of ``kinds`` and its name satisfies ``predicate``: the
+        predicate runs on those rows' names only (a launch-call test need not scan kernel names,
+        nor a range test the Python frames)."""
+        out = np.zeros(len(self), dtype=np.bool_)
+        rows = np.flatnonzero(self.mask(*kinds))
+        out[rows] = self.name_mask(predicate, rows)
+        return out
 
     def device_of(self, rows: I64 | None = None) -> I64:
         """The device of each row's lane (all rows when ``rows`` is None): the GPU index for a

@@ -1,0 +1,87 @@
+"""Start-up of ``whyidle diagnose``: what a fresh process imports and does before the analysis.
+
+On a small trace the fixed costs are most of the run (docs/architecture.md, "What `whyidle
+diagnose TRACE` does in its first half second"), so these tests pin the imports that were cut.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import shared_trace
+from whyidle.analyses import hostwork
+from whyidle.cli import COMMANDS
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "tests" / "data" / "h200"
+
+# Runs the command line in this process (not os._exit, as `whyidle` does) and prints the modules
+# it imported, as JSON, after the report.
+_LIST_MODULES = """
+import contextlib, io, json, sys
+from whyidle.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    rc = main(sys.argv[1:])
+print(json.dumps({"rc": rc, "report": len(out.getvalue()), "modules": sorted(sys.modules)}))
+"""
+
+
+def _modules_after(*argv: str) -> set[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, "-c", _LIST_MODULES, *argv], capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(proc.stdout.splitlines()[-1])
+    assert res["rc"] == 0 and res["report"] > 0
+    return set(res["modules"])
+
+
+def test_diagnose_imports_no_other_command() -> None:
+    mods = _modules_after("diagnose", str(H200 / "lab_sync_cuda.pt.trace.json.gz"), "--json")
+    others = {f"whyidle.commands.{c}" for c in COMMANDS if c != "diagnose"}
+    assert "whyidle.commands.diagnose" in mods
+    assert not mods & others, sorted(mods & others)
+
+
+def test_the_full_parser_still_lists_every_command() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "whyidle", "--help"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=60, check=False
+    )
+    assert proc.returncode == 0
+    assert all(re.search(rf"^\s+{c}\s", proc.stdout, re.M) for c in COMMANDS), proc.stdout
+
+
+def test_diagnosing_the_b200_trace_does_not_import_numpy_ma() -> None:
+    """numpy 2's ``np.unique(a)`` (and ``np.isin`` when it sorts) imports numpy.ma to ask whether
+    ``a`` is masked: 6 ms of a 0.2 s run. The analyses use the sort-based helpers of
+    whyidle.timeline.arrays instead."""
+    trace = shared_trace("inference/tracelens__b200_eager_llm_prefill_rank0.json.gz")
+    mods = _modules_after("diagnose", str(trace), "--json")
+    assert "numpy" in mods and "numpy.ma" not in mods
+
+
+# ASCII names: for them ``re.I`` folds only ASCII letters, which is what may_contain assumes.
+_ASCII = st.characters(min_codepoint=32, max_codepoint=126)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_every_match_of_a_hinted_pattern_contains_a_hint(data: st.DataObject) -> None:
+    for pattern, hints in ((hostwork._COLD_RE, hostwork._COLD_HINTS), (hostwork._DATA_WORD_RE, hostwork._DATA_WORD_HINTS)):
+        name = data.draw(st.from_regex(pattern, alphabet=_ASCII))
+        assert pattern.search(name)
+        assert hostwork.may_contain(name, hints), (pattern.pattern, name)
+
+
+def test_a_non_ascii_name_goes_to_the_pattern() -> None:
+    name = "preproce\u017fs"  # a long s: re.I matches it to "s", str.lower() keeps it
+    assert hostwork._DATA_WORD_RE.search(name) and "preprocess" not in name.lower()
+    assert hostwork.classify(name) == hostwork.WorkClass.DATA
+    assert not hostwork.may_contain("train.py(12): step", hostwork._COLD_HINTS)
