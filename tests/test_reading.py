@@ -5,9 +5,11 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tlbuild import assert_same_timeline
@@ -120,6 +122,58 @@ def test_two_ended_map_without_fork_runs_here(monkeypatch: pytest.MonkeyPatch) -
     assert _twoway.two_ended_map(5, lambda i: (i, os.getpid())) == [(i, here) for i in range(5)]
 
 
+# --- planned map: the child plans while this process does other work --------------------------
+
+
+@needs_fork
+def test_planned_map_takes_the_childs_plan_while_this_process_works() -> None:
+    here = os.getpid()
+    calls: list[int] = []
+
+    def task(p: tuple[int, int], i: int) -> tuple[int, int]:
+        time.sleep(0.005)  # long enough for both processes to take a share
+        return p[0] + i, os.getpid()
+
+    p, out = _twoway.planned_map(lambda: (100, os.getpid()), lambda p: 24, task, meanwhile=lambda: calls.append(os.getpid()))
+    assert p[1] != here  # planned by the child
+    assert calls == [here]  # meanwhile ran once, here
+    assert [v for v, _ in out] == [100 + i for i in range(24)]
+    assert {pid for _, pid in out} == {here, p[1]}
+
+
+@needs_fork
+def test_planned_map_plans_here_when_the_child_cannot_and_raises_its_error() -> None:
+    here = os.getpid()
+
+    def plan() -> int:
+        if os.getpid() != here:
+            raise RuntimeError("only in the child")
+        return 5
+
+    p, out = _twoway.planned_map(plan, lambda n: n, lambda n, i: (i, os.getpid()))
+    assert p == 5 and out == [(i, here) for i in range(5)]
+
+    def bad_plan() -> int:
+        raise ValueError("no plan")
+
+    with pytest.raises(ValueError, match="no plan"):
+        _twoway.planned_map(bad_plan, lambda n: n, lambda n, i: i)
+
+
+@needs_fork
+def test_planned_map_leaves_a_small_plan_to_this_process() -> None:
+    here = os.getpid()
+    _, out = _twoway.planned_map(lambda: 6, lambda n: n, lambda n, i: (i, os.getpid()), min_size=8)
+    assert out == [(i, here) for i in range(6)]
+
+
+def test_planned_map_without_fork_runs_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_twoway, "can_fork", lambda: False)
+    here, calls = os.getpid(), []
+    p, out = _twoway.planned_map(lambda: os.getpid(), lambda p: 3, lambda p, i: (i, p), meanwhile=lambda: calls.append(1))
+    assert p == here and calls == [1] and out == [(i, here) for i in range(3)]
+
+
 # --- relay: a forked child prepares, then answers a question ------------------------------------
 
 
@@ -182,26 +236,83 @@ def test_relay_without_fork_runs_here(monkeypatch: pytest.MonkeyPatch) -> None:
         assert relay.result() == (2, here)
 
 
+def _forked_loads(p: Path) -> list[Callable[[], Any]]:
+    """load(p, jobs=2) as library calls make it (the plan made here, then a child forked) and as
+    the command line does (the child makes the plan while this process imports)."""
+
+    def with_imports() -> Any:
+        with _io.ReadAhead(imports=("json",)) as ra:
+            return load(p, jobs=2, read_ahead=ra)
+
+    return [lambda: load(p, jobs=2), with_imports]
+
+
+def _serial_error_is_the_forked_one(p: Path) -> str:
+    """The serial reader's error on ``p``, checked to be the forked readers' too."""
+    with pytest.raises(TraceFormatError) as serial:
+        load(p, jobs=1)
+    for load2 in _forked_loads(p):
+        with pytest.raises(TraceFormatError) as forked:
+            load2()
+        assert str(forked.value) == str(serial.value)
+    return str(serial.value)
+
+
 @needs_fork
 def test_forked_decode_gives_the_same_timeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(K, "_BATCH_EVENTS", 64)  # many batches from a small trace
     monkeypatch.setattr(K, "_FORK_MIN_BATCHES", 2)
+    monkeypatch.setattr(K, "_FORK_MIN_BYTES", 0)
     p = tmp_path / "t.json"
     p.write_text(json.dumps(training_trace("none", steps=6)))
-    assert_same_timeline(load(p, jobs=2), load(p, jobs=1))
+    for forked in _forked_loads(p):
+        assert_same_timeline(forked(), load(p, jobs=1))
 
 
 @needs_fork
 def test_forked_decode_reports_a_bad_event_as_the_serial_reader_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(K, "_BATCH_EVENTS", 16)
     monkeypatch.setattr(K, "_FORK_MIN_BATCHES", 2)
+    monkeypatch.setattr(K, "_FORK_MIN_BYTES", 0)
     trace = training_trace("none", steps=6)
     trace["traceEvents"][-5]["ts"] = "soon"  # in the child's end of the list
     p = tmp_path / "t.json"
     p.write_text(json.dumps(trace))
-    with pytest.raises(TraceFormatError) as serial:
-        load(p, jobs=1)
-    with pytest.raises(TraceFormatError) as forked:
-        load(p, jobs=2)
-    assert str(forked.value) == str(serial.value)
-    assert "not a number" in str(serial.value)
+    assert "not a number" in _serial_error_is_the_forked_one(p)
+
+
+@needs_fork
+def test_forked_split_reports_broken_json_as_the_serial_reader_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child splits the text; when it cannot, this process splits it and raises the error."""
+    monkeypatch.setattr(K, "_FORK_MIN_BYTES", 0)
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(training_trace("none", steps=2))[:-40])  # truncated
+    _serial_error_is_the_forked_one(p)
+
+
+@needs_fork
+def test_forked_decode_splits_here_when_slices_do_not_point_into_the_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(K, "_BATCH_EVENTS", 64)
+    monkeypatch.setattr(K, "_FORK_MIN_BATCHES", 2)
+    monkeypatch.setattr(K, "_FORK_MIN_BYTES", 0)
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(training_trace("none", steps=6), indent=1))  # white space between events
+    serial = load(p, jobs=1)
+    for forked in _forked_loads(p):
+        assert_same_timeline(forked(), serial)
+    monkeypatch.setattr(K, "_batch_bounds", lambda text, events: [])
+    for forked in _forked_loads(p):
+        assert_same_timeline(forked(), serial)
+
+
+@needs_fork
+def test_load_imports_what_the_read_ahead_names_while_the_child_splits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(K, "_FORK_MIN_BYTES", 0)
+    name = "whyidle.tune.instances"  # a module nothing here has imported
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(training_trace("none", steps=2)))
+    with _io.ReadAhead(imports=(name,)) as ra:
+        ra.start(p, 1 << 30)
+        load(p, jobs=2, read_ahead=ra)
+    assert name in sys.modules

@@ -12,7 +12,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, TypeVar
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -85,3 +87,39 @@ def test_a_non_ascii_name_goes_to_the_pattern() -> None:
     assert hostwork._DATA_WORD_RE.search(name) and "preprocess" not in name.lower()
     assert hostwork.classify(name) == hostwork.WorkClass.DATA
     assert not hostwork.may_contain("train.py(12): step", hostwork._COLD_HINTS)
+
+
+def test_no_relay_child_where_there_is_no_what_if_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The B200 trace has no step markers, so no what-if graph: forking a helper for it only
+    cost time (the parent's copy-on-write faults). A trace with steps still gets one."""
+    import whyidle.pipeline as P
+    from whyidle.render import render
+    from whyidle.sources import load
+
+    forks: list[bool] = []
+
+    class Recording(P.Relay[_P, _Q, _U]):
+        def __init__(self, *a: Any, fork: bool = True) -> None:
+            forks.append(fork)
+            super().__init__(*a, fork=False)  # the answer is made here: the test needs no child
+
+    monkeypatch.setattr(P, "Relay", Recording)
+    stepless = load(shared_trace("inference/tracelens__b200_eager_llm_prefill_rank0.json.gz"))
+    stepped = load(H200 / "lab_sync_cuda.pt.trace.json.gz")
+    assert render(P.diagnose(stepless, jobs=2), "json") == render(P.diagnose(stepless, jobs=1), "json")
+    P.diagnose(stepped, jobs=2)
+    assert forks == [False, False, True]
+
+
+_P, _Q, _U = TypeVar("_P"), TypeVar("_Q"), TypeVar("_U")
+
+
+def test_the_forked_split_and_decode_of_a_real_trace_is_the_serial_one() -> None:
+    from tlbuild import assert_same_timeline
+
+    from whyidle.sources import _twoway, load
+
+    if not _twoway.can_fork():
+        pytest.skip("a forked helper needs Linux and two usable cores")
+    trace = shared_trace("inference/tracelens__b200_eager_llm_prefill_rank0.json.gz")  # 14 MB: over the fork threshold
+    assert_same_timeline(load(trace, jobs=2), load(trace, jobs=1))

@@ -136,17 +136,16 @@ def run(args: argparse.Namespace) -> int:
         check_not_input(args.output, (args.trace, getattr(args, "counters", None)))  # before reading
     from whyidle.sources import ReadAhead
 
-    with ReadAhead() as read_ahead:
-        read_ahead.start(args.trace, cfg.stream_min_bytes)  # read while numpy and the analyses import
+    # The trace is read while numpy imports, and split (by a forked child) while the analyses do.
+    with ReadAhead(imports=("whyidle.pipeline", "whyidle.render.perfetto")) as read_ahead:
+        read_ahead.start(args.trace, cfg.stream_min_bytes)
         from whyidle.commands._ranks import is_run_dir, run_ranks
-        from whyidle.pipeline import diagnose
 
         if is_run_dir(args.trace) or args.workers or args.scheduler:
             run_report = run_ranks(args, cfg)
             emit(run_report, args)
             failures = [f"rank {e.rank}: {m}" for e in run_report.ranks if e.report is not None for m in gate_failures(e.report, cfg)]
         else:
-            from whyidle.render.perfetto import annotation_source
             from whyidle.sources import load
 
             jobs = 2 if args.jobs is None else args.jobs
@@ -159,7 +158,11 @@ def run(args: argparse.Namespace) -> int:
                     counters_utc_offset_min=cfg.counters_utc_offset_min,
                     counters_interval_ms=cfg.counters_interval_ms,
                 )
+                from whyidle.pipeline import diagnose  # imported by load already when it forked
+
                 report = diagnose(timeline, cfg, counters=getattr(args, "counters", None), jobs=jobs)
+            from whyidle.render.perfetto import annotation_source
+
             emit(report, args, annotation_source(args.trace, timeline))
             failures = gate_failures(report, cfg)
     for msg in failures:

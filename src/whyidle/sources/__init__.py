@@ -44,7 +44,7 @@ def load(
     ranges (Nsight Systems NVTX); None uses the source's default. ``jobs`` >= 2 lets a forked
     process decode part of a Kineto trace (see :func:`whyidle.sources.kineto.parse_kineto`).
     ``read_ahead``: a :class:`~whyidle.sources._io.ReadAhead` that may already be reading the
-    file. ``stream_jobs``: processes decoding chunks of a trace large enough for the out-of-core
+    file; the modules it names are imported while a forked child splits the trace (``jobs`` >= 2). ``stream_jobs``: processes decoding chunks of a trace large enough for the out-of-core
     reader (None: by size; 1 where traces are already read one per core).
     ``counters_utc_offset_min`` / ``counters_interval_ms``: how to read a GPU counter log's clock
     (the Config fields of those names; see :func:`whyidle.sources.counters.parse_counters`).
@@ -105,7 +105,7 @@ def _load(
     if looks_like_kineto(raw[:64]) or p.name.endswith(_TRACE_SUFFIXES):
         box = [raw]  # the reader frees the text once decoded: no reference may stay here
         del raw
-        return load_kineto(p, box, jobs)
+        return load_kineto(p, box, jobs, meanwhile=None if read_ahead is None else read_ahead.import_now)
     from whyidle.sources.counters import counter_timeline, looks_like_counter_log
 
     if looks_like_counter_log(raw[:8192]):

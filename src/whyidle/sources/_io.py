@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import stat
 import threading
@@ -147,11 +148,21 @@ class ReadAhead:
     decompressing (zlib releases the GIL) then overlap the imports on a second core. It is passed
     explicitly (``load(path, read_ahead=...)``); nothing is kept at module level. Use it as a
     context manager, or call :meth:`close`, so that no thread is left holding a file's bytes.
+
+    ``imports``: modules the caller needs next (the analyses). :func:`whyidle.sources.load`
+    imports them while a forked child splits the trace (``jobs=2``), when it forks one.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, imports: tuple[str, ...] = ()) -> None:
         self._pending: dict[Path, _Pending] = {}
         self._lock = threading.Lock()
+        self._imports = imports
+
+    def import_now(self) -> None:
+        """Import the modules named at construction (once)."""
+        names, self._imports = self._imports, ()
+        for name in names:
+            importlib.import_module(name)
 
     def start(self, path: str | os.PathLike[str], max_bytes: int) -> None:
         """Start reading ``path``: only regular files whose decompressed size is estimated under

@@ -13,6 +13,11 @@ only make both sides do the same task (the result here wins), never skip one; a 
 did not report (it failed or was killed) is done here. So results are always complete and in
 order, and an error in a task is raised here, from this process's own run of it.
 
+:func:`planned_map` forks before the list is known: the child makes the plan (the Kineto reader
+splits the trace into batches) while this process does other work (the command line imports the
+analyses), sends it here, and both take tasks as above. A child that cannot plan sends none; the
+plan is then made here, so its error is raised here too.
+
 :class:`Relay` forks a child for different work: it prepares at once, answers a question this
 process asks later, and sends the answer back (the diagnosis builds its what-if graph while the
 other analyses run, then replays the levers the findings name).
@@ -32,15 +37,16 @@ import signal
 import struct
 import sys
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import IO, Generic, TypeVar
 
-__all__ = ["can_fork", "two_ended_map", "Relay", "quiet_worker"]
+__all__ = ["can_fork", "two_ended_map", "planned_map", "Relay", "quiet_worker"]
 
 T = TypeVar("T")
 P = TypeVar("P")
 Q = TypeVar("Q")
 U = TypeVar("U")
 _COUNTERS = struct.Struct("=qq")  # front, back
+_LENGTH = struct.Struct("=q")  # a pickled plan's length before it in the pipe (-1: no plan)
 
 
 def can_fork() -> bool:
@@ -62,22 +68,56 @@ def quiet_worker() -> None:
 
 def two_ended_map(n: int, task: Callable[[int], T]) -> list[T]:
     """``[task(i) for i in range(n)]``, with a forked child taking tasks from the back."""
-    if n < 2 or not can_fork():
-        return [task(i) for i in range(n)]
+    return planned_map(lambda: n, lambda m: m, lambda _, i: task(i))[1]
+
+
+def planned_map(
+    plan: Callable[[], P], size: Callable[[P], int], task: Callable[[P, int], T], meanwhile: Callable[[], object] | None = None, min_size: int = 2
+) -> tuple[P, list[T]]:
+    """``(p, [task(p, i) for i in range(size(p))])`` for ``p = plan()``, the tasks taken from the
+    front here and from the back by a forked child (none by the child when the plan has fewer
+    than ``min_size`` tasks).
+
+    With ``meanwhile``, the child is forked first and makes the plan (which must pickle) while
+    this process runs ``meanwhile()``. Without it there is nothing to overlap: the plan is made
+    here and the child inherits it. Without a child (:func:`can_fork`) all of it runs here,
+    ``meanwhile`` first."""
+    if not can_fork():
+        if meanwhile is not None:
+            meanwhile()
+        p = plan()
+        return p, [task(p, i) for i in range(size(p))]
     shared = mmap.mmap(-1, _COUNTERS.size)
-    _COUNTERS.pack_into(shared, 0, 0, n)
-    pid, r = _fork_child(lambda w: _child(shared, w, task))
+    if meanwhile is None:
+        p = plan()
+        n = size(p)
+        if n < min_size:
+            shared.close()
+            return p, [task(p, i) for i in range(n)]
+        _COUNTERS.pack_into(shared, 0, 0, n)
+        planned = True
+        pid, r = _fork_child(lambda w: _child(shared, w, lambda j: task(p, j)))
+    else:
+        _COUNTERS.pack_into(shared, 0, 0, 0)  # the child sets back to the plan's size
+        pid, r = _fork_child(lambda w: _planning_child(shared, w, plan, size, task, min_size))
     results: dict[int, T] = {}
     try:
-        while True:
-            i, back = _COUNTERS.unpack_from(shared, 0)
-            if i >= back:
-                break
-            struct.pack_into("=q", shared, 0, i + 1)
-            results[i] = task(i)
+        if meanwhile is not None:
+            meanwhile()
         with os.fdopen(r, "rb") as pipe:
             r = -1
-            data = pipe.read()
+            if meanwhile is not None:
+                p, planned = _read_plan(pipe, plan)
+                if not planned:
+                    os.kill(pid, signal.SIGKILL)  # it made no plan: everything is done here
+                n = size(p)
+            while planned:
+                i, back = _COUNTERS.unpack_from(shared, 0)
+                if i >= back:
+                    break
+                struct.pack_into("=q", shared, 0, i + 1)
+                results[i] = task(p, i)
+            data = pipe.read() if planned else b""
     except BaseException:
         os.kill(pid, signal.SIGKILL)  # its work is not wanted any more
         raise
@@ -92,7 +132,22 @@ def two_ended_map(n: int, task: Callable[[int], T]) -> list[T]:
         theirs = {}
     for j, res in theirs.items():
         results.setdefault(j, res)
-    return [results[i] if i in results else task(i) for i in range(n)]
+    return p, [results[i] if i in results else task(p, i) for i in range(n)]
+
+
+def _read_plan(pipe: IO[bytes], plan: Callable[[], P]) -> tuple[P, bool]:
+    """The child's plan and True, or the plan made here and False (the child made none)."""
+    head = pipe.read(_LENGTH.size)
+    length = _LENGTH.unpack(head)[0] if len(head) == _LENGTH.size else -1
+    if length >= 0:
+        body = pipe.read(length)
+        try:
+            if len(body) == length:
+                p: P = pickle.loads(body)
+                return p, True
+        except Exception:  # a child that died mid-write: planned here
+            pass
+    return plan(), False
 
 
 def _child(shared: mmap.mmap, w: int, task: Callable[[int], object]) -> None:
@@ -107,6 +162,30 @@ def _child(shared: mmap.mmap, w: int, task: Callable[[int], object]) -> None:
             done[j] = task(j)
 
     _send_and_exit(w, claimed)
+
+
+def _planning_child(
+    shared: mmap.mmap, w: int, plan: Callable[[], P], size: Callable[[P], int], task: Callable[[P, int], object], min_size: int
+) -> None:
+    try:  # never back into the parent's code: every way out is os._exit
+        try:
+            p = plan()
+            n = size(p)
+            head = pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException:  # planned again there, where its error is raised
+            os.write(w, _LENGTH.pack(-1))
+            os._exit(1)
+        struct.pack_into("=q", shared, 8, n if n >= min_size else 0)  # before the plan: the parent reads back after it
+        _write_all(w, _LENGTH.pack(len(head)) + head)
+        _child(shared, w, lambda j: task(p, j))
+    finally:
+        os._exit(1)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _send_and_exit(w: int, work: Callable[[], object]) -> None:

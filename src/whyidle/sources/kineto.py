@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import gc
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Union
 
 import msgspec
+import numpy as np
 
 from whyidle.errors import TraceFormatError
 from whyidle.sources._io import looks_like_kineto
@@ -96,14 +98,14 @@ _FLOAT_TIME_RE = re.compile(rb'"(?:ts|dur)"\s*:\s*-?(\d+)\.(\d+)')
 _EXACT_FLOAT_US = 2**53 // 1000 // 4
 
 
-def load_kineto(path: Path, raw: bytes | list[bytes], jobs: int = 1) -> Timeline:
+def load_kineto(path: Path, raw: bytes | list[bytes], jobs: int = 1, meanwhile: Callable[[], object] | None = None) -> Timeline:
     """Parse a Kineto trace already read into ``raw`` (decompressed).
 
     ``raw`` may be a one-element list that the caller holds no other reference to: the text is
     then taken out of it and freed as soon as the events are decoded, before the columns are
     sorted (on the 50 MB generated benchmark trace, that text and its slices are 70 MB).
     """
-    return parse_kineto(raw, path=str(path), jobs=jobs)
+    return parse_kineto(raw, path=str(path), jobs=jobs, meanwhile=meanwhile)
 
 
 def _sample_fractions(raw: bytes) -> tuple[list[str], bool]:
@@ -144,61 +146,128 @@ def _fraction_style(texts: list[str]) -> str:
     return "unpadded_ns" if (short and trail0 and not lead0) else "decimal"
 
 
-def parse_kineto(raw: bytes | list[bytes], path: str = "<memory>", jobs: int = 1) -> Timeline:
+def parse_kineto(raw: bytes | list[bytes], path: str = "<memory>", jobs: int = 1, meanwhile: Callable[[], object] | None = None) -> Timeline:
     """The Timeline of a Kineto trace held in memory.
 
-    ``jobs`` >= 2: a forked child decodes batches beside this process (see
-    :mod:`whyidle.sources._twoway`; Linux with two cores, else one process). Forking is the
-    caller's choice: do not ask for it in a process whose other threads hold native locks.
+    ``jobs`` >= 2: a forked child splits the trace into batches while this process runs
+    ``meanwhile()`` (the command line imports the analyses), then decodes batches from the back
+    while this process takes them from the front (see :mod:`whyidle.sources._twoway`; Linux with
+    two cores, else one process). ``meanwhile`` may not be called at all. Forking is the caller's
+    choice: do not ask for it in a process whose other threads hold native locks.
     """
     box = raw if isinstance(raw, list) else [raw]
     del raw
-    texts, big = _sample_fractions(box[0])
-    style = _fraction_style(texts)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of fresh objects, none cyclic: the collector would only rescan them
     try:
-        return _parse(box, path, style, exact=big or style == "unpadded_ns", jobs=jobs)
+        if jobs >= 2 and len(box[0]) >= _FORK_MIN_BYTES:
+            return _parse_two_way(box, path, meanwhile)
+        return _parse(box, path)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _parse(box: list[bytes], path: str, style: str, exact: bool, jobs: int = 1) -> Timeline:
+def _parse(box: list[bytes], path: str) -> Timeline:
     """Decode the event array as raw slices, then in batches, so that only one batch of
     decoded events is alive at a time (the decoded objects take about twice the text).
     The text (``box``'s one element) is let go of once every batch is decoded."""
-    events, doc = _split(box.pop(), path)
-    if not events:
-        raise TraceFormatError(path, "has an empty 'traceEvents' list; expected profiler events")
+    style, exact = _style(box[0])
+    events, doc = _events(box.pop(), path)
     decoder = _EXACT_BATCH_DECODER if exact else _BATCH_DECODER
-
-    def batch_columns(k: int) -> _Local:
+    cols = _Columns(path, style)
+    for k in range(-(-len(events) // _BATCH_EVENTS)):
         i = k * _BATCH_EVENTS
         text = b"".join((b"[", b",".join(events[i : i + _BATCH_EVENTS]), b"]"))
-        try:
-            batch = decoder.decode(text)
-        except msgspec.ValidationError as exc:
-            raise _event_error(path, str(exc), i) from None
-        except msgspec.DecodeError as exc:  # pragma: no cover - the split already parsed the JSON
-            raise TraceFormatError(path, f"is not valid JSON ({exc})") from None
-        except RecursionError:
-            raise TraceFormatError(path, NESTED_TOO_DEEP) from None
+        cols.merge(_batch_columns(decoder, text, i, style, path))
         del text
-        return _local_columns(batch, style, path)
-
-    n = -(-len(events) // _BATCH_EVENTS)
-    cols = _Columns(path, style)
-    if jobs >= 2 and n >= _FORK_MIN_BATCHES:
-        from whyidle.sources._twoway import two_ended_map
-
-        for loc in two_ended_map(n, batch_columns):
-            cols.merge(loc)
-    else:
-        for k in range(n):
-            cols.merge(batch_columns(k))
     events.clear()  # the slices hold the text: both go here, before the columns are sorted
     return cols.finish(doc)
+
+
+class _Plan(msgspec.Struct):
+    """How the two processes decode a trace: its time style, its top level without the events,
+    and each batch's bytes in the text (``[start, end)``, from its first event to its last)."""
+
+    style: str
+    exact: bool
+    doc: Any
+    bounds: list[tuple[int, int]]
+
+
+def _parse_two_way(box: list[bytes], path: str, meanwhile: Callable[[], object] | None) -> Timeline:
+    """:func:`_parse` with the splitting done by a forked child (while this process runs
+    ``meanwhile``) and the batches decoded from both ends of the text."""
+    from whyidle.sources._twoway import planned_map
+
+    text = box.pop()
+
+    def plan() -> _Plan:
+        style, exact = _style(text)
+        events, doc = _events(text, path)
+        return _Plan(style, exact, doc, _batch_bounds(text, events))
+
+    def batch(p: _Plan, k: int) -> _Local:
+        a, b = p.bounds[k]
+        decoder = _EXACT_BATCH_DECODER if p.exact else _BATCH_DECODER
+        return _batch_columns(decoder, b"".join((b"[", memoryview(text)[a:b], b"]")), k * _BATCH_EVENTS, p.style, path)
+
+    p, locs = planned_map(plan, lambda p: len(p.bounds), batch, meanwhile, min_size=_FORK_MIN_BATCHES)
+    if not p.bounds:  # the slices did not point into the text (see _batch_bounds): split here
+        box.append(text)
+        del text
+        return _parse(box, path)
+    del text  # the plan and the batches were its last users: freed before the columns are sorted
+    cols = _Columns(path, p.style)
+    for loc in locs:
+        cols.merge(loc)
+    locs.clear()
+    return cols.finish(p.doc)
+
+
+def _style(text: bytes) -> tuple[str, bool]:
+    """How times are written (see :func:`_fraction_style`), and whether they need exact decoding."""
+    texts, big = _sample_fractions(text)
+    style = _fraction_style(texts)
+    return style, big or style == "unpadded_ns"
+
+
+def _events(text: bytes, path: str) -> tuple[list[msgspec.Raw], Any]:
+    events, doc = _split(text, path)
+    if not events:
+        raise TraceFormatError(path, "has an empty 'traceEvents' list; expected profiler events")
+    return events, doc
+
+
+def _batch_bounds(text: bytes, events: list[msgspec.Raw]) -> list[tuple[int, int]]:
+    """Each batch's ``[start, end)`` in ``text``: from its first event's first byte to its last
+    event's last (between two events lie only a comma and white space, so ``[`` + that + ``]``
+    is the batch). msgspec's raw slices point into the text they were split from; where one does
+    not, [] (the caller splits again)."""
+    base = np.frombuffer(text, dtype=np.uint8).ctypes.data
+    view = memoryview(text)
+    out: list[tuple[int, int]] = []
+    for i in range(0, len(events), _BATCH_EVENTS):
+        first, last = events[i], events[min(i + _BATCH_EVENTS, len(events)) - 1]
+        a = np.frombuffer(first, dtype=np.uint8).ctypes.data - base
+        b = np.frombuffer(last, dtype=np.uint8).ctypes.data - base + len(last)
+        if not (0 <= a < b <= len(text) and view[a : a + len(first)] == memoryview(first) and view[b - len(last) : b] == memoryview(last)):
+            return []
+        out.append((a, b))
+    return out
+
+
+def _batch_columns(decoder: msgspec.json.Decoder[Any], text: bytes, offset: int, style: str, path: str) -> _Local:
+    """The columns of one batch (a JSON array of events; ``offset``: its first event's index)."""
+    try:
+        batch = decoder.decode(text)
+    except msgspec.ValidationError as exc:
+        raise _event_error(path, str(exc), offset) from None
+    except msgspec.DecodeError as exc:  # pragma: no cover - the split already parsed the JSON
+        raise TraceFormatError(path, f"is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise TraceFormatError(path, NESTED_TOO_DEEP) from None
+    return _local_columns(batch, style, path)
 
 
 class _SplitDoc(msgspec.Struct):
@@ -216,8 +285,10 @@ class _SplitDoc(msgspec.Struct):
 _SPLIT_DECODER = msgspec.json.Decoder(Union[_SplitDoc, list[msgspec.Raw]], float_hook=_Num)
 _BATCH_DECODER = msgspec.json.Decoder(list[_Event])
 _EXACT_BATCH_DECODER = msgspec.json.Decoder(list[_ExactEvent], float_hook=_Num)
-# Below this many batches (about 8 MB of events) a forked helper costs more than it saves.
+# Below this many batches (about 8 MB of events) a forked helper costs more than it saves: it
+# forks for texts of 8 MiB or more, and decodes no batch when the trace has fewer.
 _FORK_MIN_BATCHES = 8
+_FORK_MIN_BYTES = 8 << 20
 _BATCH_EVENTS = 2048  # events per decoded batch: about 1 MB of text; measured peak RSS 83 MB on the 35 MB ResNet trace (8192: 99 MB)
 _AT_EVENT = re.compile(r"\$\[(\d+)\]")
 NESTED_TOO_DEEP = "has JSON nested deeper than the decoder allows (thousands of levels); expected a profiler trace"
