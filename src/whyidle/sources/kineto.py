@@ -109,15 +109,18 @@ def load_kineto(path: Path, raw: bytes | list[bytes], jobs: int = 1, meanwhile: 
 
 
 def _sample_fractions(raw: bytes) -> tuple[list[str], bool]:
-    """Fraction texts of times in the first and last MiB, and whether float64 would lose ns."""
-    texts: list[str] = []
+    """The distinct fraction texts of times in the first and last MiB (:func:`_fraction_style`
+    depends on which occur, not on how often: 5,815 times on the B200 trace, 995 distinct), and
+    whether float64 would lose ns."""
+    fracs: dict[bytes, None] = {}
     big = False
-    for part in (raw[: 1 << 20], raw[-(1 << 20) :] if len(raw) > 1 << 20 else b""):
+    view = memoryview(raw)
+    for part in (view[: 1 << 20], view[-(1 << 20) :] if len(raw) > 1 << 20 else b""):
         for whole, frac in _FLOAT_TIME_RE.findall(part):
-            texts.append("0." + frac.decode())
-            if len(whole) > 12 and int(whole) >= _EXACT_FLOAT_US:
+            fracs[frac] = None
+            if not big and len(whole) > 12 and int(whole) >= _EXACT_FLOAT_US:
                 big = True
-    return texts, big
+    return ["0." + f.decode() for f in fracs], big
 
 
 def _fraction_style(texts: list[str]) -> str:
