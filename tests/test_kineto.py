@@ -149,3 +149,22 @@ def test_trace_without_device_events_is_not_an_error() -> None:
 def test_columns_are_int64_nanoseconds_sorted_by_start() -> None:
     tl = parse_kineto(doc([kernel(30, 1, corr=1), launch(10, 5, corr=1), kernel(20, 1, corr=2)]))
     assert tl.start_ns.dtype == np.int64 and (np.diff(tl.start_ns) >= 0).all()
+
+
+def test_launch_dimensions_of_a_mixed_batch_are_each_values_product() -> None:
+    """Kernels' grid/block lists beside copies (no dims) and odd values: the batch path gives what
+    the one-value rule gives for every value."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from whyidle.sources.kineto_values import _dims, _dims_many
+
+    dim = st.one_of(st.integers(-2, 2_000_000), st.floats(allow_nan=False), st.none(), st.text(max_size=2))
+    value = st.one_of(st.none(), st.lists(st.integers(1, 1 << 20), min_size=3, max_size=3), st.lists(dim, max_size=4), st.integers(), st.text(max_size=3))
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(value, max_size=30))
+    def check(values: list[object]) -> None:
+        assert _dims_many(values).tolist() == [_dims(v) for v in values]
+
+    check()

@@ -9,7 +9,7 @@ else (float texts kept exact, numeric strings, out-of-range values, booleans).
 from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
-from itertools import chain
+from itertools import chain, compress
 from typing import Any
 
 import numpy as np
@@ -215,15 +215,21 @@ def _int_or(values: list[Any], default: int) -> np.ndarray:
 
 
 def _dims_many(values: list[Any]) -> np.ndarray:
-    """:func:`_dims` of each value, as int64; lists of three small positive ints in one pass."""
-    n = len(values)
-    if n and set(map(type, values)) == {list} and set(map(len, values)) == {3}:
-        flat = list(chain.from_iterable(values))
+    """:func:`_dims` of each value, as int64; the lists of three small positive ints (kernels'
+    grid and block) in one pass, the rest (copies have none) one by one."""
+    three = [type(v) is list and len(v) == 3 for v in values]
+    rows = np.flatnonzero(three) if values else np.empty(0, dtype=np.int64)
+    if rows.size:
+        flat = list(chain.from_iterable(compress(values, three)))
         if set(map(type, flat)) == {int}:
-            a = np.array(flat, dtype=np.int64).reshape(n, 3)
+            a = np.array(flat, dtype=np.int64).reshape(rows.size, 3)
             if int(a.min()) > 0 and int(a.max()) < 1 << 21:  # the product fits int64
-                prod: np.ndarray = a.prod(axis=1)
-                return prod
+                if rows.size == len(values):
+                    prod: np.ndarray = a.prod(axis=1)
+                    return prod
+                out = np.array([-1 if k else _dims(v) for v, k in zip(values, three)], dtype=np.int64)
+                out[rows] = a.prod(axis=1)
+                return out
     return np.array([_dims(v) for v in values], dtype=np.int64)
 
 
