@@ -24,6 +24,7 @@ from whyidle.analyses.kernels import is_fp32_math_kernel
 from whyidle.analyses.links import Links
 from whyidle.analyses.profcost import estimate_profiler_cost
 from whyidle.analyses.window import Window
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
 
@@ -187,7 +188,7 @@ def _device_work(tl: Timeline, links: Links, w0: int, w1: int) -> _Device | None
     rows, launch, lstart = rows[inside], launch[inside], lstart[inside]
     if rows.size == 0:
         return None
-    host_lanes = np.unique(tl.lane[launch[launch >= 0]]).astype(np.int64) if (launch >= 0).any() else np.empty(0, dtype=np.int64)
+    host_lanes = unique_sorted(tl.lane[launch[launch >= 0]]).astype(np.int64) if (launch >= 0).any() else np.empty(0, dtype=np.int64)
     order = np.argsort(tl.start_ns[rows], kind="stable")
     return _Device(rows[order], launch[order], lstart[order].astype(np.int64), host_lanes)
 
@@ -199,7 +200,7 @@ def _latency(d0: I64, d1: I64, stream: I64, lstart: I64, boundary_ns: int) -> tu
     that boundary (the device's own start-up cost) after the predecessor, wherever it moves, and
     its latency is at most the median of the work the device was waiting for."""
     prev_end = np.full(d0.size, np.iinfo(np.int64).min, dtype=np.int64)
-    for s in np.unique(stream):
+    for s in unique_sorted(stream):
         idx = np.flatnonzero(stream == s)
         prev_end[idx[1:]] = np.maximum.accumulate(d1[idx])[:-1]
     raw_lat = np.where(lstart >= 0, d0 - lstart, 0)
@@ -226,7 +227,7 @@ def _anchors(tl: Timeline, links: Links, dv: _Device, on_host: npt.NDArray[np.bo
     blocking = (tl.kind[rows] == int(Kind.MEMCPY)) & (launch >= 0) & (np.minimum(call_end, d1) - d0 >= (d1 - d0) // 2) & (d1 > d0)
     h2d_dev = np.flatnonzero(blocking & tl.name_mask(lambda n: memcpy_direction(n) == "HtoD", rows))
     d2h_dev = np.flatnonzero(blocking & tl.name_mask(lambda n: memcpy_direction(n) == "DtoH", rows))
-    launch_calls = np.unique(launch[launch >= 0])
+    launch_calls = unique_sorted(launch[launch >= 0])
     launch_cost = _median((tl.end_ns[launch_calls] - tl.start_ns[launch_calls])[~np.isin(launch_calls, launch[np.flatnonzero(blocking)])], 5_000)
     loader = Intervals.union_of(tl.start_ns[loader_rows], tl.end_ns[loader_rows])
     a_s: list[int] = loader.start.tolist()
@@ -363,7 +364,7 @@ def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5
         dev_in_optimizer=optimizer.contains(lstart) & (lstart >= 0),
         dev_names=names,
         pinned_speedup=_pinned_speedup(tl, rows, copy_min_bytes),
-        main_stream=int(np.unique(stream)[np.argmax([int((d1 - d0)[stream == x].sum()) for x in np.unique(stream)])]),
+        main_stream=int(unique_sorted(stream)[np.argmax([int((d1 - d0)[stream == x].sum()) for x in unique_sorted(stream)])]),
         anc_start=an.start,
         anc_end=an.end,
         anc_kind=an.kind,
