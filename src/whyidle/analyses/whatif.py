@@ -130,11 +130,9 @@ class _Clock:
     at zero weight when the edit removes it, and ``host_factor`` applied over the edited region."""
 
     def __init__(self, g: Graph, edit: Edit) -> None:
-        self.anchors = Intervals.union_of(g.anc_start, g.anc_end)
+        self.anchors = g.anchor_profiler_spans if edit.profiler_removed else g.anchor_spans
         if edit.sync_removed and edit.sync_consumers_removed:
             self.anchors = self.anchors | g.consumers
-        if edit.profiler_removed:
-            self.anchors = self.anchors | g.profiler
         self.factor = edit.host_factor
         if edit.host_factor == 1.0:
             self.scaled = Intervals.empty()

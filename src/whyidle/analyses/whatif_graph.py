@@ -144,6 +144,8 @@ class Graph(msgspec.Struct, frozen=True):
     optimizer: Intervals  # Optimizer.step ranges on the host chain
     consumers: Intervals  # host ops after a sync, before the next launch, launching nothing
     profiler: Intervals  # the profiler's own host time on the host chain (analyses/profcost.py)
+    anchor_spans: Intervals  # the anchors as a set (the replay's clock stops in them)
+    anchor_profiler_spans: Intervals  # the anchors and the profiler's time (the clock without the profiler)
     profiler_floor_ns: dict[str, int]  # its estimate per record kind
     launch_cost_ns: int  # median launch call (the cost of a non-blocking copy call)
     launch_order: I64  # device ops sorted by launch start (ops without a launch last)
@@ -350,6 +352,7 @@ def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5
     marks = np.append(step_starts, window.steps[-1].host_end_ns)
     kernel = tl.kind[rows] == int(Kind.KERNEL)
     order = _event_order(lstart, d0, marks, an.end)
+    spans = Intervals.union_of(an.start, an.end)
     pageable = tl.name_mask(lambda n: memcpy_direction(n) == "HtoD" and "Pageable" in n, rows) & (tl.kind[rows] == int(Kind.MEMCPY))
     return Graph(
         dev_start=d0,
@@ -377,6 +380,8 @@ def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5
         optimizer=optimizer,
         consumers=_consumers(tl, on_host, an, lstart),
         profiler=prof.removed,
+        anchor_spans=spans,
+        anchor_profiler_spans=spans | prof.removed,
         profiler_floor_ns=prof.floor_ns,
         launch_cost_ns=an.launch_cost,
         launch_order=lorder,
