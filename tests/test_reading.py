@@ -316,3 +316,24 @@ def test_load_imports_what_the_read_ahead_names_while_the_child_splits(tmp_path:
         ra.start(p, 1 << 30)
         load(p, jobs=2, read_ahead=ra)
     assert name in sys.modules
+
+
+@needs_fork
+def test_relay_works_ahead_while_the_question_has_not_come() -> None:
+    """``idle`` runs in the child until the question comes (then stops at a step's end); what it
+    made is there for the answer, and the answer is the same."""
+    made: list[int] = []
+
+    def idle(p: list[int]) -> Iterator[None]:
+        for i in range(1000):
+            p.append(i)
+            time.sleep(0.001)
+            yield
+
+    relay = _twoway.Relay[list[int], int, tuple[int, int]](lambda: made, lambda p, q: (len(p), q), idle=idle)
+    with relay:
+        time.sleep(0.03)  # the child works ahead meanwhile
+        relay.ask(7)
+        n, q = relay.result()
+    assert q == 7 and 5 <= n < 1000  # it worked ahead, and stopped when asked
+    assert made == []  # in the child: this process's list is untouched

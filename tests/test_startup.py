@@ -99,9 +99,9 @@ def test_no_relay_child_where_there_is_no_what_if_graph(monkeypatch: pytest.Monk
     forks: list[bool] = []
 
     class Recording(P.Relay[_P, _Q, _U]):
-        def __init__(self, *a: Any, fork: bool = True) -> None:
+        def __init__(self, *a: Any, fork: bool = True, **kw: Any) -> None:
             forks.append(fork)
-            super().__init__(*a, fork=False)  # the answer is made here: the test needs no child
+            super().__init__(*a, fork=False, **kw)  # the answer is made here: the test needs no child
 
     monkeypatch.setattr(P, "Relay", Recording)
     stepless = load(shared_trace("inference/tracelens__b200_eager_llm_prefill_rank0.json.gz"))

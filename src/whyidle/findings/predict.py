@@ -8,6 +8,7 @@ path of the median step. The rules that build findings are untouched: prediction
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import msgspec.structs
@@ -35,6 +36,7 @@ __all__ = [
     "PredictionGraph",
     "prediction_graph",
     "predictions_on",
+    "replay_ahead",
     "lever_predictions",
     "levers_of",
     "critical_path_summary",
@@ -48,6 +50,11 @@ class Lever(NamedTuple):
     low: W.Edit  # the most optimistic end of the range
     high: W.Edit
     batch_factor: float = 1.0
+
+    @property
+    def edits(self) -> tuple[W.Edit, W.Edit, W.Edit, W.Edit]:
+        """What a prediction replays, in order: no edit (before), the point, the range's ends."""
+        return (W.NO_EDIT, self.point, self.low, self.high)
 
 
 # Which lever predicts a finding's fix, by cause.
@@ -171,6 +178,19 @@ class Replays:
             self._replay(u)
         return max(0, self._backlog[u] - W.first_wait_excess_ns(self.g))
 
+    def profiled_steps(self, e: W.Edit, warmup: bool) -> Iterator[None]:
+        """Make the replays that a profiled after-run's mean step under ``e`` needs (see
+        :func:`predict_from_graph`) that are not made yet, yielding after each."""
+        if warmup and e != W.NO_EDIT:
+            u = msgspec.structs.replace(e, profiler_removed=True)
+            if u not in self._backlog:
+                self._replay(u)
+                yield
+            e = msgspec.structs.replace(e, carried_backlog_ns=self.warmup_backlog(e))
+        if e not in self._mean:
+            self._replay(e)
+            yield
+
 
 def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None, cache: Replays | None = None, untraced: bool = False, warmup: bool = False) -> Prediction:
     """Replay the lever's edits on ``g`` and state the result (``cache``: the replays shared
@@ -197,9 +217,8 @@ def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None, cache: Rep
             e = msgspec.structs.replace(e, carried_backlog_ns=b)
         return reps.mean(e)
 
-    before = run(W.NO_EDIT)
-    after = run(lv.point)
-    ends = (run(lv.low), run(lv.high))
+    before, after, low, high = (run(e) for e in lv.edits)
+    ends = (low, high)
     assumption = lv.assumption
     if untraced:
         removed = g.profiler.clip(g.host_lo, g.host_hi).total() / max(g.n_steps, 1)
@@ -272,26 +291,40 @@ class LeverPredictions(msgspec.Struct, frozen=True):
 
 class PredictionGraph(NamedTuple):
     """A window's replay graph (None: no steps or no linked device work), the window cut to the
-    steps it replays, and the median step's critical path: what every lever's prediction shares."""
+    steps it replays, the median step's critical path, and the replays made so far (shared by
+    every lever's prediction)."""
 
     graph: W.Graph | None
     window: Window
     critical_path: dict[str, Any] | None
+    replays: Replays | None
 
 
 def prediction_graph(tl: Timeline, window: Window, cfg: Config) -> PredictionGraph:
     g, window = _graph(tl, cfg, window)
-    return PredictionGraph(g, window, None if g is None else critical_path_summary(g, W.replay(g), window, tl=tl))
+    if g is None:
+        return PredictionGraph(None, window, None, None)
+    return PredictionGraph(g, window, critical_path_summary(g, W.replay(g), window, tl=tl), Replays(g))
 
 
 def predictions_on(pg: PredictionGraph, levers: tuple[str, ...], cfg: Config) -> LeverPredictions:
-    """The replays of ``levers`` (names of :data:`LEVERS`) on the graph, sharing one replay cache."""
-    g = pg.graph
-    if g is None:
+    """The replays of ``levers`` (names of :data:`LEVERS`) on the graph."""
+    g, cache = pg.graph, pg.replays
+    if g is None or cache is None:
         return LeverPredictions({}, None)
-    cache = Replays(g)
     by_lever = {name: predict_from_graph(g, lever_edits(name, cfg, copy_speedup=g.pinned_speedup), None, cache, warmup=cfg.whatif_profiled_warmup) for name in levers}
     return LeverPredictions(by_lever, pg.critical_path)
+
+
+def replay_ahead(pg: PredictionGraph, cfg: Config) -> Iterator[None]:
+    """Make the replays of every lever a finding can take, yielding after each, into the graph's
+    replays: what a helper process does while the findings are still being made."""
+    g, cache = pg.graph, pg.replays
+    if g is None or cache is None:
+        return
+    for name in _CAUSE_LEVER.values():
+        for e in lever_edits(name, cfg, copy_speedup=g.pinned_speedup).edits:
+            yield from cache.profiled_steps(e, cfg.whatif_profiled_warmup)
 
 
 def lever_predictions(tl: Timeline, window: Window, levers: tuple[str, ...], cfg: Config) -> LeverPredictions:
