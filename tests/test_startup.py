@@ -63,9 +63,10 @@ def test_the_full_parser_still_lists_every_command() -> None:
 def test_diagnosing_the_b200_trace_does_not_import_numpy_ma() -> None:
     """numpy 2's ``np.unique(a)`` (and ``np.isin`` when it sorts) imports numpy.ma to ask whether
     ``a`` is masked: 6 ms of a 0.2 s run. The analyses use the sort-based helpers of
-    whyidle.timeline.arrays instead."""
+    whyidle.timeline.arrays instead. (In one process: with a helper, the command line imports
+    numpy.ma while it would otherwise wait for the helper's plan, for the what-if graph.)"""
     trace = shared_trace("inference/tracelens__b200_eager_llm_prefill_rank0.json.gz")
-    mods = _modules_after("diagnose", str(trace), "--json")
+    mods = _modules_after("diagnose", str(trace), "--json", "--jobs", "1")
     assert "numpy" in mods and "numpy.ma" not in mods
 
 

@@ -40,14 +40,19 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import IO, Generic, TypeVar
 
-__all__ = ["can_fork", "two_ended_map", "planned_map", "Relay", "quiet_worker"]
+__all__ = ["can_fork", "two_ended_map", "planned_map", "Meanwhile", "Relay", "quiet_worker"]
 
 T = TypeVar("T")
 P = TypeVar("P")
 Q = TypeVar("Q")
 U = TypeVar("U")
 _COUNTERS = struct.Struct("=qq")  # front, back
+Meanwhile = Callable[[Callable[[], bool]], object]  # work done while a child plans; gets waiting()
 _LENGTH = struct.Struct("=q")  # a pickled plan's length before it in the pipe (-1: no plan)
+
+
+def _never() -> bool:
+    return False
 
 
 def can_fork() -> bool:
@@ -73,19 +78,20 @@ def two_ended_map(n: int, task: Callable[[int], T]) -> list[T]:
 
 
 def planned_map(
-    plan: Callable[[], P], size: Callable[[P], int], task: Callable[[P, int], T], meanwhile: Callable[[], object] | None = None, min_size: int = 2
+    plan: Callable[[], P], size: Callable[[P], int], task: Callable[[P, int], T], meanwhile: Meanwhile | None = None, min_size: int = 2
 ) -> tuple[P, list[T]]:
     """``(p, [task(p, i) for i in range(size(p))])`` for ``p = plan()``, the tasks taken from the
     front here and from the back by a forked child (none by the child when the plan has fewer
     than ``min_size`` tasks).
 
     With ``meanwhile``, the child is forked first and makes the plan (which must pickle) while
-    this process runs ``meanwhile()``. Without it there is nothing to overlap: the plan is made
+    this process runs ``meanwhile(waiting)``; ``waiting()`` says whether the plan is still to come
+    (work worth doing only while this process would otherwise wait checks it). Without it there is nothing to overlap: the plan is made
     here and the child inherits it. Without a child (:func:`can_fork`) all of it runs here,
     ``meanwhile`` first."""
     if not can_fork():
         if meanwhile is not None:
-            meanwhile()
+            meanwhile(_never)
         p = plan()
         return p, [task(p, i) for i in range(size(p))]
     shared = mmap.mmap(-1, _COUNTERS.size)
@@ -104,7 +110,7 @@ def planned_map(
     results: dict[int, T] = {}
     try:
         if meanwhile is not None:
-            meanwhile()
+            meanwhile(lambda: not select.select([r], [], [], 0)[0])
         with os.fdopen(r, "rb") as pipe:
             r = -1
             if meanwhile is not None:

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import msgspec
 import numpy as np
@@ -37,6 +36,9 @@ from whyidle.sources.kineto_columns import (
     _Num,
 )
 from whyidle.timeline.model import Timeline
+
+if TYPE_CHECKING:
+    from whyidle.sources._twoway import Meanwhile
 
 __all__ = ["load_kineto", "parse_kineto", "looks_like_kineto"]
 
@@ -98,7 +100,7 @@ _FLOAT_TIME_RE = re.compile(rb'"(?:ts|dur)"\s*:\s*-?(\d+)\.(\d+)')
 _EXACT_FLOAT_US = 2**53 // 1000 // 4
 
 
-def load_kineto(path: Path, raw: bytes | list[bytes], jobs: int = 1, meanwhile: Callable[[], object] | None = None) -> Timeline:
+def load_kineto(path: Path, raw: bytes | list[bytes], jobs: int = 1, meanwhile: Meanwhile | None = None) -> Timeline:
     """Parse a Kineto trace already read into ``raw`` (decompressed).
 
     ``raw`` may be a one-element list that the caller holds no other reference to: the text is
@@ -149,11 +151,12 @@ def _fraction_style(texts: list[str]) -> str:
     return "unpadded_ns" if (short and trail0 and not lead0) else "decimal"
 
 
-def parse_kineto(raw: bytes | list[bytes], path: str = "<memory>", jobs: int = 1, meanwhile: Callable[[], object] | None = None) -> Timeline:
+def parse_kineto(raw: bytes | list[bytes], path: str = "<memory>", jobs: int = 1, meanwhile: Meanwhile | None = None) -> Timeline:
     """The Timeline of a Kineto trace held in memory.
 
     ``jobs`` >= 2: a forked child splits the trace into batches while this process runs
-    ``meanwhile()`` (the command line imports the analyses), then decodes batches from the back
+    ``meanwhile(waiting)`` (the command line imports the analyses; see
+    :func:`whyidle.sources._twoway.planned_map`), then decodes batches from the back
     while this process takes them from the front (see :mod:`whyidle.sources._twoway`; Linux with
     two cores, else one process). ``meanwhile`` may not be called at all. Forking is the caller's
     choice: do not ask for it in a process whose other threads hold native locks.
@@ -198,7 +201,7 @@ class _Plan(msgspec.Struct):
     bounds: list[tuple[int, int]]
 
 
-def _parse_two_way(box: list[bytes], path: str, meanwhile: Callable[[], object] | None) -> Timeline:
+def _parse_two_way(box: list[bytes], path: str, meanwhile: Meanwhile | None) -> Timeline:
     """:func:`_parse` with the splitting done by a forked child (while this process runs
     ``meanwhile``) and the batches decoded from both ends of the text."""
     from whyidle.sources._twoway import planned_map
