@@ -150,8 +150,8 @@ def test_planned_map_plans_here_when_the_child_cannot_and_raises_its_error() -> 
             raise RuntimeError("only in the child")
         return 5
 
-    p, out = _twoway.planned_map(plan, lambda n: n, lambda n, i: (i, os.getpid()))
-    assert p == 5 and out == [(i, here) for i in range(5)]
+    p, out = _twoway.planned_map(plan, lambda n: n, lambda n, i: i)
+    assert p == 5 and out == list(range(5))  # planned here (the child's plan() raises); tasks by either
 
     def bad_plan() -> int:
         raise ValueError("no plan")
@@ -180,7 +180,7 @@ def test_planned_map_without_fork_runs_here(monkeypatch: pytest.MonkeyPatch) -> 
 @needs_fork
 def test_relay_answers_in_the_child_while_this_process_works() -> None:
     here = os.getpid()
-    relay = _twoway.Relay[tuple[int, int], int, tuple[int, int]](lambda: (21, os.getpid()), lambda p, q: (p[0] * q, p[1]))
+    relay = _twoway.Relay[tuple[int, int], int, tuple[int, int], None](lambda: (21, os.getpid()), lambda p, q: (p[0] * q, p[1]))
     with relay:
         time.sleep(0.01)  # this process's own work
         relay.ask(2)
@@ -197,7 +197,7 @@ def test_relay_redoes_a_failed_child_here_and_raises_its_error() -> None:
             os._exit(3)  # the child dies without an answer: computed here instead
         return p + q
 
-    relay = _twoway.Relay[int, int, int](lambda: 1, answer)
+    relay = _twoway.Relay[int, int, int, None](lambda: 1, answer)
     with relay:
         relay.ask(2)
         assert relay.result() == 3
@@ -205,7 +205,7 @@ def test_relay_redoes_a_failed_child_here_and_raises_its_error() -> None:
     def fails(p: int, q: int) -> int:
         raise ValueError(f"bad question {q}")
 
-    relay2 = _twoway.Relay[int, int, int](lambda: 1, fails)
+    relay2 = _twoway.Relay[int, int, int, None](lambda: 1, fails)
     with relay2, pytest.raises(ValueError, match="bad question 5"):  # the child's failure, raised here
         relay2.ask(5)
         relay2.result()
@@ -213,7 +213,7 @@ def test_relay_redoes_a_failed_child_here_and_raises_its_error() -> None:
 
 @needs_fork
 def test_relay_left_without_a_result_stops_its_child() -> None:
-    relay = _twoway.Relay[int, int, int](lambda: time.sleep(30) or 1, lambda p, q: p)
+    relay = _twoway.Relay[int, int, int, None](lambda: time.sleep(30) or 1, lambda p, q: p)
     t0 = time.perf_counter()
     with pytest.raises(KeyboardInterrupt), relay:
         pid = relay.pid
@@ -226,11 +226,11 @@ def test_relay_left_without_a_result_stops_its_child() -> None:
 def test_relay_without_fork_runs_here(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_twoway, "can_fork", lambda: False)
     here = os.getpid()
-    relay = _twoway.Relay[int, int, tuple[int, int]](lambda: 1, lambda p, q: (p + q, os.getpid()))
+    relay = _twoway.Relay[int, int, tuple[int, int], None](lambda: 1, lambda p, q: (p + q, os.getpid()))
     with relay:
         relay.ask(1)
         assert relay.result() == (2, here)
-    relay = _twoway.Relay[int, int, tuple[int, int]](lambda: 1, lambda p, q: (p + q, os.getpid()), fork=False)
+    relay = _twoway.Relay[int, int, tuple[int, int], None](lambda: 1, lambda p, q: (p + q, os.getpid()), fork=False)
     with relay:
         relay.ask(1)
         assert relay.result() == (2, here)
@@ -330,7 +330,7 @@ def test_relay_works_ahead_while_the_question_has_not_come() -> None:
             time.sleep(0.001)
             yield
 
-    relay = _twoway.Relay[list[int], int, tuple[int, int]](lambda: made, lambda p, q: (len(p), q), idle=idle)
+    relay = _twoway.Relay[list[int], int, tuple[int, int], None](lambda: made, lambda p, q: (len(p), q), idle=idle)
     with relay:
         time.sleep(0.03)  # the child works ahead meanwhile
         relay.ask(7)
@@ -350,3 +350,25 @@ def test_optional_imports_only_while_the_plan_is_still_to_come(tmp_path: Path) -
     seen: list[bool] = []
     p, out = _twoway.planned_map(lambda: (time.sleep(0.05), 3)[1], lambda p: p, lambda p, i: i, meanwhile=lambda waiting: seen.append(waiting()))
     assert out == [0, 1, 2] and seen == [True]  # the child was still planning
+
+
+@needs_fork
+def test_relay_sends_its_early_result_ahead_of_the_answer() -> None:
+    here = os.getpid()
+    relay = _twoway.Relay[int, int, tuple[int, int], int](lambda: 1, lambda p, q: (p + q, os.getpid()), early=os.getpid)
+    with relay:
+        assert relay.early_result() != here  # made by the child, first
+        assert relay.early_result() == relay.early_result()  # read once
+        relay.ask(2)
+        assert relay.result()[0] == 3
+    skipped = _twoway.Relay[int, int, int, int](lambda: 1, lambda p, q: p + q, early=lambda: 5)
+    with skipped:
+        skipped.ask(1)
+        assert skipped.result() == 2  # the early result not asked for: skipped in the pipe
+
+    def fails() -> int:
+        raise ValueError("no early result")
+
+    failing = _twoway.Relay[int, int, int, int](lambda: 1, lambda p, q: p, early=fails)
+    with failing, pytest.raises(ValueError, match="no early result"):  # the child's failure, raised here
+        failing.early_result()

@@ -99,7 +99,7 @@ def test_no_relay_child_where_there_is_no_what_if_graph(monkeypatch: pytest.Monk
 
     forks: list[bool] = []
 
-    class Recording(P.Relay[_P, _Q, _U]):
+    class Recording(P.Relay[_P, _Q, _U, _E]):
         def __init__(self, *a: Any, fork: bool = True, **kw: Any) -> None:
             forks.append(fork)
             super().__init__(*a, fork=False, **kw)  # the answer is made here: the test needs no child
@@ -112,7 +112,7 @@ def test_no_relay_child_where_there_is_no_what_if_graph(monkeypatch: pytest.Monk
     assert forks == [False, False, True]
 
 
-_P, _Q, _U = TypeVar("_P"), TypeVar("_Q"), TypeVar("_U")
+_P, _Q, _U, _E = TypeVar("_P"), TypeVar("_Q"), TypeVar("_U"), TypeVar("_E")
 
 
 def test_the_forked_split_and_decode_of_a_real_trace_is_the_serial_one() -> None:

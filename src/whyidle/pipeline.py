@@ -15,7 +15,7 @@ import numpy.typing as npt
 from whyidle.analyses import causes as C
 from whyidle.analyses.context import GapContext, ThreadIndex, brief_context, explaining_ops, gap_context
 from whyidle.analyses.gaps import find_gaps
-from whyidle.analyses.kernels import kernel_stats
+from whyidle.analyses.kernels import KernelStats, kernel_stats
 from whyidle.analyses.links import Links, link_launches
 from whyidle.analyses.quality import assess_quality
 from whyidle.analyses.utilization import measure_utilization
@@ -35,15 +35,18 @@ from whyidle.timeline.model import Timeline
 __all__ = ["diagnose", "analyse"]
 
 
-def analyse(tl: Timeline, cfg: Config | None = None, links: Links | None = None, window: Window | None = None) -> Analyses:
+def analyse(
+    tl: Timeline, cfg: Config | None = None, links: Links | None = None, window: Window | None = None, kernels: Callable[[], KernelStats] | None = None
+) -> Analyses:
     """Run every analysis on a timeline (pure: no I/O, no printing). ``links`` and ``window``:
-    the timeline's, when already computed."""
+    the timeline's, when already computed; ``kernels()``: its kernel statistics, when computed
+    elsewhere."""
     cfg = cfg or Config()
     links = link_launches(tl) if links is None else links
     window = select_window(tl, links, cfg) if window is None else window
     gaps = find_gaps(tl, links, window, cfg)
     util = measure_utilization(tl, links, window, gaps, cfg)
-    kern = kernel_stats(tl, links, window, cfg)
+    kern = kernel_stats(tl, links, window, cfg) if kernels is None else kernels()
     quality = assess_quality(tl, links, window, gaps, cfg)
     return Analyses(tl, window, gaps, util, kern, quality, ThreadIndex(tl), links)
 
@@ -242,14 +245,15 @@ def diagnose(
     # while the report is assembled. Not when
     # there is no graph to build (no steps or no device work): a live child costs this process
     # 1.5 ms to fork and 5-6 ms of copy-on-write faults during the analyses (B200 trace: 21 -> 29 ms).
-    relay = Relay[PredictionGraph, tuple[str, ...], LeverPredictions](
+    relay = Relay[PredictionGraph, tuple[str, ...], LeverPredictions, KernelStats](
         lambda: prediction_graph(tl, window, cfg),
         lambda pg, levers: predictions_on(pg, levers, cfg),
         fork=jobs >= 2 and bool(window.steps) and links.device_rows.size > 0,
         idle=lambda pg: replay_ahead(pg, cfg),  # every lever, while the findings are being made
+        early=lambda: kernel_stats(tl, links, window, cfg),  # first: the gaps are found here meanwhile
     )
     with relay:
-        a = analyse(tl, cfg, links, window)
+        a = analyse(tl, cfg, links, window, kernels=relay.early_result)
         report = _report_without_predictions(a, cfg, on_findings=lambda f: relay.ask(levers_of(f)))
         report = _with_predictions(a, report, cfg, relay.result())
     if counters is not None:

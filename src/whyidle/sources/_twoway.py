@@ -38,7 +38,7 @@ import signal
 import struct
 import sys
 from collections.abc import Callable, Iterable
-from typing import IO, Generic, TypeVar
+from typing import IO, Any, Generic, TypeVar
 
 __all__ = ["can_fork", "two_ended_map", "planned_map", "Meanwhile", "Relay", "quiet_worker"]
 
@@ -46,6 +46,7 @@ T = TypeVar("T")
 P = TypeVar("P")
 Q = TypeVar("Q")
 U = TypeVar("U")
+E = TypeVar("E")
 _COUNTERS = struct.Struct("=qq")  # front, back
 Meanwhile = Callable[[Callable[[], bool]], object]  # work done while a child plans; gets waiting()
 _LENGTH = struct.Struct("=q")  # a pickled plan's length before it in the pipe (-1: no plan)
@@ -144,17 +145,8 @@ def planned_map(
 
 def _read_plan(pipe: IO[bytes], plan: Callable[[], P]) -> tuple[P, bool]:
     """The child's plan and True, or the plan made here and False (the child made none)."""
-    head = pipe.read(_LENGTH.size)
-    length = _LENGTH.unpack(head)[0] if len(head) == _LENGTH.size else -1
-    if length >= 0:
-        body = pipe.read(length)
-        try:
-            if len(body) == length:
-                p: P = pickle.loads(body)
-                return p, True
-        except Exception:  # a child that died mid-write: planned here
-            pass
-    return plan(), False
+    got = _read_message(pipe.read)
+    return (got[0], True) if got is not None else (plan(), False)
 
 
 def _child(shared: mmap.mmap, w: int, task: Callable[[int], object]) -> None:
@@ -175,18 +167,25 @@ def _planning_child(
     shared: mmap.mmap, w: int, plan: Callable[[], P], size: Callable[[P], int], task: Callable[[P, int], object], min_size: int
 ) -> None:
     try:  # never back into the parent's code: every way out is os._exit
-        try:
-            p = plan()
-            n = size(p)
-            head = pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL)
-        except BaseException:  # planned again there, where its error is raised
-            os.write(w, _LENGTH.pack(-1))
-            os._exit(1)
+        p, message = _message_or_exit(w, plan)
+        n = size(p)
         struct.pack_into("=q", shared, 8, n if n >= min_size else 0)  # before the plan: the parent reads back after it
-        _write_all(w, _LENGTH.pack(len(head)) + head)
+        _write_all(w, message)
         _child(shared, w, lambda j: task(p, j))
     finally:
         os._exit(1)
+
+
+def _message_or_exit(w: int, make: Callable[[], T]) -> tuple[T, bytes]:
+    """``make()``, and it pickled behind its length, for pipe ``w``. On any error the child says
+    so (length -1) and exits: the parent makes it again, and raises its error there."""
+    try:
+        made = make()
+        body = pickle.dumps(made, protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException:
+        os.write(w, _LENGTH.pack(-1))
+        os._exit(1)
+    return made, _LENGTH.pack(len(body)) + body
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -221,14 +220,17 @@ def _fork_child(w_then: Callable[[int], None]) -> tuple[int, int]:
             except (OSError, ValueError):
                 pass
     pid = os.fork()
-    if pid == 0:  # the child: never returns
-        os.close(r)
-        w_then(w)
+    if pid == 0:  # the child: never returns, whatever ``w_then`` does
+        try:
+            os.close(r)
+            w_then(w)
+        finally:
+            os._exit(1)
     os.close(w)
     return pid, r
 
 
-class Relay(Generic[P, Q, U]):
+class Relay(Generic[P, Q, U, E]):
     """Work done by a forked child beside this process, in two parts: ``prepare()`` starts at
     once; ``answer(prepared, question)`` when this process :meth:`ask` s its question, computed
     while this process goes on; :meth:`result` waits for it.
@@ -240,13 +242,22 @@ class Relay(Generic[P, Q, U]):
 
     ``idle(prepared)``: work the child may do while the question has not come, one step per item
     it yields (it stops at the first step boundary after the question arrives): work that makes
-    likely answers faster. Only a child runs it: here there is no waiting to fill."""
+    likely answers faster. Only a child runs it: here there is no waiting to fill.
+
+    ``early()``: a small result this process needs before it asks, made by the child first and
+    sent ahead of the answer (:meth:`early_result`)."""
 
     def __init__(
-        self, prepare: Callable[[], P], answer: Callable[[P, Q], U], fork: bool = True, idle: Callable[[P], Iterable[object]] | None = None
+        self,
+        prepare: Callable[[], P],
+        answer: Callable[[P, Q], U],
+        fork: bool = True,
+        idle: Callable[[P], Iterable[object]] | None = None,
+        early: Callable[[], E] | None = None,
     ) -> None:
-        self.prepare, self.answer, self.idle = prepare, answer, idle
+        self.prepare, self.answer, self.idle, self.early = prepare, answer, idle, early
         self.question: tuple[Q] | None = None
+        self.early_read: tuple[E] | None = None
         self.pid = -1
         if not (fork and can_fork()):
             return
@@ -254,10 +265,21 @@ class Relay(Generic[P, Q, U]):
 
         def child(w: int) -> None:
             os.close(self.q_w)
+            if early is not None:
+                _write_all(w, _message_or_exit(w, early)[1])
             _send_and_exit(w, lambda: self._answer_in_child(q_r))
 
         self.pid, self.r = _fork_child(child)
         os.close(q_r)
+
+    def early_result(self) -> E:
+        """``early()``, from the child when it made it, else made here."""
+        if self.early is None:
+            raise RuntimeError("Relay.early_result() without early")
+        if self.early_read is None:
+            got = _read_message(lambda n: _read_exactly(self.r, n)) if self.pid > 0 else None
+            self.early_read = (self.early() if got is None else got[0],)
+        return self.early_read[0]
 
     def _answer_in_child(self, q_r: int) -> U:
         prepared = self.prepare()
@@ -283,6 +305,8 @@ class Relay(Generic[P, Q, U]):
             raise RuntimeError("Relay.result() before ask()")
         data = b""
         if self.pid > 0:
+            if self.early is not None and self.early_read is None:
+                _read_message(lambda n: _read_exactly(self.r, n))  # not wanted, but ahead of the answer
             with os.fdopen(self.r, "rb") as pipe:
                 data = pipe.read()
             _reap(self.pid)
@@ -295,7 +319,7 @@ class Relay(Generic[P, Q, U]):
             pass
         return self.answer(self.prepare(), self.question[0])
 
-    def __enter__(self) -> Relay[P, Q, U]:
+    def __enter__(self) -> Relay[P, Q, U, E]:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -306,6 +330,31 @@ class Relay(Generic[P, Q, U]):
             os.close(self.r)
             _reap(self.pid)
             self.pid = -1
+
+
+def _read_message(read: Callable[[int], bytes]) -> tuple[Any] | None:
+    """One length-prefixed pickle (as a 1-tuple) through ``read(n)`` (n bytes, fewer only at the
+    end), or None when the child sent none (it failed: length -1, or the pipe closed)."""
+    head = read(_LENGTH.size)
+    length = _LENGTH.unpack(head)[0] if len(head) == _LENGTH.size else -1
+    if length < 0:
+        return None
+    body = read(length)
+    try:
+        return (pickle.loads(body),) if len(body) == length else None
+    except Exception:  # a child that died mid-write
+        return None
+
+
+def _read_exactly(fd: int, n: int) -> bytes:
+    parts: list[bytes] = []
+    while n > 0:
+        part = os.read(fd, min(n, 1 << 20))
+        if not part:
+            break
+        parts.append(part)
+        n -= len(part)
+    return b"".join(parts)
 
 
 def _reap(pid: int) -> None:
