@@ -216,10 +216,11 @@ def diagnose(
     Keyword overrides replace fields of ``config``: ``diagnose(path, skip_first_steps=2)``.
     ``counters``: a GPU counter log joined with the trace by wall-clock time as extra evidence.
     A counter log given as ``source`` gives a report of the counter analyses alone.
-    ``jobs`` >= 2 lets one forked process help (Linux, two usable cores): it decodes part of a
-    Kineto trace, then builds the what-if graph while this process runs the other analyses, and
-    replays the levers the findings name (the same report either way). Forking is the caller's choice: not in a
-    process whose other threads hold native locks (a training job's CUDA or OpenMP threads).
+    ``jobs`` >= 2 lets forked processes help (Linux, two usable cores): one decodes part of a
+    Kineto trace; another makes the kernel statistics and the what-if graph while this process
+    runs the other analyses, and replays the levers the findings name (the same report either
+    way). Forking is the caller's choice: not in a process whose other threads hold native locks
+    (a training job's CUDA or OpenMP threads).
     """
     cfg = config or Config()
     if overrides:
@@ -240,11 +241,11 @@ def diagnose(
         return _counter_report(tl, cfg)
     links = link_launches(tl)
     window = select_window(tl, links, cfg)
-    # With jobs >= 2 a forked child builds the what-if graph while the analyses and rules run
-    # here (and replays levers ahead while it waits), then replays the levers the findings name
-    # while the report is assembled. Not when
-    # there is no graph to build (no steps or no device work): a live child costs this process
-    # 1.5 ms to fork and 5-6 ms of copy-on-write faults during the analyses (B200 trace: 21 -> 29 ms).
+    # With jobs >= 2 a forked child makes the kernel statistics (sent ahead) and the what-if
+    # graph while the analyses and rules run here, replays levers ahead while it waits, then
+    # replays the levers the findings name while the report is assembled. Not when there is no
+    # graph to build (no steps or no device work): a live child costs this process 1.5 ms to
+    # fork and 5-6 ms of copy-on-write faults during the analyses (B200 trace: 21 -> 29 ms).
     relay = Relay[PredictionGraph, tuple[str, ...], LeverPredictions, KernelStats](
         lambda: prediction_graph(tl, window, cfg),
         lambda pg, levers: predictions_on(pg, levers, cfg),
