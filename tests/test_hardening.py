@@ -561,3 +561,32 @@ def test_tracker_copy_before_the_loop_is_no_step() -> None:
 def test_tracker_batch_size_must_be_positive(bad: Any) -> None:
     with pytest.raises(UsageError, match="batch_size"):
         whyidle.track([1], batch_size=bad)
+
+
+def test_ctrl_c_while_the_diagnosis_helper_works_prints_one_line_and_leaves_no_child() -> None:
+    """Ctrl-C (the whole process group) while the diagnosis's helper process is still making the
+    what-if graph: one line, exit 130, and the helper is gone (this process stops it)."""
+    import psutil
+
+    trace = Path(__file__).parent / "data" / "h200" / "lab_sync_cuda.pt.trace.json.gz"
+    driver = (
+        "import sys, time\n"
+        "import whyidle.pipeline as pipeline\n"
+        "real = pipeline.prediction_graph\n"
+        "pipeline.prediction_graph = lambda *a: (time.sleep(60), real(*a))[1]  # a helper still at work\n"
+        "from whyidle.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    p = subprocess.Popen([sys.executable, "-c", driver, "diagnose", str(trace), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV, start_new_session=True)
+    deadline = time.monotonic() + 60
+    children: list[Any] = []
+    while p.poll() is None and not children and time.monotonic() < deadline:
+        children = psutil.Process(p.pid).children()
+        time.sleep(0.02)
+    assert children, "no helper process was forked"
+    time.sleep(0.3)
+    os.killpg(p.pid, signal.SIGINT)  # as a terminal's Ctrl-C
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130
+    assert err.decode().count("\n") == 1 and b"Traceback" not in err and b"KeyboardInterrupt" not in err, err.decode()
+    assert not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)

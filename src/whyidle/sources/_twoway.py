@@ -258,7 +258,7 @@ class Relay(Generic[P, Q, U, E]):
         self.prepare, self.answer, self.idle, self.early = prepare, answer, idle, early
         self.question: tuple[Q] | None = None
         self.early_read: tuple[E] | None = None
-        self.pid = -1
+        self.pid = self.r = self.q_w = -1
         if not (fork and can_fork()):
             return
         q_r, self.q_w = os.pipe()
@@ -293,9 +293,10 @@ class Relay(Generic[P, Q, U, E]):
 
     def ask(self, question: Q) -> None:
         self.question = (question,)
-        if self.pid > 0:
+        if self.pid > 0 and self.q_w >= 0:
+            q_w, self.q_w = self.q_w, -1  # the file object below closes it
             try:
-                with os.fdopen(self.q_w, "wb") as pipe:
+                with os.fdopen(q_w, "wb") as pipe:
                     pipe.write(pickle.dumps(question, protocol=pickle.HIGHEST_PROTOCOL))
             except OSError:  # the child is gone: result() answers here
                 pass
@@ -307,7 +308,8 @@ class Relay(Generic[P, Q, U, E]):
         if self.pid > 0:
             if self.early is not None and self.early_read is None:
                 _read_message(lambda n: _read_exactly(self.r, n))  # not wanted, but ahead of the answer
-            with os.fdopen(self.r, "rb") as pipe:
+            r, self.r = self.r, -1  # the file object below closes it, even when interrupted
+            with os.fdopen(r, "rb") as pipe:
                 data = pipe.read()
             _reap(self.pid)
             self.pid = -1
@@ -325,9 +327,10 @@ class Relay(Generic[P, Q, U, E]):
     def __exit__(self, *exc: object) -> None:
         if self.pid > 0:  # left without a result: its work is not wanted any more
             os.kill(self.pid, signal.SIGKILL)
-            if self.question is None:
-                os.close(self.q_w)
-            os.close(self.r)
+            for fd in (self.q_w, self.r):
+                if fd >= 0:
+                    os.close(fd)
+            self.q_w = self.r = -1
             _reap(self.pid)
             self.pid = -1
 
