@@ -225,14 +225,15 @@ class _Run:
 
     def run(self) -> None:
         sc, mv = self.sc, self.min_vector
-        l_ptr, launch_ids = sc.launch_ptr.tolist(), sc.launch_ids
-        m_ptr, r_ptr, r_start = sc.mark_ptr.tolist(), sc.run_ptr.tolist(), sc.run_start.tolist()
+        l_ptr, m_ptr, r_ptr, r_start = sc.launch_ptr.tolist(), sc.mark_ptr.tolist(), sc.run_ptr.tolist(), sc.run_start.tolist()
+        launch_list, dev_list = sc.launch_list, sc.dev_list  # list slices: the scalar path's indexes
         for k, anchor in enumerate(sc.seg_anchor.tolist()):
-            if l_ptr[k + 1] - l_ptr[k] >= mv:
-                ids = launch_ids[l_ptr[k] : l_ptr[k + 1]]
+            l0, l1 = l_ptr[k], l_ptr[k + 1]
+            if l1 - l0 >= mv:
+                ids = sc.launch_ids[l0:l1]
                 self.h_launch[ids] = (self.h_ref_new + self.c_dev[ids]) - self.h_ref_c
             else:
-                for i in launch_ids[l_ptr[k] : l_ptr[k + 1]].tolist():
+                for i in launch_list[l0:l1]:
                     self.h_launch[i] = (self.h_ref_new + self.c_dev.item(i)) - self.h_ref_c
             if m_ptr[k + 1] > m_ptr[k]:
                 marks = sc.mark_ids[m_ptr[k] : m_ptr[k + 1]]
@@ -242,7 +243,7 @@ class _Run:
                 if b - a >= mv:
                     self.device_run(sc.dev_ids[a:b])
                 else:
-                    for i in sc.dev_ids[a:b].tolist():
+                    for i in dev_list[a:b]:
                         self.device_op(i)
             if anchor >= 0:
                 self.anchor(anchor)

@@ -69,6 +69,8 @@ class Schedule(msgspec.Struct, frozen=True):
     launch_order_list: list[int]
     end_list: list[int]
     key_list: list[int]
+    launch_list: list[int]  # launch_ids and dev_ids as lists
+    dev_list: list[int]
 
 
 def _schedule(order: I64, n_launch: int, n_marks: int, launch_ids: I64, stream: I64, has: npt.NDArray[np.bool_], lat: I64, gap: I64, lorder: I64, end: I64, key: I64) -> Schedule:
@@ -110,6 +112,7 @@ def _schedule(order: I64, n_launch: int, n_marks: int, launch_ids: I64, stream: 
     return Schedule(
         seg_anchor, launch_ptr, launch, mark_ptr, marks, dev_ptr, dev_ids, run_ptr, run_start, prev, stream_order,
         prev.tolist(), has.tolist(), lat.tolist(), gap.tolist(), stream.tolist(), lorder.tolist(), end.tolist(), key.tolist(),
+        launch.tolist(), dev_ids.tolist(),
     )
 
 
