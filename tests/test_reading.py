@@ -372,3 +372,19 @@ def test_relay_sends_its_early_result_ahead_of_the_answer() -> None:
     failing = _twoway.Relay[int, int, int, int](lambda: 1, lambda p, q: p, early=fails)
     with failing, pytest.raises(ValueError, match="no early result"):  # the child's failure, raised here
         failing.early_result()
+
+
+def test_a_pipe_is_readable_with_data_or_when_its_writer_is_gone() -> None:
+    r, w = os.pipe()
+    try:
+        assert not _twoway._readable(r)
+        os.write(w, b"x")
+        assert _twoway._readable(r)
+        os.read(r, 1)
+        os.close(w)
+        w = -1
+        assert _twoway._readable(r)  # EOF: readable, so a waiting side stops waiting
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)

@@ -56,6 +56,14 @@ def _never() -> bool:
     return False
 
 
+def _readable(fd: int) -> bool:
+    """Whether pipe ``fd`` has data or its other end closed, without waiting (poll: unlike select,
+    any descriptor number, in a process with many files open)."""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return bool(p.poll(0))
+
+
 def can_fork() -> bool:
     """Whether a forked helper can run beside this process: Linux, two usable cores."""
     if not sys.platform.startswith("linux") or not hasattr(os, "fork"):
@@ -111,7 +119,7 @@ def planned_map(
     results: dict[int, T] = {}
     try:
         if meanwhile is not None:
-            meanwhile(lambda: not select.select([r], [], [], 0)[0])
+            meanwhile(lambda: not _readable(r))
         with os.fdopen(r, "rb") as pipe:
             r = -1
             if meanwhile is not None:
@@ -285,7 +293,7 @@ class Relay(Generic[P, Q, U, E]):
         prepared = self.prepare()
         if self.idle is not None:
             for _ in self.idle(prepared):
-                if select.select([q_r], [], [], 0)[0]:  # the question (or EOF) is there
+                if _readable(q_r):  # the question (or EOF) is there
                     break
         with os.fdopen(q_r, "rb") as pipe:
             question: Q = pickle.loads(pipe.read())  # EOF (no question): an error, nothing sent
