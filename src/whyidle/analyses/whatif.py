@@ -253,9 +253,9 @@ class _Run:
         return np.where(self.has[ids], self.h_launch[ids] + self.lat[ids], (self.h_ref_new + self.c_dev[ids]) - self.h_ref_c)
 
     def chain_first(self, i: int) -> tuple[int | None, int]:
-        """What holds back the first op of a run besides its launch: the end of its stream
-        predecessor plus its start-up gap (bound 1), the carried backlog on the main stream
-        (bound 2), or nothing (None)."""
+        """What holds op ``i`` back besides its launch (for a run of ops: its first): the end of
+        its stream predecessor plus its start-up gap (bound 1), the carried backlog on the main
+        stream (bound 2), or nothing (None)."""
         p = self.sc.prev_list[i]
         if p >= 0:
             return self.ne.item(p) + self.sc.gap_list[i], 1
@@ -270,13 +270,9 @@ class _Run:
             start, bound = self.h_launch.item(i) + sc.lat_list[i], 0
         else:
             start, bound = (self.h_ref_new + self.c_dev.item(i)) - self.h_ref_c, 2
-        p = sc.prev_list[i]
-        if p >= 0:
-            chain = self.ne.item(p) + sc.gap_list[i]
-            if chain > start:
-                start, bound = float(chain), 1
-        elif sc.stream_list[i] == self.main and self.free0 > start:
-            start, bound = float(self.free0), 2
+        chain, why = self.chain_first(i)
+        if chain is not None and chain > start:
+            start, bound = float(chain), why
         ns = int(round(start))
         self.ns[i], self.ne[i], self.bound[i] = ns, ns + self.dur.item(i), bound
 
