@@ -87,39 +87,43 @@ def test_load_forgets_a_read_ahead_its_reader_did_not_take(tmp_path: Path, monke
     assert not ra.pending()
 
 
-# --- two-ended map --------------------------------------------------------------------------
+# --- planned map with the plan made here: tasks taken from both ends of the list -------------
+
+
+def both_ends(n: int, task: Callable[[int], Any]) -> list[Any]:
+    return _twoway.planned_map(lambda: n, lambda m: m, lambda _, i: task(i))[1]
 
 
 @needs_fork
 @pytest.mark.parametrize("n", [2, 3, 17, 64])
-def test_two_ended_map_is_the_list_in_order(n: int) -> None:
+def test_both_ends_is_the_list_in_order(n: int) -> None:
     here = os.getpid()
 
     def task(i: int) -> tuple[int, int]:
         time.sleep(0.005)  # long enough for the child to start and take its share
         return i * i, os.getpid()
 
-    out = _twoway.two_ended_map(n, task)
+    out = both_ends(n, task)
     assert [v for v, _ in out] == [i * i for i in range(n)]
     if n >= 17:  # both processes took part (the child's pid differs from ours)
         assert {pid for _, pid in out} - {here}
 
 
 @needs_fork
-def test_two_ended_map_raises_the_error_of_the_first_failing_task() -> None:
+def test_both_ends_raises_the_error_of_the_first_failing_task() -> None:
     def task(i: int) -> int:
         if i in (40, 45):
             raise ValueError(f"task {i}")
         return i
 
     with pytest.raises(ValueError, match="task 40"):
-        _twoway.two_ended_map(48, task)  # 40 and 45 lie in the child's end: redone here, in order
+        both_ends(48, task)  # 40 and 45 lie in the child's end: redone here, in order
 
 
-def test_two_ended_map_without_fork_runs_here(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_both_ends_without_fork_runs_here(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_twoway, "can_fork", lambda: False)
     here = os.getpid()
-    assert _twoway.two_ended_map(5, lambda i: (i, os.getpid())) == [(i, here) for i in range(5)]
+    assert both_ends(5, lambda i: (i, os.getpid())) == [(i, here) for i in range(5)]
 
 
 # --- planned map: the child plans while this process does other work --------------------------

@@ -13,9 +13,10 @@ only make both sides do the same task (the result here wins), never skip one; a 
 did not report (it failed or was killed) is done here. So results are always complete and in
 order, and an error in a task is raised here, from this process's own run of it.
 
-:func:`planned_map` forks before the list is known: the child makes the plan (the Kineto reader
-splits the trace into batches) while this process does other work (the command line imports the
-analyses), sends it here, and both take tasks as above. A child that cannot plan sends none; the
+:func:`planned_map` does this for the tasks of a plan. Made here, the child inherits it; made by
+the child (forked before the list is known, the Kineto reader's split), it runs while this process
+does other work (the command line imports the analyses), and is sent here; both then take tasks
+as above. A child that cannot plan sends none; the
 plan is then made here, so its error is raised here too.
 
 :class:`Relay` forks a child for different work: it prepares at once, answers a question this
@@ -24,8 +25,9 @@ other analyses run, then replays the levers the findings name).
 
 Forking is the caller's choice (``jobs=2``; the command line makes it, library calls default to one
 process): a process whose other threads hold native locks (a training job's CUDA or OpenMP
-threads) should not fork. The child only decodes, pickles and writes to the pipe. Used only on
-Linux with at least two usable cores; elsewhere the tasks run here, one after another.
+threads) should not fork. A child only computes from what it inherited, pickles and writes to
+its pipe, and never returns into the caller's code. Used only on Linux with at least two usable
+cores; elsewhere everything runs here, one after another.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import IO, Any, Generic, TypeVar
 
-__all__ = ["can_fork", "two_ended_map", "planned_map", "Meanwhile", "Relay", "quiet_worker"]
+__all__ = ["can_fork", "planned_map", "Meanwhile", "Relay", "quiet_worker"]
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -81,11 +83,6 @@ def quiet_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def two_ended_map(n: int, task: Callable[[int], T]) -> list[T]:
-    """``[task(i) for i in range(n)]``, with a forked child taking tasks from the back."""
-    return planned_map(lambda: n, lambda m: m, lambda _, i: task(i))[1]
-
-
 def planned_map(
     plan: Callable[[], P], size: Callable[[P], int], task: Callable[[P, int], T], meanwhile: Meanwhile | None = None, min_size: int = 2
 ) -> tuple[P, list[T]]:
@@ -94,10 +91,10 @@ def planned_map(
     than ``min_size`` tasks).
 
     With ``meanwhile``, the child is forked first and makes the plan (which must pickle) while
-    this process runs ``meanwhile(waiting)``; ``waiting()`` says whether the plan is still to come
-    (work worth doing only while this process would otherwise wait checks it). Without it there is nothing to overlap: the plan is made
-    here and the child inherits it. Without a child (:func:`can_fork`) all of it runs here,
-    ``meanwhile`` first."""
+    this process runs ``meanwhile(waiting)``; ``waiting()`` says whether the plan is still to
+    come (work worth doing only while this process would otherwise wait checks it). Without it
+    there is nothing to overlap: the plan is made here and the child inherits it. Without a child
+    (:func:`can_fork`) all of it runs here, ``meanwhile`` first."""
     if not can_fork():
         if meanwhile is not None:
             meanwhile(_never)
