@@ -178,17 +178,21 @@ class Replays:
             self._replay(u)
         return max(0, self._backlog[u] - W.first_wait_excess_ns(self.g))
 
-    def profiled_steps(self, e: W.Edit, warmup: bool) -> Iterator[None]:
-        """Make the replays that a profiled after-run's mean step under ``e`` needs (see
-        :func:`predict_from_graph`) that are not made yet, yielding after each."""
+    def profiled_edit(self, e: W.Edit, warmup: bool) -> W.Edit:
+        """The edit whose mean step is a profiled after-run's under ``e`` (see
+        :func:`predict_from_graph`): with ``warmup``, ``e`` behind its warm-up step's backlog."""
         if warmup and e != W.NO_EDIT:
-            u = msgspec.structs.replace(e, profiler_removed=True)
-            if u not in self._backlog:
-                self._replay(u)
-                yield
-            e = msgspec.structs.replace(e, carried_backlog_ns=self.warmup_backlog(e))
-        if e not in self._mean:
-            self._replay(e)
+            return msgspec.structs.replace(e, carried_backlog_ns=self.warmup_backlog(e))
+        return e
+
+    def profiled_steps(self, e: W.Edit, warmup: bool) -> Iterator[None]:
+        """Make the replays :meth:`profiled_edit` and its mean step need, yielding after each."""
+        if warmup and e != W.NO_EDIT:
+            self.warmup_backlog(e)  # the untraced replay
+            yield
+        pe = self.profiled_edit(e, warmup)
+        if pe not in self._mean:
+            self._replay(pe)
             yield
 
 
@@ -211,11 +215,10 @@ def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None, cache: Rep
     def run(e: W.Edit) -> float:
         if untraced:
             return reps.steady(msgspec.structs.replace(e, profiler_removed=True))
-        if warmup and e != W.NO_EDIT:
-            b = reps.warmup_backlog(e)
-            backlogs.append(b)
-            e = msgspec.structs.replace(e, carried_backlog_ns=b)
-        return reps.mean(e)
+        pe = reps.profiled_edit(e, warmup)
+        if pe is not e:
+            backlogs.append(pe.carried_backlog_ns)
+        return reps.mean(pe)
 
     before, after, low, high = (run(e) for e in lv.edits)
     ends = (low, high)
