@@ -151,7 +151,7 @@ def report_from(a: Analyses, cfg: Config) -> Diagnosis:
 
 
 def _with_predictions(a: Analyses, report: Diagnosis, cfg: Config, predictions: LeverPredictions | None) -> Diagnosis:
-    findings, path = attach_predictions(a.tl, a.window, report.findings, a.utilization.batch_size, cfg, predictions)
+    findings, path = attach_predictions(a.tl, a.window, report.findings, a.utilization.batch_size, cfg, predictions, a.links)
     return msgspec.structs.replace(report, findings=findings, extra={"critical_path": path} if path is not None else {})
 
 
@@ -247,7 +247,7 @@ def diagnose(
     # graph to build (no steps or no device work): a live child costs this process 1.5 ms to
     # fork and 5-6 ms of copy-on-write faults during the analyses (B200 trace: 21 -> 29 ms).
     relay = Relay[PredictionGraph, tuple[str, ...], LeverPredictions, KernelStats](
-        lambda: prediction_graph(tl, window, cfg),
+        lambda: prediction_graph(tl, window, cfg, links),
         lambda pg, levers: predictions_on(pg, levers, cfg),
         fork=jobs >= 2 and bool(window.steps) and links.device_rows.size > 0,
         idle=lambda pg: replay_ahead(pg, cfg),  # every lever, while the findings are being made

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import msgspec
 
-from whyidle.analyses.links import link_launches
 from whyidle.analyses.ranks import CrossRank, RankProfile, cross_rank, rank_profile
 from whyidle.config import Config
 from whyidle.errors import InputError, WhyidleError
@@ -61,7 +60,7 @@ def rank_job(path: str, cfg: Config, chunk_jobs: int | None = 1) -> RankResult:
     a = analyse(tl, cfg)
     report = report_from(a, cfg)
     rank = tl.meta.rank if tl.meta.rank_basis == "distributedInfo" else None
-    profile = rank_profile(-1 if rank is None else rank, tl, link_launches(tl), a.window, a.utilization)
+    profile = rank_profile(-1 if rank is None else rank, tl, a.links, a.window, a.utilization)
     return RankResult(path, rank, tl.meta.world_size, report, profile)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from whyidle.analyses import whatif as W
 from whyidle.analyses import whatif_path as WP
-from whyidle.analyses.links import link_launches
+from whyidle.analyses.links import Links, link_launches
 from whyidle.analyses.window import Window
 from whyidle.config import Config
 from whyidle.errors import ArgumentError
@@ -250,8 +250,8 @@ def with_batch_size(p: Prediction, batch_size: int | None) -> Prediction:
     return msgspec.structs.replace(p, samples_per_s_before=sps_b, samples_per_s_after=sps_a)
 
 
-def _graph(tl: Timeline, cfg: Config, window: Window | None = None) -> tuple[W.Graph | None, Window]:
-    links = link_launches(tl)
+def _graph(tl: Timeline, cfg: Config, window: Window | None = None, links: Links | None = None) -> tuple[W.Graph | None, Window]:
+    links = link_launches(tl) if links is None else links
     if window is None:
         from whyidle.analyses.window import select_window
 
@@ -303,8 +303,8 @@ class PredictionGraph(NamedTuple):
     replays: Replays | None
 
 
-def prediction_graph(tl: Timeline, window: Window, cfg: Config) -> PredictionGraph:
-    g, window = _graph(tl, cfg, window)
+def prediction_graph(tl: Timeline, window: Window, cfg: Config, links: Links | None = None) -> PredictionGraph:
+    g, window = _graph(tl, cfg, window, links)
     if g is None:
         return PredictionGraph(None, window, None, None)
     return PredictionGraph(g, window, critical_path_summary(g, W.replay(g), window, tl=tl), Replays(g))
@@ -330,9 +330,10 @@ def replay_ahead(pg: PredictionGraph, cfg: Config) -> Iterator[None]:
             yield from cache.profiled_steps(e, cfg.whatif_profiled_warmup)
 
 
-def lever_predictions(tl: Timeline, window: Window, levers: tuple[str, ...], cfg: Config) -> LeverPredictions:
-    """The replays of ``levers`` on the window, and the median step's critical path."""
-    return predictions_on(prediction_graph(tl, window, cfg), levers, cfg)
+def lever_predictions(tl: Timeline, window: Window, levers: tuple[str, ...], cfg: Config, links: Links | None = None) -> LeverPredictions:
+    """The replays of ``levers`` on the window, and the median step's critical path (``links``:
+    the timeline's, when already made)."""
+    return predictions_on(prediction_graph(tl, window, cfg, links), levers, cfg)
 
 
 def levers_of(findings: tuple[Finding, ...]) -> tuple[str, ...]:
@@ -341,13 +342,19 @@ def levers_of(findings: tuple[Finding, ...]) -> tuple[str, ...]:
 
 
 def attach_predictions(
-    tl: Timeline, window: Window, findings: tuple[Finding, ...], batch_size: int | None, cfg: Config, basis: LeverPredictions | None = None
+    tl: Timeline,
+    window: Window,
+    findings: tuple[Finding, ...],
+    batch_size: int | None,
+    cfg: Config,
+    basis: LeverPredictions | None = None,
+    links: Links | None = None,
 ) -> tuple[tuple[Finding, ...], dict[str, Any] | None]:
     """Findings with their predictions, and the critical path of the median step (None without
     steps). ``basis``: the window's lever predictions if already computed (for at least the
-    findings' levers), else they are replayed here."""
+    findings' levers), else they are replayed here (``links``: the timeline's, when made)."""
     if basis is None:
-        basis = lever_predictions(tl, window, levers_of(findings), cfg)
+        basis = lever_predictions(tl, window, levers_of(findings), cfg, links)
     if basis.critical_path is None:
         return findings, None
     out = []
