@@ -154,7 +154,11 @@ class Replays:
         self._backlog: dict[W.Edit, int] = {}
 
     def _replay(self, e: W.Edit) -> None:
-        r = W.replay(self.g, e)
+        self.add(W.replay(self.g, e))
+
+    def add(self, r: W.Replay) -> None:
+        """A replay of this graph made elsewhere (the critical path's, with no edit)."""
+        e = r.edit
         self._mean[e] = r.mean_step_ns
         self._steady[e] = r.steady_step_ns
         self._backlog[e] = W.backlog_ns(self.g, r)
@@ -307,7 +311,9 @@ def prediction_graph(tl: Timeline, window: Window, cfg: Config, links: Links | N
     g, window = _graph(tl, cfg, window, links)
     if g is None:
         return PredictionGraph(None, window, None, None)
-    return PredictionGraph(g, window, critical_path_summary(g, W.replay(g), window, tl=tl), Replays(g))
+    base, replays = W.replay(g), Replays(g)
+    replays.add(base)
+    return PredictionGraph(g, window, critical_path_summary(g, base, window, tl=tl), replays)
 
 
 def predictions_on(pg: PredictionGraph, levers: tuple[str, ...], cfg: Config) -> LeverPredictions:
