@@ -265,6 +265,7 @@ def _serial_error_is_the_forked_one(p: Path) -> str:
 @needs_fork
 def test_forked_decode_gives_the_same_timeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(K, "_BATCH_EVENTS", 64)  # many batches from a small trace
+    monkeypatch.setattr(K, "_BATCH_BYTES", 4096)
     monkeypatch.setattr(K, "_FORK_MIN_BATCHES", 2)
     monkeypatch.setattr(K, "_FORK_MIN_BYTES", 0)
     p = tmp_path / "t.json"
@@ -276,6 +277,7 @@ def test_forked_decode_gives_the_same_timeline(tmp_path: Path, monkeypatch: pyte
 @needs_fork
 def test_forked_decode_reports_a_bad_event_as_the_serial_reader_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(K, "_BATCH_EVENTS", 16)
+    monkeypatch.setattr(K, "_BATCH_BYTES", 1024)
     monkeypatch.setattr(K, "_FORK_MIN_BATCHES", 2)
     monkeypatch.setattr(K, "_FORK_MIN_BYTES", 0)
     trace = training_trace("none", steps=6)
@@ -299,6 +301,7 @@ def test_forked_decode_splits_here_when_slices_do_not_point_into_the_text(tmp_pa
     monkeypatch.setattr(K, "_BATCH_EVENTS", 64)
     monkeypatch.setattr(K, "_FORK_MIN_BATCHES", 2)
     monkeypatch.setattr(K, "_FORK_MIN_BYTES", 0)
+    monkeypatch.setattr(K, "_cut_plan", lambda text: None)  # the plan that splits by decoding
     p = tmp_path / "t.json"
     p.write_text(json.dumps(training_trace("none", steps=6), indent=1))  # white space between events
     serial = load(p, jobs=1)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import re
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Union
 
 import msgspec
@@ -29,6 +30,7 @@ import numpy as np
 
 from whyidle.errors import TraceFormatError
 from whyidle.sources._io import looks_like_kineto
+from whyidle.sources.kineto_cuts import find_cut, skip_ws
 from whyidle.sources.kineto_columns import (
     _Columns,
     _Local,
@@ -77,6 +79,12 @@ class _ExactEvent(_Event):
 
     ts: Any = None
     dur: Any = None
+
+
+class _Phased(msgspec.Struct, gc=False):
+    """An event's one field every event has (checks that a list holds events)."""
+
+    ph: str
 
 
 class _Doc(msgspec.Struct):
@@ -175,9 +183,26 @@ def parse_kineto(raw: bytes | list[bytes], path: str = "<memory>", jobs: int = 1
 
 
 def _parse(box: list[bytes], path: str) -> Timeline:
-    """Decode the event array as raw slices, then in batches, so that only one batch of
-    decoded events is alive at a time (the decoded objects take about twice the text).
-    The text (``box``'s one element) is let go of once every batch is decoded."""
+    """Decode the event array in batches cut without decoding (:func:`_cut_plan`), so that only
+    one batch of decoded events is alive at a time (the decoded objects take about twice the
+    text); where the cuts cannot be found or proved, :func:`_parse_split`. The text (``box``'s
+    one element) is let go of once every batch is decoded."""
+    text = box.pop()
+    p = _cut_plan(text)
+    if p is not None:
+        plan = p
+        cols = _assemble(text, plan, path, lambda k: _decode_batch(text, plan, *plan.bounds[k], path))
+        if cols is not None:
+            del text  # before the columns are sorted
+            return cols.finish(plan.doc)
+    box.append(text)
+    del text
+    return _parse_split(box, path)
+
+
+def _parse_split(box: list[bytes], path: str) -> Timeline:
+    """Split the event array into raw slices by decoding it, then decode them in batches: the
+    reader of any valid trace, and the one whose errors name the event at fault."""
     style, exact = _style(box[0])
     events, doc = _events(box.pop(), path)
     decoder = _EXACT_BATCH_DECODER if exact else _BATCH_DECODER
@@ -202,33 +227,162 @@ class _Plan(msgspec.Struct):
 
 
 def _parse_two_way(box: list[bytes], path: str, meanwhile: Meanwhile | None) -> Timeline:
-    """:func:`_parse` with the splitting done by a forked child (while this process runs
+    """:func:`_parse` with the plan made by a forked child (while this process runs
     ``meanwhile``) and the batches decoded from both ends of the text."""
     from whyidle.sources._twoway import planned_map
 
     text = box.pop()
 
     def plan() -> _Plan:
-        style, exact = _style(text)
-        events, doc = _events(text, path)
-        return _Plan(style, exact, doc, _batch_bounds(text, events))
+        return _cut_plan(text) or _split_plan(text, path)
 
-    def batch(p: _Plan, k: int) -> _Local:
-        a, b = p.bounds[k]
-        decoder = _EXACT_BATCH_DECODER if p.exact else _BATCH_DECODER
-        return _batch_columns(decoder, b"".join((b"[", memoryview(text)[a:b], b"]")), k * _BATCH_EVENTS, p.style, path)
-
-    p, locs = planned_map(plan, lambda p: len(p.bounds), batch, meanwhile, min_size=_FORK_MIN_BATCHES)
-    if not p.bounds:  # the slices did not point into the text (see _batch_bounds): split here
-        box.append(text)
-        del text
-        return _parse(box, path)
-    del text  # the plan and the batches were its last users: freed before the columns are sorted
-    cols = _Columns(path, p.style)
-    for loc in locs:
-        cols.merge(loc)
+    p, locs = planned_map(plan, lambda p: len(p.bounds), lambda p, k: _decode_batch(text, p, *p.bounds[k], path), meanwhile, min_size=_FORK_MIN_BATCHES)
+    cols = _assemble(text, p, path, locs.__getitem__) if p.bounds else None
     locs.clear()
+    box.append(text)
+    del text
+    if cols is None:  # a batch did not decode: the reader that names the error (or the slices did not point into the text)
+        return _parse_split(box, path)
+    box.clear()  # the batches were the text's last users: freed before the columns are sorted
     return cols.finish(p.doc)
+
+
+def _split_plan(text: bytes, path: str) -> _Plan:
+    """A plan from the event array split by decoding it (every cut an event's end)."""
+    style, exact = _style(text)
+    events, doc = _events(text, path)
+    return _Plan(style, exact, doc, _batch_bounds(text, events))
+
+
+def _decode_batch(text: bytes, p: _Plan, a: int, b: int, path: str) -> _Local | None:
+    """The columns of ``text[a:b]``'s events; None if that is not a list of valid events (a cut
+    in the wrong place, or a bad trace: :func:`_parse_split` then names the error)."""
+    try:
+        batch = (_EXACT_BATCH_DECODER if p.exact else _BATCH_DECODER).decode(b"".join((b"[", memoryview(text)[a:b], b"]")))
+        return _local_columns(batch, p.style, path)
+    except (msgspec.DecodeError, RecursionError, TraceFormatError):  # ValidationError is a DecodeError
+        return None
+
+
+def _assemble(text: bytes, p: _Plan, path: str, got: Callable[[int], _Local | None]) -> _Columns | None:
+    """The batches' columns merged in order (``got(k)``: batch k's, None where it did not decode).
+    A batch that did not decode is joined with the ones after it until the join decodes: each
+    batch then decodes as a JSON list and is separated from the next by a comma, so together
+    they are exactly the event array (JSON has one parse). None if the end comes first."""
+    cols = _Columns(path, p.style)
+    n, k = len(p.bounds), 0
+    while k < n:
+        loc = got(k)
+        a = p.bounds[k][0]
+        while loc is None and k + 1 < n:
+            k += 1
+            loc = _decode_batch(text, p, a, p.bounds[k][1], path)
+        if loc is None:
+            return None
+        cols.merge(loc)
+        k += 1
+    return cols
+
+
+def _cut_plan(text: bytes) -> _Plan | None:
+    """A plan whose batches are cut where an event most likely ends (:mod:`kineto_cuts`), found
+    without decoding the events: about :data:`_BATCH_BYTES` of text each. The cuts are proved
+    when the batches decode (:func:`_assemble`). None where the text does not look like a trace
+    written the usual way (the caller then splits it by decoding: :func:`_split_plan`)."""
+    span = _events_span(text)
+    if span is None:
+        return None
+    doc, a, end = span
+    bounds: list[tuple[int, int]] = []
+    while True:
+        hi, c = a + _BATCH_BYTES, -1
+        while hi < end and (c := find_cut(text, a + 1, hi, True, _CUT_TRIES)) < 0:
+            if hi - a > _MAX_BATCH_BYTES:
+                return None  # no event's end found where one should be: not the usual layout
+            hi += _BATCH_BYTES
+        if hi >= end:
+            bounds.append((a, end))
+            style, exact = _style(text)
+            return _Plan(style, exact, doc, bounds)
+        bounds.append((a, c))
+        a = skip_ws(text, skip_ws(text, c) + 1)  # past the ','
+
+
+def _events_span(text: bytes) -> tuple[Any, int, int] | None:
+    """The top level without its events (None for a bare list of events), and where the event
+    array's text lies (``[start, end)``: from its first event to the ']' that closes it); None
+    where any of it is not found in a few tries."""
+    start = skip_ws(text, 0)
+    if start >= len(text) or text[start] not in b"[{":
+        return None
+    doc: Any = None
+    if text[start] == 0x5B:  # '['
+        a = start + 1
+    else:
+        k = text.find(_EVENTS_KEY, start)
+        if k < 0:
+            return None
+        j = skip_ws(text, k + len(_EVENTS_KEY))
+        if j >= len(text) or text[j] != 0x3A:  # ':'
+            return None
+        a = skip_ws(text, j + 1)
+        if a >= len(text) or text[a] != 0x5B:
+            return None
+        a += 1
+        head = text[start:k].rstrip()
+        doc = _top_level(b"{}" if head == b"{" else head[:-1] + b"}" if head.endswith(b",") else b"")
+        if doc is None:
+            return None
+    a = skip_ws(text, a)
+    end = _events_end(text, a, doc)
+    return None if end < 0 else (doc, a, end)
+
+
+def _events_end(text: bytes, a: int, doc: Any) -> int:
+    """Position of the ']' closing the event array that starts at ``a`` (-1 if not found). Tried
+    from the right: what follows it must be the rest of the top level (merged into ``doc``), and
+    what lies between it and the cut before it must decode as events (so that a ']' in a field
+    after the array, or in a string, is not taken for the array's end)."""
+    hi = len(text)
+    for _ in range(_END_TRIES):
+        e = text.rfind(b"]", a, hi)
+        if e < 0 or len(text) - e > _MAX_TAIL_BYTES:
+            return -1
+        hi = e
+        j = skip_ws(text, e + 1)
+        if doc is None:
+            if j < len(text):
+                continue  # a bare list: nothing may follow it
+            tail = None
+        elif j < len(text) and text[j] == 0x7D and skip_ws(text, j + 1) == len(text):  # '}'
+            tail = None
+        elif j < len(text) and text[j] == 0x2C:  # ','
+            tail = _top_level(b"{" + text[j + 1 :])
+            if tail is None:
+                continue
+        else:
+            continue
+        c = find_cut(text, a + 1, e, True, _CUT_TRIES)
+        if c < 0:
+            return -1  # one event, or not the usual layout
+        try:
+            _LAST_EVENTS.decode(b"".join((b"[", memoryview(text)[skip_ws(text, skip_ws(text, c) + 1) : e], b"]")))
+        except (msgspec.DecodeError, RecursionError):
+            continue
+        for f in ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds"):
+            if tail is not None and getattr(tail, f) is not None:
+                setattr(doc, f, getattr(tail, f))
+        return e
+    return -1
+
+
+def _top_level(text: bytes) -> _SplitDoc | None:
+    """The top-level fields in ``text`` (a JSON object without events), None if it is not one."""
+    try:
+        doc = _SPLIT_DECODER.decode(text)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return doc if isinstance(doc, _SplitDoc) and doc.traceEvents is None else None
 
 
 def _style(text: bytes) -> tuple[str, bool]:
@@ -295,6 +449,13 @@ _EXACT_BATCH_DECODER = msgspec.json.Decoder(list[_ExactEvent], float_hook=_Num)
 # forks for texts of 8 MiB or more, and decodes no batch when the trace has fewer.
 _FORK_MIN_BATCHES = 8
 _FORK_MIN_BYTES = 8 << 20
+_BATCH_BYTES = 1 << 20  # text per decoded batch (about 2,000 events): measured peak RSS 83 MB on the 35 MB ResNet trace
+_MAX_BATCH_BYTES = 64 << 20  # a batch grown this far without an event's end found: not the usual layout
+_CUT_TRIES = 64  # '}' looked at per cut before the layout is called unusual
+_END_TRIES = 64  # ']' tried from the right for the event array's end
+_MAX_TAIL_BYTES = 1 << 20  # top-level fields after the array (Kineto writes a few hundred bytes)
+_EVENTS_KEY = b'"traceEvents"'
+_LAST_EVENTS = msgspec.json.Decoder(list[_Phased])
 _BATCH_EVENTS = 2048  # events per decoded batch: about 1 MB of text; measured peak RSS 83 MB on the 35 MB ResNet trace (8192: 99 MB)
 _AT_EVENT = re.compile(r"\$\[(\d+)\]")
 NESTED_TOO_DEEP = "has JSON nested deeper than the decoder allows (thousands of levels); expected a profiler trace"

@@ -1,7 +1,7 @@
 """The out-of-core Kineto reader's batches: where to cut the event array, and decoding the pieces.
 
-See :mod:`whyidle.sources.kineto_stream` for how a cut is proved (a batch that decodes as a JSON
-list of whole events). :class:`_Batches` decodes them in order, in this process or in a pool of
+See :mod:`whyidle.sources.kineto_cuts` for how a cut is found and proved (a batch that decodes as
+a JSON list of whole events). :class:`_Batches` decodes them in order, in this process or in a pool of
 worker processes; :func:`_decode_local` runs in the workers.
 """
 
@@ -16,9 +16,6 @@ import msgspec
 from whyidle.errors import TraceFormatError
 from whyidle.sources.kineto import _BATCH_DECODER, _EXACT_BATCH_DECODER, NESTED_TOO_DEEP
 from whyidle.sources.kineto_columns import _Columns, _Local, _local_columns
-
-_WS = b" \t\r\n"
-
 
 _BAD_CUT = "bad cut"
 
@@ -65,44 +62,6 @@ def _decode_local(text: bytes | bytearray, exact: bool, style: str, path: str) -
             return str(exc.args[0]) if exc.args else "has an event that cannot be read"
     finally:
         gc.enable()
-
-
-def _skip_ws(buf: bytes | bytearray, i: int) -> int:
-    n = len(buf)
-    while i < n and buf[i] in _WS:
-        i += 1
-    return i
-
-
-_EVENT_KEYS = (b'"ph"', b'"cat"', b'"name"', b'"pid"', b'"tid"', b'"ts"', b'"dur"', b'"args"', b'"id"')
-
-
-def _cut(buf: bytearray, lo: int, hi: int) -> int:
-    """Candidate end (exclusive) of the last whole event in ``buf[lo:hi]``.
-
-    A '}' then ',' then '{' opening an object whose first key is an event field ("ph", "name",
-    ...); failing that anywhere in the range, any '}' ',' '{'.
-    """
-    c = _find_cut(buf, lo, hi, True)
-    return c if c >= 0 else _find_cut(buf, lo, hi, False)
-
-
-def _find_cut(buf: bytearray, lo: int, hi: int, strict: bool) -> int:
-    n = len(buf)
-    while True:
-        c = buf.rfind(b"}", lo, hi)
-        if c < 0:
-            return -1
-        j = _skip_ws(buf, c + 1)
-        if j < n and buf[j] == 0x2C:  # ','
-            k = _skip_ws(buf, j + 1)
-            if k < n and buf[k] == 0x7B:  # '{'
-                if not strict:
-                    return c + 1
-                m = _skip_ws(buf, k + 1)
-                if buf.startswith(_EVENT_KEYS, m):
-                    return c + 1
-        hi = c
 
 
 class _Batches:

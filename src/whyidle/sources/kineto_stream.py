@@ -43,7 +43,8 @@ from whyidle.sources.kineto import (
     _fraction_style,
     looks_like_kineto,
 )
-from whyidle.sources.kineto_batches import _Batches, _close, _cut, _skip_ws
+from whyidle.sources.kineto_batches import _Batches, _close
+from whyidle.sources.kineto_cuts import cut, skip_ws
 from whyidle.sources.kineto_columns import _Columns, _Local
 from whyidle.timeline.model import Timeline
 
@@ -216,11 +217,11 @@ def _head(t: _Text, exact: bool) -> tuple[_Doc | None, int]:
     """The fields before the events (None for a bare list), and the position after its '['."""
     t.more()
     buf, spath = t.buf, t.path
-    start = _skip_ws(buf, 0)
+    start = skip_ws(buf, 0)
     while start >= len(buf) and t.more():
         if len(buf) > t.max_held:
             raise t.too_big("blank space before its JSON")
-        start = _skip_ws(buf, 0)
+        start = skip_ws(buf, 0)
     if start >= len(buf) or buf[start] not in b"{[":
         raise TraceFormatError(spath, "is not valid JSON; expected a PyTorch profiler trace")
     if buf[start] == 0x5B:  # '[': a bare list of events
@@ -229,13 +230,13 @@ def _head(t: _Text, exact: bool) -> tuple[_Doc | None, int]:
     while True:
         k = buf.find(key)
         if k >= 0:
-            j = _skip_ws(buf, k + len(key))
+            j = skip_ws(buf, k + len(key))
             while j >= len(buf) - 1 and t.more():
-                j = _skip_ws(buf, k + len(key))
+                j = skip_ws(buf, k + len(key))
             if j < len(buf) and buf[j] == 0x3A:  # ':'
-                j = _skip_ws(buf, j + 1)
+                j = skip_ws(buf, j + 1)
                 while j >= len(buf) and t.more():
-                    j = _skip_ws(buf, j)
+                    j = skip_ws(buf, j)
                 if j < len(buf) and buf[j] == 0x5B:
                     break
             raise TraceFormatError(spath, "has a 'traceEvents' field that is not a list; expected a PyTorch profiler trace")
@@ -250,14 +251,14 @@ def _head(t: _Text, exact: bool) -> tuple[_Doc | None, int]:
 
 def _serial_cut(t: _Text, batches: _Batches, pos: int) -> tuple[int, _Local | None]:
     """In one process: the last cut in the buffer that decodes, and its columns ((pos, None): none)."""
-    c = _cut(t.buf, pos, len(t.buf))
+    c = cut(t.buf, pos, len(t.buf))
     loc = None
     if c > pos:
         loc = batches.decode_view(t.buf, pos, c)
         tries = 0
         while loc is None:  # a wrong cut: try the one before it
             tries += 1
-            c = _cut(t.buf, pos, c - 1)
+            c = cut(t.buf, pos, c - 1)
             if c <= pos:
                 break
             if tries >= _MAX_FALSE_CUTS:
@@ -282,7 +283,7 @@ def _last_events(t: _Text, batches: _Batches, cols: _Columns, pos: int) -> None:
 def _events(t: _Text, batches: _Batches, cols: _Columns, pos: int, plain: bool) -> int:
     """Decode every event from ``pos``; returns the position after the array in the buffer."""
     while True:
-        pos = _skip_ws(t.buf, pos)
+        pos = skip_ws(t.buf, pos)
         if pos > _BATCH:  # blank space between events: drop it, never hold it
             t.drop(pos)
             pos = 0
@@ -290,7 +291,7 @@ def _events(t: _Text, batches: _Batches, cols: _Columns, pos: int, plain: bool) 
             return pos + 1
         if len(t.buf) - pos < _BATCH and t.more():
             continue
-        c, loc = _serial_cut(t, batches, pos) if batches.pool is None else (_cut(t.buf, pos, len(t.buf)), None)
+        c, loc = _serial_cut(t, batches, pos) if batches.pool is None else (cut(t.buf, pos, len(t.buf)), None)
         if c <= pos:
             if len(t.buf) - pos > t.max_held + _BATCH:
                 raise t.too_big("an event")
@@ -299,8 +300,8 @@ def _events(t: _Text, batches: _Batches, cols: _Columns, pos: int, plain: bool) 
             _last_events(t, batches, cols, pos)
             return 0
         buf = t.buf
-        j = _skip_ws(buf, c)  # at the ','
-        nxt = _skip_ws(buf, j + 1)
+        j = skip_ws(buf, c)  # at the ','
+        nxt = skip_ws(buf, j + 1)
         if batches.pool is not None and plain:
             batches.submit_at(t.buf_off + pos, c - pos, bytes(buf[c:nxt]))
         elif batches.pool is not None:
