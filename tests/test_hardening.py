@@ -477,6 +477,11 @@ def test_ctrl_c_with_a_pool_prints_one_line(tmp_path: Path, trace_doc: dict[str,
     assert err.decode().count("\n") == 1 and b"Traceback" not in err and b"KeyboardInterrupt" not in err, err.decode()
 
 
+def _pid_after_a_while(_: int) -> int:
+    time.sleep(0.05)
+    return os.getpid()
+
+
 def test_pool_workers_leave_ctrl_c_to_the_parent(tmp_path: Path, trace_doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker waiting for work when Ctrl-C arrives would die printing a KeyboardInterrupt
     traceback; with quiet_worker it ignores SIGINT, and both of whyidle's pools use it."""
@@ -486,7 +491,11 @@ def test_pool_workers_leave_ctrl_c_to_the_parent(tmp_path: Path, trace_doc: dict
     from whyidle.sources._twoway import quiet_worker
 
     with ProcessPoolExecutor(max_workers=2, initializer=quiet_worker) as pool:
-        assert pool.submit(int, "1").result() == 1  # started, now idle
+        ran: set[int] = set()
+        deadline = time.monotonic() + 30
+        while len(ran) < 2 and time.monotonic() < deadline:  # both started (a task runs after the initializer), now idle
+            ran.update(pool.map(_pid_after_a_while, range(4)))
+        assert ran == set(pool._processes)
         for pid in list(pool._processes):
             os.kill(pid, signal.SIGINT)
         time.sleep(0.3)

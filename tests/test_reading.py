@@ -138,7 +138,7 @@ def test_planned_map_takes_the_childs_plan_while_this_process_works() -> None:
         time.sleep(0.005)  # long enough for both processes to take a share
         return p[0] + i, os.getpid()
 
-    p, out = _twoway.planned_map(lambda: (100, os.getpid()), lambda p: 24, task, meanwhile=lambda waiting: calls.append(os.getpid()))
+    p, out = _twoway.planned_map(lambda: (100, os.getpid()), lambda p: 24, task, meanwhile=lambda: calls.append(os.getpid()))
     assert p[1] != here  # planned by the child
     assert calls == [here]  # meanwhile ran once, here
     assert [v for v, _ in out] == [100 + i for i in range(24)]
@@ -174,7 +174,7 @@ def test_planned_map_leaves_a_small_plan_to_this_process() -> None:
 def test_planned_map_without_fork_runs_here(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_twoway, "can_fork", lambda: False)
     here, calls = os.getpid(), []
-    p, out = _twoway.planned_map(lambda: os.getpid(), lambda p: 3, lambda p, i: (i, p), meanwhile=lambda waiting: calls.append(1))
+    p, out = _twoway.planned_map(lambda: os.getpid(), lambda p: 3, lambda p, i: (i, p), meanwhile=lambda: calls.append(1))
     assert p == here and calls == [1] and out == [(i, here) for i in range(3)]
 
 
@@ -344,19 +344,6 @@ def test_relay_works_ahead_while_the_question_has_not_come() -> None:
         n, q = relay.result()
     assert q == 7 and 5 <= n < 1000  # it worked ahead, and stopped when asked
     assert made == []  # in the child: this process's list is untouched
-
-
-@needs_fork
-def test_optional_imports_only_while_the_plan_is_still_to_come(tmp_path: Path) -> None:
-    """``ReadAhead(imports_if_idle=...)``: imported while this process would wait for the child's
-    plan, never when the plan is already there (nor without a child)."""
-    ra = _io.ReadAhead(imports=("json",), imports_if_idle=("whyidle_no_such_module_a",))
-    ra.import_now(lambda: False)  # the plan is there: the optional module is not tried
-    with pytest.raises(ModuleNotFoundError, match="whyidle_no_such_module_b"):
-        _io.ReadAhead(imports_if_idle=("whyidle_no_such_module_b",)).import_now(lambda: True)
-    seen: list[bool] = []
-    p, out = _twoway.planned_map(lambda: (time.sleep(0.05), 3)[1], lambda p: p, lambda p, i: i, meanwhile=lambda waiting: seen.append(waiting()))
-    assert out == [0, 1, 2] and seen == [True]  # the child was still planning
 
 
 @needs_fork

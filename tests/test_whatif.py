@@ -456,6 +456,17 @@ def test_record_gaps_go_back_to_the_latest_boundary() -> None:
     assert gap[1] == 0 and bool(has[1])
 
 
+@given(st.lists(st.integers(-(10**12), 10**12), min_size=1, max_size=60), st.floats(-0.1, 1.1))
+@settings(max_examples=300, deadline=None)
+def test_linear_quantile_is_numpys_bit_for_bit(values: list[int], q: float) -> None:
+    from whyidle.analyses.profcost import linear_quantile
+
+    a = np.array(values, dtype=np.int64)
+    q = min(max(q, 0.0), 1.0)  # np.quantile refuses q outside [0, 1]
+    assert linear_quantile(a, q) == float(np.quantile(a, q))
+    assert a.tolist() == values  # the caller's array is not reordered
+
+
 def test_carried_backlog_delays_the_first_sync() -> None:
     g = graph(synced())
     # The stream is busy until 30 us: the first kernel runs 30-80 (not 10-60), the sync returns

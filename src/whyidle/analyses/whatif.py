@@ -130,8 +130,9 @@ class _Clock:
     at zero weight when the edit removes it, and ``host_factor`` applied over the edited region."""
 
     def __init__(self, g: Graph, edit: Edit) -> None:
+        self.g, self.key = g, (edit.profiler_removed, edit.sync_removed and edit.sync_consumers_removed)
         self.anchors = g.anchor_profiler_spans if edit.profiler_removed else g.anchor_spans
-        if edit.sync_removed and edit.sync_consumers_removed:
+        if self.key[1]:
             self.anchors = self.anchors | g.consumers
         self.factor = edit.host_factor
         if edit.host_factor == 1.0:
@@ -142,11 +143,15 @@ class _Clock:
             self.scaled = Intervals.single(g.host_lo, max(g.host_hi, int(g.dev_end.max())) + 1) - self.anchors
 
     def at(self, t: I64, origin: int) -> npt.NDArray[np.float64]:
-        """The clock at ``t``, counted from ``origin`` (a float64 holds whole nanoseconds exactly
-        only below 2**53: times since the epoch would be rounded to 256 ns)."""
-        c = ((t - origin) - self.anchors.covered_before(t)).astype(np.float64)
+        """The clock at ``t`` (the graph's instants, the same for every edit: see _Run), counted
+        from ``origin`` (a float64 holds whole nanoseconds exactly only below 2**53: times since
+        the epoch would be rounded to 256 ns). Read-only: shared by the edits with these anchors."""
+        c = self.g.clock_bases.get(self.key)
+        if c is None:
+            c = self.g.clock_bases[self.key] = ((t - origin) - self.anchors.covered_before(t)).astype(np.float64)
+            c.flags.writeable = False
         if len(self.scaled):
-            c -= (1.0 - self.factor) * self.scaled.covered_before(t)
+            c = c - (1.0 - self.factor) * self.scaled.covered_before(t)
         return c
 
 

@@ -158,6 +158,9 @@ class Graph(msgspec.Struct, frozen=True):
     last_host_end: int  # end of the last step's host range
     window_end: int
     loader_ns_per_step: float  # recorded DataLoader time per step on the host chain
+    # The replay's clock before any scaling, at the instants it reads (see whatif._Clock), per
+    # set of anchors: the same for every edit that keeps them, so made once per graph.
+    clock_bases: dict[tuple[bool, bool], npt.NDArray[np.float64]] = msgspec.field(default_factory=dict)
 
     @property
     def n_steps(self) -> int:

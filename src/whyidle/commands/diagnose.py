@@ -136,9 +136,8 @@ def run(args: argparse.Namespace) -> int:
         check_not_input(args.output, (args.trace, getattr(args, "counters", None)))  # before reading
     from whyidle.sources import ReadAhead
 
-    # The trace is read while numpy imports, and split (by a forked child) while the analyses do.
-    # numpy.ma, if there is time: np.quantile imports it, in the what-if graph's helper process.
-    with ReadAhead(imports=("whyidle.pipeline", "whyidle.render.perfetto", "whyidle.render.json"), imports_if_idle=("numpy.ma",)) as read_ahead:
+    # The trace is read while numpy imports, and decoded by a forked child while the analyses do.
+    with ReadAhead(imports=("whyidle.pipeline", "whyidle.render.perfetto", "whyidle.render.json")) as read_ahead:
         read_ahead.start(args.trace, cfg.stream_min_bytes)
         from whyidle.commands._ranks import is_run_dir, run_ranks
 

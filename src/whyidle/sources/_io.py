@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 import os
 import stat
 import threading
@@ -151,27 +150,18 @@ class ReadAhead:
     context manager, or call :meth:`close`, so that no thread is left holding a file's bytes.
 
     ``imports``: modules the caller needs next (the analyses). :func:`whyidle.sources.load`
-    imports them while a forked child splits the trace (``jobs=2``), when it forks one; then
-    ``imports_if_idle`` while the child's plan is still to come (modules that only some traces
-    need, which would otherwise be imported later, on a path someone waits for).
+    imports them while a forked child plans and decodes the trace (``jobs=2``), when it forks one.
     """
 
-    def __init__(self, imports: tuple[str, ...] = (), imports_if_idle: tuple[str, ...] = ()) -> None:
+    def __init__(self, imports: tuple[str, ...] = ()) -> None:
         self._pending: dict[Path, _Pending] = {}
         self._lock = threading.Lock()
         self._imports = imports
-        self._if_idle = imports_if_idle
 
-    def import_now(self, waiting: Callable[[], bool] = lambda: False) -> None:
-        """Import the modules named at construction (once), and those named ``imports_if_idle``
-        while ``waiting()``."""
+    def import_now(self) -> None:
+        """Import the modules named at construction (once)."""
         names, self._imports = self._imports, ()
         for name in names:
-            importlib.import_module(name)
-        optional, self._if_idle = self._if_idle, ()
-        for name in optional:
-            if not waiting():
-                break
             importlib.import_module(name)
 
     def start(self, path: str | os.PathLike[str], max_bytes: int) -> None:

@@ -50,12 +50,8 @@ Q = TypeVar("Q")
 U = TypeVar("U")
 E = TypeVar("E")
 _COUNTERS = struct.Struct("=qq")  # front, back
-Meanwhile = Callable[[Callable[[], bool]], object]  # work done while a child plans; gets waiting()
+Meanwhile = Callable[[], object]  # work done here while a child plans
 _LENGTH = struct.Struct("=q")  # a pickled plan's length before it in the pipe (-1: no plan)
-
-
-def _never() -> bool:
-    return False
 
 
 def _readable(fd: int) -> bool:
@@ -91,13 +87,12 @@ def planned_map(
     than ``min_size`` tasks).
 
     With ``meanwhile``, the child is forked first and makes the plan (which must pickle) while
-    this process runs ``meanwhile(waiting)``; ``waiting()`` says whether the plan is still to
-    come (work worth doing only while this process would otherwise wait checks it). Without it
-    there is nothing to overlap: the plan is made here and the child inherits it. Without a child
+    this process runs ``meanwhile()``. Without it there is nothing to overlap: the plan is made
+    here and the child inherits it. Without a child
     (:func:`can_fork`) all of it runs here, ``meanwhile`` first."""
     if not can_fork():
         if meanwhile is not None:
-            meanwhile(_never)
+            meanwhile()
         p = plan()
         return p, [task(p, i) for i in range(size(p))]
     shared = mmap.mmap(-1, _COUNTERS.size)
@@ -116,7 +111,7 @@ def planned_map(
     results: dict[int, T] = {}
     try:
         if meanwhile is not None:
-            meanwhile(lambda: not _readable(r))
+            meanwhile()
         with os.fdopen(r, "rb") as pipe:
             r = -1
             if meanwhile is not None:

@@ -162,8 +162,8 @@ def _fraction_style(texts: list[str]) -> str:
 def parse_kineto(raw: bytes | list[bytes], path: str = "<memory>", jobs: int = 1, meanwhile: Meanwhile | None = None) -> Timeline:
     """The Timeline of a Kineto trace held in memory.
 
-    ``jobs`` >= 2: a forked child splits the trace into batches while this process runs
-    ``meanwhile(waiting)`` (the command line imports the analyses; see
+    ``jobs`` >= 2: a forked child plans the batches (:func:`_cut_plan`) while this process runs
+    ``meanwhile()`` (the command line imports the analyses; see
     :func:`whyidle.sources._twoway.planned_map`), then decodes batches from the back
     while this process takes them from the front (see :mod:`whyidle.sources._twoway`; Linux with
     two cores, else one process). ``meanwhile`` may not be called at all. Forking is the caller's
