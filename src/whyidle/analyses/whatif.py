@@ -149,7 +149,7 @@ class _Clock:
         c = self.g.clock_bases.get(self.key)
         if c is None:
             c = self.g.clock_bases[self.key] = ((t - origin) - self.anchors.covered_before(t)).astype(np.float64)
-            c.flags.writeable = False
+            c.setflags(write=False)
         if len(self.scaled):
             c = c - (1.0 - self.factor) * self.scaled.covered_before(t)
         return c
