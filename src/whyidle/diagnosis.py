@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from whyidle.findings.model import DiagnosisData, MultiRankData
+from whyidle.findings.model import DiagnosisData, MultiRankData, RankEntry
 
 __all__ = ["Diagnosis", "Report", "MultiRankReport", "as_diagnosis", "load_report"]
 
@@ -77,9 +77,14 @@ def as_diagnosis(data: DiagnosisData) -> Diagnosis:
     return Diagnosis(**msgspec.structs.asdict(data))
 
 
-def load_report(path: str | os.PathLike[str]) -> Diagnosis:
+def load_report(path: str | os.PathLike[str]) -> Diagnosis | MultiRankReport:
     """A JSON report saved by ``whyidle diagnose -o report.json`` (plain or gzipped), as the
-    Diagnosis it was made from: every output renders from it as from the original."""
-    from whyidle.findings.saved import load_report as load_data
+    Diagnosis it was made from (a MultiRankReport for a run folder's report): every output
+    renders from it as from the original."""
+    from whyidle.findings.saved import load_saved
 
-    return as_diagnosis(load_data(path))
+    data = load_saved(path)
+    if isinstance(data, MultiRankData):
+        ranks = tuple(RankEntry(e.rank, e.path, None if e.report is None else as_diagnosis(e.report), e.error) for e in data.ranks)
+        return MultiRankReport(data.run_dir, data.rank_basis, data.world_size, ranks, data.cross_rank, data.notes)
+    return as_diagnosis(data)

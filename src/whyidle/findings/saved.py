@@ -6,7 +6,8 @@ compared or rendered again (HTML, Perfetto) without its trace: the loaded diagno
 the same JSON, terminal and HTML reports as the original, counter figures included. Older
 reports lack some fields and load without them: before the gap columns (no timeline strip in
 their HTML), before the per-name times (compare lists no kernels), before the exact tensor-core
-and FP32 times (taken back from their shares).
+and FP32 times (taken back from their shares). A multi-rank run's report loads through
+:func:`load_saved` (:mod:`whyidle.findings.saved_ranks`).
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ from whyidle.findings.model import (
     DiagnosisData,
     GapColumns,
     GapRecord,
+    MultiRankData,
     Skipped,
     SourceInfo,
     WindowInfo,
 )
 
-__all__ = ["looks_like_report", "report_from_dict", "load_report"]
+__all__ = ["looks_like_report", "report_from_dict", "load_report", "load_saved", "check_schema"]
 
 _SUPPORTED_MAJOR = "1"
 
@@ -292,13 +294,25 @@ def _lanes(v: Any) -> tuple[Lane, ...]:
     return tuple(Lane(LaneKind(x["kind"]), _i64(x["device"]), str(x["pid"]), str(x["tid"]), str(x.get("name", ""))) for x in v)
 
 
-def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> DiagnosisData:
-    """Diagnosis data from the JSON report's dict; raises TraceFormatError naming ``where`` when it is not one."""
+def check_schema(d: dict[str, Any], where: str) -> None:
+    """Raise TraceFormatError naming ``where`` unless ``d`` is a whyidle report of a schema read here."""
     version = str(d.get("schema_version", ""))
     if not version:
         raise TraceFormatError(where, "is JSON but not a whyidle report (no 'schema_version')")
     if version.split(".", 1)[0] != _SUPPORTED_MAJOR:
         raise TraceFormatError(where, f"is a whyidle report of schema {version}; this whyidle reads schema {_SUPPORTED_MAJOR}.x")
+
+
+def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> DiagnosisData:
+    """Diagnosis data from the JSON report's dict; raises TraceFormatError naming ``where`` when it is not one."""
+    check_schema(d, where)
+    if d.get("kind") == "multi_rank":
+        n = len(d["ranks"]) if isinstance(d.get("ranks"), list) else "several"
+        raise TraceFormatError(
+            where,
+            f"is a multi-rank report ({n} ranks) where one trace's report was expected; compare runs rank by rank "
+            "(each rank's trace, or whyidle.load_report(path).ranks[i].report)",
+        )
     try:
         src, win, u, th, k = d["source"], d["window"], d["utilization"], d["throughput"], d["kernels"]
         window_ns = _i64(win["duration_ns"])
@@ -369,6 +383,21 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> DiagnosisData:
 
 def load_report(path: str | os.PathLike[str]) -> DiagnosisData:
     """Read a JSON report saved by ``whyidle diagnose -o report.json`` (plain or gzipped)."""
+    p, d = _decode(path)
+    return report_from_dict(d, str(p))
+
+
+def load_saved(path: str | os.PathLike[str]) -> DiagnosisData | MultiRankData:
+    """A saved JSON report, one trace's or a multi-rank run's (``whyidle diagnose RUN_DIR -o run.json``)."""
+    p, d = _decode(path)
+    if d.get("kind") == "multi_rank":
+        from whyidle.findings.saved_ranks import multi_rank_from_dict
+
+        return multi_rank_from_dict(d, str(p))
+    return report_from_dict(d, str(p))
+
+
+def _decode(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:
     from whyidle.sources import read_bytes
 
     p = Path(path)
@@ -381,4 +410,4 @@ def load_report(path: str | os.PathLike[str]) -> DiagnosisData:
         raise TraceFormatError(p, f"is not valid JSON ({exc}); expected a whyidle JSON report") from None
     if not isinstance(d, dict):
         raise TraceFormatError(p, "is JSON but not a whyidle report (expected an object)")
-    return report_from_dict(d, str(p))
+    return p, d
