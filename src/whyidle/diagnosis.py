@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from whyidle.findings.model import DiagnosisData, MultiRankData, RankEntry
+from whyidle.findings.model import DiagnosisData, MultiRankData
 
 __all__ = ["Diagnosis", "Report", "MultiRankReport", "as_diagnosis", "load_report"]
 
@@ -85,6 +85,6 @@ def load_report(path: str | os.PathLike[str]) -> Diagnosis | MultiRankReport:
 
     data = load_saved(path)
     if isinstance(data, MultiRankData):
-        ranks = tuple(RankEntry(e.rank, e.path, None if e.report is None else as_diagnosis(e.report), e.error) for e in data.ranks)
-        return MultiRankReport(data.run_dir, data.rank_basis, data.world_size, ranks, data.cross_rank, data.notes)
+        ranks = tuple(msgspec.structs.replace(e, report=None if e.report is None else as_diagnosis(e.report)) for e in data.ranks)
+        return MultiRankReport(**{**msgspec.structs.asdict(data), "ranks": ranks})
     return as_diagnosis(data)

@@ -30,7 +30,7 @@ import numpy as np
 
 from whyidle.errors import TraceFormatError
 from whyidle.sources._io import looks_like_kineto
-from whyidle.sources.kineto_cuts import find_cut, skip_ws
+from whyidle.sources.kineto_cuts import cut_bounds, events_span
 from whyidle.sources.kineto_columns import (
     _Columns,
     _Local,
@@ -79,12 +79,6 @@ class _ExactEvent(_Event):
 
     ts: Any = None
     dur: Any = None
-
-
-class _Phased(msgspec.Struct, gc=False):
-    """An event's one field every event has (checks that a list holds events)."""
-
-    ph: str
 
 
 class _Doc(msgspec.Struct):
@@ -257,11 +251,32 @@ def _split_plan(text: bytes, path: str) -> _Plan:
 def _decode_batch(text: bytes, p: _Plan, a: int, b: int, path: str) -> _Local | None:
     """The columns of ``text[a:b]``'s events; None if that is not a list of valid events (a cut
     in the wrong place, or a bad trace: :func:`_parse_split` then names the error)."""
+    loc = batch_columns_or_why(b"".join((b"[", memoryview(text)[a:b], b"]")), p.exact, p.style, path)
+    return None if isinstance(loc, str) else loc
+
+
+BAD_CUT = "bad cut"
+
+
+def batch_columns_or_why(text: bytes | bytearray, exact: bool, style: str, path: str) -> _Local | str:
+    """The columns of one batch ``[...]`` of events, or why not: :data:`BAD_CUT` when the text is
+    not whole events (a cut in the wrong place), else the trace's error message (both readers'
+    batches, and the out-of-core reader's worker processes)."""
     try:
-        batch = (_EXACT_BATCH_DECODER if p.exact else _BATCH_DECODER).decode(b"".join((b"[", memoryview(text)[a:b], b"]")))
-        return _local_columns(batch, p.style, path)
-    except (msgspec.DecodeError, RecursionError, TraceFormatError):  # ValidationError is a DecodeError
-        return None
+        events = (_EXACT_BATCH_DECODER if exact else _BATCH_DECODER).decode(text)
+    except msgspec.ValidationError as exc:
+        msg = str(exc)
+        if ".ts`" in msg or ".dur`" in msg:
+            return "has a time that is not a number; expected microseconds"
+        return f"is JSON but not a Chrome/Kineto trace ({msg})"
+    except msgspec.DecodeError:
+        return BAD_CUT
+    except RecursionError:
+        return NESTED_TOO_DEEP
+    try:
+        return _local_columns(events, style, path)
+    except TraceFormatError as exc:
+        return str(exc.args[0]) if exc.args else "has an event that cannot be read"
 
 
 def _assemble(text: bytes, p: _Plan, path: str, got: Callable[[int], _Local | None]) -> _Columns | None:
@@ -289,91 +304,12 @@ def _cut_plan(text: bytes) -> _Plan | None:
     without decoding the events: about :data:`_BATCH_BYTES` of text each. The cuts are proved
     when the batches decode (:func:`_assemble`). None where the text does not look like a trace
     written the usual way (the caller then splits it by decoding: :func:`_split_plan`)."""
-    span = _events_span(text)
-    if span is None:
+    span = events_span(text, _top_level)
+    bounds = None if span is None else cut_bounds(text, span[1], span[2], _BATCH_BYTES)
+    if span is None or bounds is None:
         return None
-    doc, a, end = span
-    bounds: list[tuple[int, int]] = []
-    while True:
-        hi, c = a + _BATCH_BYTES, -1
-        while hi < end and (c := find_cut(text, a + 1, hi, True, _CUT_TRIES)) < 0:
-            if hi - a > _MAX_BATCH_BYTES:
-                return None  # no event's end found where one should be: not the usual layout
-            hi += _BATCH_BYTES
-        if hi >= end:
-            bounds.append((a, end))
-            style, exact = _style(text)
-            return _Plan(style, exact, doc, bounds)
-        bounds.append((a, c))
-        a = skip_ws(text, skip_ws(text, c) + 1)  # past the ','
-
-
-def _events_span(text: bytes) -> tuple[Any, int, int] | None:
-    """The top level without its events (None for a bare list of events), and where the event
-    array's text lies (``[start, end)``: from its first event to the ']' that closes it); None
-    where any of it is not found in a few tries."""
-    start = skip_ws(text, 0)
-    if start >= len(text) or text[start] not in b"[{":
-        return None
-    doc: Any = None
-    if text[start] == 0x5B:  # '['
-        a = start + 1
-    else:
-        k = text.find(_EVENTS_KEY, start)
-        if k < 0:
-            return None
-        j = skip_ws(text, k + len(_EVENTS_KEY))
-        if j >= len(text) or text[j] != 0x3A:  # ':'
-            return None
-        a = skip_ws(text, j + 1)
-        if a >= len(text) or text[a] != 0x5B:
-            return None
-        a += 1
-        head = text[start:k].rstrip()
-        doc = _top_level(b"{}" if head == b"{" else head[:-1] + b"}" if head.endswith(b",") else b"")
-        if doc is None:
-            return None
-    a = skip_ws(text, a)
-    end = _events_end(text, a, doc)
-    return None if end < 0 else (doc, a, end)
-
-
-def _events_end(text: bytes, a: int, doc: Any) -> int:
-    """Position of the ']' closing the event array that starts at ``a`` (-1 if not found). Tried
-    from the right: what follows it must be the rest of the top level (merged into ``doc``), and
-    what lies between it and the cut before it must decode as events (so that a ']' in a field
-    after the array, or in a string, is not taken for the array's end)."""
-    hi = len(text)
-    for _ in range(_END_TRIES):
-        e = text.rfind(b"]", a, hi)
-        if e < 0 or len(text) - e > _MAX_TAIL_BYTES:
-            return -1
-        hi = e
-        j = skip_ws(text, e + 1)
-        if doc is None:
-            if j < len(text):
-                continue  # a bare list: nothing may follow it
-            tail = None
-        elif j < len(text) and text[j] == 0x7D and skip_ws(text, j + 1) == len(text):  # '}'
-            tail = None
-        elif j < len(text) and text[j] == 0x2C:  # ','
-            tail = _top_level(b"{" + text[j + 1 :])
-            if tail is None:
-                continue
-        else:
-            continue
-        c = find_cut(text, a + 1, e, True, _CUT_TRIES)
-        if c < 0:
-            return -1  # one event, or not the usual layout
-        try:
-            _LAST_EVENTS.decode(b"".join((b"[", memoryview(text)[skip_ws(text, skip_ws(text, c) + 1) : e], b"]")))
-        except (msgspec.DecodeError, RecursionError):
-            continue
-        for f in ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds"):
-            if tail is not None and getattr(tail, f) is not None:
-                setattr(doc, f, getattr(tail, f))
-        return e
-    return -1
+    style, exact = _style(text)
+    return _Plan(style, exact, span[0], bounds)
 
 
 def _top_level(text: bytes) -> _SplitDoc | None:
@@ -449,13 +385,7 @@ _EXACT_BATCH_DECODER = msgspec.json.Decoder(list[_ExactEvent], float_hook=_Num)
 # forks for texts of 8 MiB or more, and decodes no batch when the trace has fewer.
 _FORK_MIN_BATCHES = 8
 _FORK_MIN_BYTES = 8 << 20
-_BATCH_BYTES = 1 << 20  # text per decoded batch (about 2,000 events): measured peak RSS 83 MB on the 35 MB ResNet trace
-_MAX_BATCH_BYTES = 64 << 20  # a batch grown this far without an event's end found: not the usual layout
-_CUT_TRIES = 64  # '}' looked at per cut before the layout is called unusual
-_END_TRIES = 64  # ']' tried from the right for the event array's end
-_MAX_TAIL_BYTES = 1 << 20  # top-level fields after the array (Kineto writes a few hundred bytes)
-_EVENTS_KEY = b'"traceEvents"'
-_LAST_EVENTS = msgspec.json.Decoder(list[_Phased])
+_BATCH_BYTES = 1 << 20  # text per decoded batch (about 2,000 events): peak RSS 74 MiB on the 35 MB ResNet trace (bench_diagnose)
 _BATCH_EVENTS = 2048  # events per decoded batch: about 1 MB of text; measured peak RSS 83 MB on the 35 MB ResNet trace (8192: 99 MB)
 _AT_EVENT = re.compile(r"\$\[(\d+)\]")
 NESTED_TOO_DEEP = "has JSON nested deeper than the decoder allows (thousands of levels); expected a profiler trace"

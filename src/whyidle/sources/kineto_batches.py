@@ -11,13 +11,9 @@ import gc
 from collections import deque
 from typing import Any
 
-import msgspec
-
 from whyidle.errors import TraceFormatError
-from whyidle.sources.kineto import _BATCH_DECODER, _EXACT_BATCH_DECODER, NESTED_TOO_DEEP
-from whyidle.sources.kineto_columns import _Columns, _Local, _local_columns
-
-_BAD_CUT = "bad cut"
+from whyidle.sources.kineto import BAD_CUT, batch_columns_or_why
+from whyidle.sources.kineto_columns import _Columns, _Local
 
 
 def _read_at(path: str, offset: int, length: int) -> bytearray:
@@ -38,28 +34,11 @@ def _decode_at(path: str, offset: int, length: int, exact: bool, style: str) -> 
 
 
 def _decode_local(text: bytes | bytearray, exact: bool, style: str, path: str) -> _Local | str:
-    """Decode one batch ``[...]`` into columns (runs in worker processes too).
-
-    Returns :data:`_BAD_CUT` when the text is not whole events (the cut was wrong) and an error
-    message (str) for a trace that is not a profiler trace.
-    """
+    """Decode one batch ``[...]`` into columns with the collector off (runs in worker processes
+    too): :func:`whyidle.sources.kineto.batch_columns_or_why`."""
     gc.disable()
     try:
-        try:
-            events = (_EXACT_BATCH_DECODER if exact else _BATCH_DECODER).decode(text)
-        except msgspec.ValidationError as exc:
-            msg = str(exc)
-            if ".ts`" in msg or ".dur`" in msg:
-                return "has a time that is not a number; expected microseconds"
-            return f"is JSON but not a Chrome/Kineto trace ({msg})"
-        except msgspec.DecodeError:
-            return _BAD_CUT
-        except RecursionError:
-            return NESTED_TOO_DEEP
-        try:
-            return _local_columns(events, style, path)
-        except TraceFormatError as exc:
-            return str(exc.args[0]) if exc.args else "has an event that cannot be read"
+        return batch_columns_or_why(text, exact, style, path)
     finally:
         gc.enable()
 
@@ -88,7 +67,7 @@ class _Batches:
 
     def _check(self, res: _Local | str) -> _Local | None:
         if isinstance(res, str):
-            if res == _BAD_CUT:
+            if res == BAD_CUT:
                 return None
             raise TraceFormatError(self.cols.path, res)
         return res

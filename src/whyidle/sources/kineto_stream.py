@@ -44,7 +44,7 @@ from whyidle.sources.kineto import (
     looks_like_kineto,
 )
 from whyidle.sources.kineto_batches import _Batches, _close
-from whyidle.sources.kineto_cuts import cut, skip_ws
+from whyidle.sources.kineto_cuts import cut, merge_top_level, skip_ws
 from whyidle.sources.kineto_columns import _Columns, _Local
 from whyidle.timeline.model import Timeline
 
@@ -160,15 +160,6 @@ def _decode_head(text: bytes, path: str, exact: bool) -> _Doc:
     if not isinstance(doc, _Doc):
         raise TraceFormatError(path, "is not a JSON object with a 'traceEvents' list; expected a PyTorch profiler trace")
     return doc
-
-
-def _merge(a: _Doc | None, b: _Doc) -> _Doc:
-    if a is None:
-        return b
-    for f in ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds"):
-        if getattr(b, f) is not None:
-            setattr(a, f, getattr(b, f))
-    return a
 
 
 class _Text:
@@ -325,7 +316,7 @@ def _tail(t: _Text, doc: _Doc | None, pos: int, exact: bool) -> _Doc | None:
     if doc is not None:
         rest_b = rest_b[1:].lstrip() if rest_b.startswith(b",") else rest_b
         if rest_b and rest_b != b"}":
-            doc = _merge(doc, _decode_head(b"{" + rest_b, t.path, exact))
+            doc = merge_top_level(doc, _decode_head(b"{" + rest_b, t.path, exact))
         elif not rest_b:
             raise TraceFormatError(t.path, "the JSON is truncated (no closing '}'); was the trace fully written?")
     return doc
