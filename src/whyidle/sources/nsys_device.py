@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import numpy.typing as npt
 
 from whyidle.sources.nsys_context import Export
 from whyidle.sources.nsys_schema import TID_MASK
@@ -85,19 +86,9 @@ def read_memcpy(x: Export) -> int:
     a = x.s.ints(t, ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes", "copyKind", "srcKind", "dstKind"))
     if a.shape[0] == 0:
         return 0
-    start, end = x.times(a[:, 0], a[:, 1])
     combos, inv = np.unique(a[:, 7:10], axis=0, return_inverse=True)
     ids = x.b.intern_many([memcpy_name(int(c), int(s), int(d)) for c, s, d in combos.tolist()])
-    x.b.add_columns(
-        start_ns=start,
-        end_ns=end,
-        lane=x.stream_lanes(a[:, 2], a[:, 5], a[:, 3]),
-        kind=np.full(a.shape[0], int(Kind.MEMCPY), dtype=np.int8),
-        name=ids[inv.reshape(-1)],
-        corr=x.corr_key(a[:, 5] & ~TID_MASK, a[:, 4]),
-        nbytes=a[:, 6],
-    )
-    return int(a.shape[0])
+    return _add_transfers(x, a, Kind.MEMCPY, ids[inv.reshape(-1)])
 
 
 def read_memset(x: Export) -> int:
@@ -107,15 +98,21 @@ def read_memset(x: Export) -> int:
     a = x.s.ints(t, ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes", "memKind"))
     if a.shape[0] == 0:
         return 0
-    start, end = x.times(a[:, 0], a[:, 1])
     kinds, inv = np.unique(a[:, 7], return_inverse=True)
     ids = x.b.intern_many([f"Memset ({_MEM_KIND.get(int(k), 'Device')})" for k in kinds.tolist()])
+    return _add_transfers(x, a, Kind.MEMSET, ids[inv.reshape(-1)])
+
+
+def _add_transfers(x: Export, a: npt.NDArray[np.int64], kind: Kind, names: npt.NDArray[np.int64]) -> int:
+    """Copies or memsets as rows; ``a``'s first columns: start, end, deviceId, streamId,
+    correlationId, globalPid, bytes."""
+    start, end = x.times(a[:, 0], a[:, 1])
     x.b.add_columns(
         start_ns=start,
         end_ns=end,
         lane=x.stream_lanes(a[:, 2], a[:, 5], a[:, 3]),
-        kind=np.full(a.shape[0], int(Kind.MEMSET), dtype=np.int8),
-        name=ids[inv.reshape(-1)],
+        kind=np.full(a.shape[0], int(kind), dtype=np.int8),
+        name=names,
         corr=x.corr_key(a[:, 5] & ~TID_MASK, a[:, 4]),
         nbytes=a[:, 6],
     )
