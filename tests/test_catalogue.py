@@ -8,13 +8,20 @@ import re
 import pytest
 
 from whyidle.analyses import causes as C
-from whyidle.catalogue import CATALOGUE, GROUP_COLOURS, GROUP_LABELS, GROUPS, CauseEntry
+from whyidle.analyses.advice_context import IDIOMS, AdviceContext
+from whyidle.catalogue import CATALOGUE, GROUP_COLOURS, GROUP_LABELS, GROUPS, IDIOM_LEVERS, CauseEntry
+from whyidle.findings.advice import CONDITIONS, fit_lever
 from whyidle.findings.labels import CAUSE_LABELS
 from whyidle.findings.levers import LEVERS
 from whyidle.pages import PAGES, page_text
 from whyidle.render.html import CAUSE_COLORS
 
 HEX = re.compile(r"^#[0-9a-f]{6}$")
+# PyTorch jobs that differ in everything a lever's conditions read.
+CONTEXTS = [
+    AdviceContext(workload=w, framework="pytorch", idiom="pytorch", compiled=c, cuda_graphs=g, loader=l)
+    for w in ("training", "inference") for c in (False, True) for g in (False, True) for l in ("", "single_process")
+]
 
 
 @pytest.mark.parametrize("e", CATALOGUE, ids=lambda e: e.key)
@@ -24,8 +31,15 @@ def test_every_cause_has_every_attribute(e: CauseEntry) -> None:
     assert HEX.match(e.colour)
     assert "" in e.levers, "a default lever"
     for variant, lever in e.levers.items():
-        assert lever.title and lever.summary and lever.steps and lever.code and lever.verify, (e.key, variant)
+        assert lever.title and lever.summary and lever.steps and lever.verify, (e.key, variant)
         assert lever.docs in PAGES, (e.key, variant, lever.docs)
+        assert {c for c, _ in (*lever.when_steps, *lever.when_code)} <= set(CONDITIONS), (e.key, variant)
+        for ctx in CONTEXTS:  # whatever the job, the lever fitted to it has code
+            assert fit_lever(lever, ctx, 4).code, (e.key, variant, ctx.idiom, ctx.compiled, ctx.cuda_graphs)
+    for idiom, lever in IDIOM_LEVERS.get(e.cause, {}).items():
+        assert idiom in IDIOMS and idiom != "pytorch", (e.key, idiom)
+        assert lever.title and lever.summary and lever.steps and lever.code and lever.verify and lever.docs in PAGES, (e.key, idiom)
+        assert "torch" not in lever.code, (e.key, idiom)
     assert e.docs == e.group, "a cause's page is its group's"
     assert f"`{e.key}`" in page_text(e.docs), f"whyidle/data/causes/{e.docs}.md does not describe {e.key}"
 

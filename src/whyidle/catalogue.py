@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["Lever", "CauseEntry", "CATALOGUE", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry"]
+__all__ = ["Lever", "CauseEntry", "CATALOGUE", "IDIOM_LEVERS", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry"]
 
 
 class Lever(msgspec.Struct, frozen=True):
@@ -40,6 +40,12 @@ class Lever(msgspec.Struct, frozen=True):
     code: str
     verify: str
     docs: str  # the page: a group name (whyidle.pages)
+    # Steps and code lines that apply only to some jobs: (condition, text), the condition a name
+    # in findings/advice.py CONDITIONS (a test on the diagnosis's advice context). Shown after the
+    # unconditional ones, in order, where the condition holds. ``{workers}``, ``{optimizer}`` and
+    # ``{optimizer_flag}`` are filled in from the trace and the configuration.
+    when_steps: tuple[tuple[str, str], ...] = ()
+    when_code: tuple[tuple[str, str], ...] = ()
 
 
 class CauseEntry(msgspec.Struct, frozen=True):
@@ -110,7 +116,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                 code=(
                     "loader = torch.utils.data.DataLoader(\n"
                     "    dataset, batch_size=B, shuffle=True,\n"
-                    "    num_workers=8, pin_memory=True,\n"
+                    "    num_workers={workers}, pin_memory=True,\n"
                     "    persistent_workers=True, prefetch_factor=4)"
                 ),
                 verify="Re-profile: the time in enumerate(DataLoader)...__next__ per step should drop to well under a millisecond and samples/s rise.",
@@ -141,7 +147,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                     "Use DataLoader(num_workers>0, pin_memory=True, persistent_workers=True).",
                     "If workers are already used, make samples cheaper (cache preprocessing, pack shards, GPU augmentation).",
                 ),
-                code="loader = DataLoader(dataset, batch_size=B, num_workers=8, pin_memory=True, persistent_workers=True)",
+                code="loader = DataLoader(dataset, batch_size=B, num_workers={workers}, pin_memory=True, persistent_workers=True)",
                 verify="Re-profile and compare per-step DataLoader time and samples/s (whyidle compare before.json after.json).",
                 docs="starvation",
             ),
@@ -168,7 +174,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                     "class Batches(torch.utils.data.Dataset):\n"
                     "    def __getitem__(self, i):\n"
                     "        return torch.from_numpy(decode_and_normalise(i))  # your preprocessing\n"
-                    "loader = DataLoader(Batches(), batch_size=None, num_workers=8, pin_memory=True)\n"
+                    "loader = DataLoader(Batches(), batch_size=None, num_workers={workers}, pin_memory=True)\n"
                     "for x in loader:\n"
                     "    y = model(x.to('cuda', non_blocking=True))"
                 ),
@@ -193,7 +199,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                 "For large inputs, prefetch the next batch on a side stream while the current one computes.",
             ),
             code=(
-                "loader = DataLoader(dataset, batch_size=B, num_workers=8, pin_memory=True)\n"
+                "loader = DataLoader(dataset, batch_size=B, num_workers={workers}, pin_memory=True)\n"
                 "for x, y in loader:\n"
                 "    x = x.to('cuda', non_blocking=True)\n"
                 "    y = y.to('cuda', non_blocking=True)"
@@ -212,7 +218,7 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                 "Send less: keep inputs in a compact dtype (uint8 images, int token ids) and convert on the GPU.",
             ),
             code=(
-                "loader = DataLoader(dataset, batch_size=B, num_workers=8, pin_memory=True)\n"
+                "loader = DataLoader(dataset, batch_size=B, num_workers={workers}, pin_memory=True)\n"
                 "copy_stream = torch.cuda.Stream()\n"
                 "def to_gpu(batch):\n"
                 "    with torch.cuda.stream(copy_stream):\n"
@@ -297,20 +303,25 @@ CATALOGUE: tuple[CauseEntry, ...] = (
         "underfilled",
         {"": Lever(
             title="Underfilled: the GPU outruns the host (launch and Python overhead)",
-            summary="Give the GPU more work per launch: larger batches, fused kernels, CUDA graphs, fused optimizers.",
+            summary="Give the GPU more work per launch: larger batches, fused kernels, CUDA graphs.",
             steps=(
-                "Raise the batch size (or micro-batch) if memory allows: the host cost per step stays, the GPU work grows.",
-                "torch.compile(model) fuses small ops and cuts Python dispatch; mode='reduce-overhead' adds CUDA graphs.",
-                "Use fused/foreach optimizers (torch.optim.AdamW(..., fused=True)).",
-                "Use optimizer.zero_grad(set_to_none=True) (the default since PyTorch 2.0) instead of filling gradients with zeros.",
+                "Raise the batch size (or micro-batch, or samples per forward pass) if memory allows: the host cost per step stays, the GPU work grows.",
             ),
-            code=(
-                "model = torch.compile(model, mode='reduce-overhead')  # fusion + CUDA graphs\n"
-                "opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)\n"
-                "opt.zero_grad(set_to_none=True)"
-            ),
+            code="",
             verify="Re-profile: kernels per step should fall (compile/fusion) or grow longer (batch size), and the host should run ahead of the GPU (launches queued before kernels start).",
             docs="underfilled",
+            when_steps=(
+                ("eager", "torch.compile(model) fuses small ops and cuts Python dispatch; mode='reduce-overhead' adds CUDA graphs."),
+                ("compiled_without_graphs", "The model already runs torch.compile regions: add CUDA graphs with mode='reduce-overhead', and find what still runs eagerly between the regions (graph breaks, recompiles: TORCH_LOGS=graph_breaks,recompiles)."),
+                ("compiled_with_graphs", "The model already runs compiled regions and CUDA graphs: the host time left is outside them. Find the eager code between graphs (graph breaks, recompiles: TORCH_LOGS=graph_breaks,recompiles) and the Python work around the model call."),
+            ),
+            when_code=(
+                ("eager", "model = torch.compile(model, mode='reduce-overhead')  # fusion + CUDA graphs"),
+                ("compiled_without_graphs", "model = torch.compile(model, mode='reduce-overhead')  # CUDA graphs over the compiled regions\n# TORCH_LOGS=graph_breaks,recompiles python train.py   # what still runs eagerly"),
+                ("compiled_with_graphs", "# TORCH_LOGS=graph_breaks,recompiles python train.py   # the eager code between the compiled graphs\nprint(torch._dynamo.explain(model)(example_input).break_reasons)"),
+                ("optimizer_per_parameter", "opt = torch.optim.{optimizer}(model.parameters(), lr=lr, {optimizer_flag}=True)  # {optimizer}, as in this trace"),
+                ("zero_grad_fills", "opt.zero_grad(set_to_none=True)"),
+            ),
         )},
         host_side=True,
     ),
@@ -325,11 +336,18 @@ CATALOGUE: tuple[CauseEntry, ...] = (
                 title="Underfilled: the device waits inside slow launch calls",
                 summary="Launch calls were still running when the device ran dry: fewer, cheaper launches.",
                 steps=(
-                    "Capture the steady part of the step in a CUDA graph (torch.compile(mode='reduce-overhead') or torch.cuda.graphs): one launch replaces many.",
-                    "Fuse small kernels (torch.compile) so fewer launches are needed.",
                     "If single launches take tens of microseconds, check for launch-time argument packing (large kernel arguments) or a contended driver (several processes on one GPU).",
                 ),
-                code="model = torch.compile(model, mode='reduce-overhead')  # CUDA graphs: one launch per step",
+                code="",
+                when_steps=(
+                    ("without_graphs", "Capture the steady part of the step in a CUDA graph (torch.compile(mode='reduce-overhead') or torch.cuda.CUDAGraph): one launch replaces many."),
+                    ("eager", "Fuse small kernels (torch.compile) so fewer launches are needed."),
+                    ("with_graphs", "CUDA graphs already run: the slow launches are outside them. Move the remaining eager launches into the captured region."),
+                ),
+                when_code=(
+                    ("without_graphs", "model = torch.compile(model, mode='reduce-overhead')  # CUDA graphs: one launch per step"),
+                    ("with_graphs", "g = torch.cuda.CUDAGraph()\nwith torch.cuda.graph(g):\n    static_out = model(static_in)   # capture the eager part too\nstatic_in.copy_(x); g.replay()"),
+                ),
                 verify="Re-profile: the launch calls named in the evidence should be shorter or fewer, and the device should find work queued.",
                 docs="underfilled",
             ),
@@ -346,11 +364,18 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             title="Underfilled: many tiny kernels, each paying the device's start-up cost",
             summary="Fewer, larger kernels: fuse elementwise chains and use CUDA graphs.",
             steps=(
-                "torch.compile(model) fuses elementwise and reduction chains into few kernels.",
-                "Use fused implementations (fused optimizers, scaled_dot_product_attention, fused LayerNorm).",
-                "Capture static parts with CUDA graphs to remove per-kernel launch gaps.",
+                "Use fused implementations (scaled_dot_product_attention, fused LayerNorm; in training, fused optimizers).",
             ),
-            code="model = torch.compile(model)",
+            code="",
+            when_steps=(
+                ("eager", "torch.compile(model) fuses elementwise and reduction chains into few kernels."),
+                ("compiled", "Inductor already fuses inside the compiled regions: the tiny kernels run in eager code between them (graph breaks: TORCH_LOGS=graph_breaks) or in ops it does not fuse."),
+                ("without_graphs", "Capture static parts with CUDA graphs to remove per-kernel launch gaps."),
+            ),
+            when_code=(
+                ("eager", "model = torch.compile(model)"),
+                ("compiled", "# TORCH_LOGS=graph_breaks python run.py   # where the compiled regions end"),
+            ),
             verify="Re-profile: kernel count per step should fall and the idle between back-to-back kernels shrink.",
             docs="underfilled",
         )},
@@ -494,6 +519,350 @@ CATALOGUE: tuple[CauseEntry, ...] = (
         artifact=True,
     ),
 )
+
+
+def _lever(title: str, summary: str, steps: tuple[str, ...], code: str, verify: str, docs: str) -> Lever:
+    return Lever(title, summary, steps, code, verify, docs)
+
+
+_NSYS = "nsys profile -t cuda,nvtx,osrt --cuda-graph-trace=node -o run ./app && whyidle diagnose run.nsys-rep"
+_STREAMS_CUDA = (
+    "cudaStream_t s; cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);\n"
+    "float *h; cudaMallocHost(&h, bytes);          // pinned: the copy runs at link speed, truly async\n"
+    "cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s);\n"
+    "kernel<<<grid, block, 0, s>>>(d, n);\n"
+    "cudaEventRecord(done, s);                      // wait on the event only where the host needs the result"
+)
+_GRAPH_CUDA = (
+    "cudaGraph_t g; cudaGraphExec_t exec;\n"
+    "cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);\n"
+    "for (int i = 0; i < n_kernels; ++i) step_kernel<<<grid, block, 0, s>>>(args[i]);\n"
+    "cudaStreamEndCapture(s, &g);\n"
+    "cudaGraphInstantiate(&exec, g, 0);\n"
+    "for (int it = 0; it < iters; ++it) cudaGraphLaunch(exec, s);   // one launch per iteration"
+)
+_GRAPH_CUPY = (
+    "s = cupy.cuda.Stream(non_blocking=True)\n"
+    "with s:\n"
+    "    s.begin_capture()\n"
+    "    step(x)                      # the same kernels every iteration\n"
+    "    graph = s.end_capture()\n"
+    "for _ in range(iters):\n"
+    "    graph.launch(s)              # one launch replays them all"
+)
+_JIT_JAX = (
+    "@jax.jit\n"
+    "def train_steps(state, batches):            # many steps per dispatch\n"
+    "    return jax.lax.scan(train_step, state, batches)\n"
+    "state, metrics = train_steps(state, batches)   # no float()/print of arrays inside the loop"
+)
+
+# A cause's levers for jobs that are not a PyTorch program, by idiom (analyses/advice_context.py
+# IDIOMS): "cuda" (CUDA C/C++; HIP programs get the same text with the runtime's names
+# translated), "cupy", "jax" and "engine" (a serving engine: its settings, not a training loop).
+# findings/advice.py chooses among them; a cause without one for an idiom gets its default
+# lever with the PyTorch-only steps and code left out.
+IDIOM_LEVERS: dict[str, dict[str, Lever]] = {
+    "host_sync": {
+        "cuda": _lever(
+            "Synchronization: the host waits for the GPU, draining its queue",
+            "Synchronise only where the host needs a result: the device queue empties at every cudaDeviceSynchronize.",
+            (
+                "Remove cudaDeviceSynchronize/cudaStreamSynchronize after each kernel: kernels on one stream already run in order.",
+                "Where the host needs a result, record an event on the stream and cudaEventSynchronize on it just before the use.",
+                "Time with cudaEventRecord/cudaEventElapsedTime on the stream instead of synchronising around each kernel.",
+                "Check errors with cudaGetLastError after launches (no sync) and synchronise once per iteration in debug builds only.",
+            ),
+            "for (int i = 0; i < n; ++i) {\n    kernel<<<grid, block, 0, s>>>(d, i);\n    // no cudaDeviceSynchronize() here: same-stream kernels run in order\n}\ncudaEventRecord(done, s);\ncudaEventSynchronize(done);   // once, where the host reads the result",
+            "Re-capture with nsys: cudaDeviceSynchronize/cudaStreamSynchronize calls per iteration should drop to one or none, and kernels should queue ahead.",
+            "synchronization",
+        ),
+        "cupy": _lever(
+            "Synchronization: the host waits for the GPU, draining its queue",
+            "Keep results on the device: every .get(), cupy.asnumpy(), float(x) or Device.synchronize() waits for the queue to empty.",
+            (
+                "Reduce on the device (x.sum(), cupy.count_nonzero) and copy one scalar back every N iterations, not each step.",
+                "Replace Device().synchronize() / stream.synchronize() in the loop with an Event recorded where the result is needed.",
+                "Avoid Python control flow on device values (if float(err) < tol) each iteration: test every N iterations.",
+                "Time with cupyx.profiler.benchmark or cupy.cuda.Event pairs, not with synchronize().",
+            ),
+            "err = cupy.zeros((), dtype=cupy.float64)\nfor it in range(iters):\n    x = step(x)\n    err += cupy.linalg.norm(x - x_prev)   # stays on the GPU\n    if it % 100 == 0 and float(err) / 100 < tol:   # one sync per 100 iterations\n        break",
+            "Re-profile: cudaStreamSynchronize / cudaMemcpy DtoH per iteration should fall, and kernels should queue ahead.",
+            "synchronization",
+        ),
+        "jax": _lever(
+            "Synchronization: the host waits for the device, draining its queue",
+            "Let JAX dispatch run ahead: block_until_ready, jax.device_get, float(x) and printing arrays each step wait for the device.",
+            (
+                "Remove block_until_ready() from the step (keep it only around timing code).",
+                "Fetch metrics every N steps (jax.device_get on a stacked history), not every step.",
+                "Use jax.debug.print inside jitted code instead of printing arrays on the host.",
+            ),
+            "for step in range(steps):\n    state, loss = train_step(state, batch)   # async dispatch\n    if step % 100 == 0:\n        print(jax.device_get(loss))   # one sync per 100 steps",
+            "Re-profile: the host should enqueue the next step before the device finishes the current one.",
+            "synchronization",
+        ),
+        "engine": _lever(
+            "Synchronization: the engine's loop waits for the GPU between forward passes",
+            "The serving engine reads results back each iteration; keep its asynchronous scheduling on and its CUDA graphs enabled.",
+            (
+                "Do not run the engine in eager mode (vLLM: no --enforce-eager; SGLang: no --disable-cuda-graph), so each decode step is one graph launch.",
+                "Keep asynchronous output processing / overlap scheduling on (vLLM's default async output processing; SGLang's overlap scheduler), so sampling results are read while the next step runs.",
+                "Upgrade the engine: host-device overlap in the scheduler is where recent releases gained most.",
+            ),
+            "vllm serve MODEL            # without --enforce-eager: CUDA graphs for decode\n# SGLang: python -m sglang.launch_server --model-path MODEL   (without --disable-cuda-graph / --disable-overlap-schedule)",
+            "Re-profile under the same load: the host-side waits between forward passes should shrink.",
+            "synchronization",
+        ),
+    },
+    "host_overhead": {
+        "cuda": _lever(
+            "Underfilled: the GPU outruns the host (launch overhead)",
+            "Launch fewer, larger pieces of work: fuse kernels, capture the iteration in a CUDA graph, give each kernel more data.",
+            (
+                "Capture the repeated sequence of kernels in a CUDA graph (stream capture) and launch the graph once per iteration.",
+                "Fuse consecutive small kernels into one (each launch costs the host several microseconds).",
+                "Give each kernel more work (batch several problems into one launch, larger tiles).",
+            ),
+            _GRAPH_CUDA,
+            "Re-capture with nsys: cudaLaunchKernel calls per iteration should fall (cudaGraphLaunch instead), and the device should find work queued.",
+            "underfilled",
+        ),
+        "cupy": _lever(
+            "Underfilled: the GPU outruns the host (launch and Python overhead)",
+            "Launch fewer kernels: fuse elementwise chains (cupy.fuse, ElementwiseKernel), capture the loop body in a CUDA graph, use larger arrays.",
+            (
+                "Fuse chains of elementwise operations with @cupy.fuse() or one cupy.ElementwiseKernel / RawKernel.",
+                "Capture the repeated iteration in a CUDA graph (Stream.begin_capture / end_capture) and launch it once per iteration.",
+                "Batch small arrays into one larger array so each kernel has enough work.",
+            ),
+            _GRAPH_CUPY,
+            "Re-profile: kernels per iteration should fall, and the host should stay ahead of the device.",
+            "underfilled",
+        ),
+        "jax": _lever(
+            "Underfilled: the device outruns the host (dispatch overhead)",
+            "Dispatch more work per call: jit the whole step, loop on the device (lax.scan / fori_loop), avoid retracing.",
+            (
+                "jax.jit the whole training or inference step, not small functions called from a Python loop.",
+                "Run several steps per dispatch with jax.lax.scan over a stack of batches.",
+                "Keep shapes and static arguments fixed so the step does not recompile (check with jax.log_compiles).",
+            ),
+            _JIT_JAX,
+            "Re-profile: host dispatch per step should shrink and the device should find the next step queued.",
+            "underfilled",
+        ),
+        "engine": _lever(
+            "Underfilled: the GPU outruns the serving engine's host loop",
+            "The engine's Python loop and launches cost more than each forward pass: use CUDA graphs and larger batches per step.",
+            (
+                "Do not run the engine in eager mode (vLLM: no --enforce-eager; SGLang: no --disable-cuda-graph): each decode step becomes one graph launch.",
+                "Cover the batch sizes you serve with captured graphs (vLLM: cudagraph capture sizes in --compilation-config; SGLang: --cuda-graph-max-bs).",
+                "Raise the number of sequences per step (vLLM --max-num-seqs, SGLang --max-running-requests) so each launch carries more work, within your latency target.",
+                "Keep chunked prefill on (vLLM --enable-chunked-prefill) so prefill and decode share steps.",
+            ),
+            "vllm serve MODEL --max-num-seqs 256 --enable-chunked-prefill \\\n    --compilation-config '{\"cudagraph_capture_sizes\": [1, 2, 4, 8, 16, 32, 64, 128, 256]}'",
+            "Re-profile under the same load: host time between forward passes should shrink and GPU busy rise.",
+            "underfilled",
+        ),
+    },
+    "launch_latency": {
+        "cuda": _lever(
+            "Underfilled: the device waits inside slow launch calls",
+            "Launch calls were still running when the device ran dry: fewer, cheaper launches.",
+            (
+                "Capture the iteration in a CUDA graph: one cudaGraphLaunch replaces many cudaLaunchKernel calls.",
+                "Fuse small kernels so fewer launches are needed.",
+                "Keep kernel arguments small (pass pointers to structs in device memory, not large structs by value).",
+            ),
+            _GRAPH_CUDA,
+            "Re-capture with nsys: the launch calls named in the evidence should be fewer or shorter.",
+            "underfilled",
+        ),
+        "cupy": _lever(
+            "Underfilled: the device waits inside slow launch calls",
+            "Launch calls were still running when the device ran dry: fewer launches (fusion, CUDA graphs).",
+            ("Fuse elementwise chains with @cupy.fuse() or an ElementwiseKernel.", "Capture the iteration in a CUDA graph and launch it once."),
+            _GRAPH_CUPY,
+            "Re-profile: launch calls per iteration should fall.",
+            "underfilled",
+        ),
+    },
+    "kernel_boundaries": {
+        "cuda": _lever(
+            "Underfilled: many tiny kernels, each paying the device's start-up cost",
+            "Fewer, larger kernels: fuse short kernels and launch them as a CUDA graph.",
+            (
+                "Fuse consecutive short kernels that touch the same data into one kernel.",
+                "Launch repeated sequences as a CUDA graph to remove the gaps between kernels.",
+                "Use Programmatic Dependent Launch (Hopper and newer) to overlap a kernel's prologue with the previous kernel's tail.",
+            ),
+            _GRAPH_CUDA,
+            "Re-capture with nsys: kernels per iteration should fall and the gaps between back-to-back kernels shrink.",
+            "underfilled",
+        ),
+        "cupy": _lever(
+            "Underfilled: many tiny kernels, each paying the device's start-up cost",
+            "Fewer, larger kernels: fuse elementwise chains with cupy.fuse or an ElementwiseKernel.",
+            ("Fuse elementwise chains with @cupy.fuse().", "Write the hot loop body as one cupy.RawKernel."),
+            "@cupy.fuse()\ndef update(x, g, lr):\n    return x - lr * g * g / (1 + g * g)   # one kernel instead of five",
+            "Re-profile: kernels per iteration should fall.",
+            "underfilled",
+        ),
+        "jax": _lever(
+            "Underfilled: many tiny kernels, each paying the device's start-up cost",
+            "Let XLA fuse: jit the enclosing function so elementwise chains become one kernel.",
+            ("Wrap the step in jax.jit (XLA fuses elementwise chains inside one compiled function).", "Avoid jnp calls outside jit in the loop: each runs as its own kernel."),
+            "step = jax.jit(step)   # XLA fuses the elementwise chain into few kernels",
+            "Re-profile: kernels per step should fall.",
+            "underfilled",
+        ),
+    },
+    "h2d_copy": {
+        "cuda": _lever(
+            "Starvation: host-to-device copies on the critical path",
+            "Copy from pinned memory with cudaMemcpyAsync on a stream, double-buffered, so copies overlap compute.",
+            (
+                "Allocate host buffers with cudaMallocHost / cudaHostAlloc (or cudaHostRegister an existing buffer): pageable copies are staged and block the host.",
+                "Use cudaMemcpyAsync on a non-default stream, and overlap the next chunk's copy with this chunk's kernels (two buffers, two streams).",
+                "Send less: keep data in a compact type on the host and convert on the device.",
+            ),
+            _STREAMS_CUDA,
+            "Re-capture with nsys: copies should read 'Pinned -> Device' and run beside kernels on another stream.",
+            "starvation",
+        ),
+        "cupy": _lever(
+            "Starvation: host-to-device copies on the critical path",
+            "Copy from pinned host memory on a separate stream, a batch ahead, so copies overlap compute.",
+            (
+                "Allocate host arrays with cupyx.empty_pinned (or numpy arrays over cupy.cuda.alloc_pinned_memory).",
+                "Copy with gpu_array.set(host_array, stream=copy_stream) on a non-blocking stream, a batch ahead.",
+                "Make the compute stream wait on an event recorded after the copy.",
+            ),
+            "copy_stream = cupy.cuda.Stream(non_blocking=True)\nhost = cupyx.empty_pinned(shape, dtype)\nnxt = cupy.empty(shape, dtype)\nwith copy_stream:\n    nxt.set(host, stream=copy_stream)\n    ready = copy_stream.record()\ncupy.cuda.get_current_stream().wait_event(ready)",
+            "Re-profile: copies should read 'Pinned -> Device' and overlap kernels.",
+            "starvation",
+        ),
+        "jax": _lever(
+            "Starvation: host-to-device copies on the critical path",
+            "Put the next batch on the device while this one computes (jax.device_put ahead of use).",
+            (
+                "Prefetch: device_put the next batch before running the current step (flax.jax_utils.prefetch_to_device for a data iterator).",
+                "Keep inputs compact on the host (uint8, int32 ids) and convert inside the jitted step.",
+            ),
+            "it = iter(batches)\nnxt = jax.device_put(next(it))\nfor batch in it:\n    cur, nxt = nxt, jax.device_put(batch)   # next copy overlaps this step\n    state = train_step(state, cur)",
+            "Re-profile: the copies should overlap the previous step's kernels.",
+            "starvation",
+        ),
+    },
+    "host_preprocessing": {
+        "cuda": _lever(
+            "Starvation: the launching thread prepares data while the GPU waits",
+            "Move host-side preparation off the thread that launches GPU work, and overlap it with the device.",
+            (
+                "Prepare the next batch in a producer thread (or a thread pool) filling a queue a few batches deep.",
+                "Overlap the preparation with the device: launch work asynchronously, then prepare the next input before synchronising.",
+                "Move the preparation itself to the GPU when it is data-parallel.",
+            ),
+            "std::thread producer([&]{ for (auto& b : batches) queue.push(prepare(b)); });\nfor (;;) {\n    Batch b = queue.pop();          // ready before the GPU needs it\n    cudaMemcpyAsync(d, b.pinned, b.bytes, cudaMemcpyHostToDevice, s);\n    kernel<<<grid, block, 0, s>>>(d, b.n);\n}",
+            "Re-capture with nsys: the host time between iterations on the launching thread should shrink.",
+            "starvation",
+        ),
+        "cupy": _lever(
+            "Starvation: the launching thread prepares data in Python while the GPU waits",
+            "Do the preparation on the GPU with CuPy, or in a background thread a few batches ahead.",
+            (
+                "Move NumPy preprocessing to CuPy arrays after the copy (the same API runs on the device).",
+                "Or prepare the next batch in a concurrent.futures thread pool while the GPU computes.",
+            ),
+            "with concurrent.futures.ThreadPoolExecutor(2) as pool:\n    fut = pool.submit(prepare, 0)\n    for i in range(1, n + 1):\n        x = cupy.asarray(fut.result())\n        if i < n:\n            fut = pool.submit(prepare, i)   # next batch prepared while the GPU computes\n        step(x)",
+            "Re-profile: the Python frames named in the evidence should leave the launching thread.",
+            "starvation",
+        ),
+        "jax": _lever(
+            "Starvation: the launching thread prepares data in Python while the device waits",
+            "Prepare batches in a pipeline with workers and prefetch (tf.data with AUTOTUNE, grain workers).",
+            (
+                "Build the input pipeline with grain (worker_count > 0) or tf.data (map(num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)).",
+                "Prefetch batches to the device ahead of the step (flax.jax_utils.prefetch_to_device).",
+            ),
+            "ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).batch(B).prefetch(tf.data.AUTOTUNE)\nfor batch in ds.as_numpy_iterator():\n    state = train_step(state, batch)",
+            "Re-profile: the host should be idle-waiting, not preprocessing, between steps.",
+            "starvation",
+        ),
+        "engine": _lever(
+            "Starvation: the engine's host thread prepares inputs while the GPU waits",
+            "Input preparation (tokenisation, multimodal preprocessing, scheduling) runs between forward passes: move it off the engine's loop.",
+            (
+                "Run tokenisation and multimodal preprocessing in separate processes (vLLM: API server processes with --api-server-count; SGLang's tokenizer manager).",
+                "Keep the scheduler's CPU work small: prefix caching on, fewer tiny requests per step.",
+            ),
+            "vllm serve MODEL --api-server-count 4   # tokenisation and preprocessing in their own processes",
+            "Re-profile: host time between forward passes should shrink.",
+            "starvation",
+        ),
+    },
+    "untraced_host": {
+        "cuda": _lever(
+            "Unattributed: the launching thread ran code the trace does not show",
+            "Capture more context so the cause can be named: NVTX ranges and OS-runtime calls.",
+            ("Mark the program's phases with NVTX ranges (nvtxRangePushA / nvtxRangePop).", "Capture OS-runtime calls to see blocking I/O: nsys profile -t cuda,nvtx,osrt."),
+            '#include <nvtx3/nvToolsExt.h>\nnvtxRangePushA("prepare_input");\nprepare_input();\nnvtxRangePop();',
+            "Re-capture: the time should appear under a named range.",
+            "unattributed",
+        ),
+        "cupy": _lever(
+            "Unattributed: the launching thread ran code the trace does not show",
+            "Capture more context: NVTX ranges around the program's phases.",
+            ("Wrap phases in cupyx.profiler.time_range('name') (NVTX ranges), then capture with nsys -t cuda,nvtx,osrt.",),
+            "with cupyx.profiler.time_range('prepare_input'):\n    x = prepare_input()",
+            "Re-capture: the time should appear under a named range.",
+            "unattributed",
+        ),
+        "jax": _lever(
+            "Unattributed: the launching thread ran code the trace does not show",
+            "Capture more context: named trace annotations around the program's phases.",
+            ("Wrap phases in jax.profiler.TraceAnnotation('name') (or StepTraceAnnotation for steps).",),
+            "with jax.profiler.TraceAnnotation('prepare_input'):\n    batch = next(it)",
+            "Re-profile: the time should appear under a named annotation.",
+            "unattributed",
+        ),
+    },
+    "cold_start": {
+        "cuda": _lever(
+            "Cold start: first-call costs dominate the capture",
+            "Capture the steady state: warm up first, then record a range of iterations.",
+            ("Run a few iterations before the capture (context creation, module loading, allocations happen once).", "Limit the capture to the steady state with cudaProfilerStart/Stop and nsys --capture-range=cudaProfilerApi."),
+            "for (int i = 0; i < 3; ++i) iterate();   // warm-up\ncudaProfilerStart();\nfor (int i = 0; i < 20; ++i) iterate();\ncudaProfilerStop();\n// nsys profile --capture-range=cudaProfilerApi ./app",
+            "The new capture's quality notes should no longer mention a cold start.",
+            "unattributed",
+        ),
+        "cupy": _lever(
+            "Cold start: first-call costs dominate the capture",
+            "Capture the steady state: run each kernel once before profiling (CuPy compiles and loads kernels on first use).",
+            ("Call the step once or twice before starting the capture.", "Keep CuPy's kernel cache (CUPY_CACHE_DIR) on a persistent disk so later runs skip compilation."),
+            "step(x); step(x)                 # warm-up: kernels compiled and loaded\nwith cupyx.profiler.profile():  # nsys --capture-range=cudaProfilerApi\n    for _ in range(20):\n        step(x)",
+            "The new capture's quality notes should no longer mention a cold start.",
+            "unattributed",
+        ),
+        "jax": _lever(
+            "Cold start: first-call costs dominate the capture",
+            "Compile before profiling: the first call of each jitted function traces and compiles it.",
+            ("Run the step once (or jax.jit(step).lower(*args).compile()) before jax.profiler.start_trace.", "Keep a persistent compilation cache (jax.config.update('jax_compilation_cache_dir', path))."),
+            "state = train_step(state, batch)   # compile outside the trace\njax.profiler.start_trace('/tmp/trace')\nfor _ in range(10):\n    state = train_step(state, batch)\njax.block_until_ready(state)\njax.profiler.stop_trace()",
+            "The new trace's quality notes should no longer mention a cold start.",
+            "unattributed",
+        ),
+        "engine": _lever(
+            "Cold start: first-call costs dominate the capture",
+            "Profile after the engine's warm-up (graph capture, compilation) under steady load.",
+            ("Start the engine, send warm-up requests, then start the profiler (vLLM: VLLM_TORCH_PROFILER_DIR with the /start_profile and /stop_profile endpoints).",),
+            "VLLM_TORCH_PROFILER_DIR=/tmp/prof vllm serve MODEL &\n# warm up with real traffic, then:\ncurl -X POST localhost:8000/start_profile; sleep 10; curl -X POST localhost:8000/stop_profile",
+            "The new trace's quality notes should no longer mention a cold start.",
+            "unattributed",
+        ),
+    },
+}
 
 _BY_KEY = {e.key: e for e in CATALOGUE}
 

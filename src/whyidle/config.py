@@ -70,6 +70,10 @@ class Config(msgspec.Struct, frozen=True):
     # median __next__ of the well-fed 8-worker loop of the H200 lab (tests/data/h200/lab_none_cuda,
     # 46-121 us, median 110 us); that trace is not one of the before/after pairs checked.
     whatif_loader_handoff_ns: int = 110_000
+    # Batches from existing DataLoader workers made this many times faster (point, optimistic end,
+    # pessimistic end): doubling the workers where cores are free is the usual first move; the range
+    # spans half again (cores already busy) to four times (cheaper samples). A stated assumption.
+    whatif_loader_speedup: tuple[float, float, float] = (2.0, 4.0, 1.5)
     # Host-overhead fix (torch.compile with CUDA graphs, fused ops): host time of the step scaled by
     # this. A stated assumption, not a measurement: CUDA graphs replay the captured launches in one
     # call, but the Python outside the graph, the optimizer and the data handoff stay. The range

@@ -28,6 +28,7 @@ from whyidle.findings.model import rank_key, Finding, GapColumns, GapRecord, Sou
 from whyidle.findings.predict import LeverPredictions, PredictionGraph, attach_predictions, levers_of, prediction_graph, predictions_on, replay_ahead
 from whyidle.findings.registry import apply_rules
 from whyidle.findings.rules import Analyses, capture_advice
+from whyidle.analyses.advice_context import advice_context
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.sources import Relay
 from whyidle.timeline.model import Timeline
@@ -48,7 +49,7 @@ def analyse(
     util = measure_utilization(tl, links, window, gaps, cfg)
     kern = kernel_stats(tl, links, window, cfg) if kernels is None else kernels()
     quality = assess_quality(tl, links, window, gaps, cfg)
-    return Analyses(tl, window, gaps, util, kern, quality, ThreadIndex(tl), links)
+    return Analyses(tl, window, gaps, util, kern, quality, ThreadIndex(tl), links, advice_context(tl, gaps.workload))
 
 
 class _Strings:
@@ -179,6 +180,7 @@ def _report_without_predictions(a: Analyses, cfg: Config, on_findings: Callable[
             workload=a.gaps.workload.kind,
             workload_evidence=a.gaps.workload.evidence,
         ),
+        advice=a.advice if len(tl) else None,  # a counter log has no events to read the job from
         window=WindowInfo(
             a.window.start_ns,
             a.window.end_ns,

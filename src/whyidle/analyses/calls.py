@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import re
 
-__all__ = ["CallKind", "call_kind", "is_kernel_launch", "is_launch_call", "queues_device_work"]
+__all__ = ["CallKind", "call_kind", "is_kernel_launch", "is_launch_call", "is_graph_launch", "queues_device_work"]
 
 
 class CallKind(enum.IntEnum):
@@ -32,6 +32,7 @@ class CallKind(enum.IntEnum):
 
 _KERNEL_LAUNCH = re.compile(r"^(cuda|cu|hip|hipExt)LaunchKernel")
 _LAUNCH = re.compile(r"^(cuda|cu|hip)(Launch|ExtLaunch|GraphLaunch)")
+_GRAPH_LAUNCH = re.compile(r"^(cuda|cu|hip)GraphLaunch")
 _COPY = ("cudaMemcpy", "cuMemcpy", "hipMemcpy")
 _MEMSET = ("cudaMemset", "cuMemset", "hipMemset")
 
@@ -56,6 +57,11 @@ def is_kernel_launch(name: str) -> bool:
 def is_launch_call(name: str) -> bool:
     """A kernel or graph launch (not a copy or memset)."""
     return call_kind(name) in (CallKind.KERNEL_LAUNCH, CallKind.OTHER_LAUNCH)
+
+
+def is_graph_launch(name: str) -> bool:
+    """A CUDA/HIP graph launch: the job runs captured graphs."""
+    return bool(_GRAPH_LAUNCH.match(name))
 
 
 def queues_device_work(name: str) -> bool:

@@ -23,6 +23,9 @@ The edits (:class:`Edit`), each a stated assumption:
 * ``loader_workers=W``: the loader's time overlaps compute: ``__next__`` costs ``loader_handoff_ns``
   (taking a ready batch from a worker), and the step cannot be shorter than the recorded per-batch
   loader cost divided by ``W`` (the workers' production rate);
+* ``loader_speedup=k`` (the DataLoader has workers already, and they are the bottleneck): ``__next__``
+  costs ``loader_handoff_ns``, and the step cannot be shorter than the recorded step (the workers'
+  production interval in a starved steady state) divided by ``k``;
 * ``h2d_async``: a host-to-device copy no longer blocks the host (pinned memory, ``non_blocking``):
   its call costs the trace's median launch call; the device copy keeps its recorded time;
 * ``sync_removed``: synchronising calls no longer wait; their own host cost (the recorded tail)
@@ -71,6 +74,7 @@ class Edit(msgspec.Struct, frozen=True):
     name: str = "none"
     loader_workers: int = 0  # > 0: the DataLoader runs in this many worker processes
     loader_handoff_ns: int = 0  # host cost of taking a ready batch from a worker
+    loader_speedup: float = 0.0  # > 0: workers exist already and batches come this many times faster (see the module docstring)
     h2d_async: bool = False
     sync_removed: bool = False
     host_factor: float = 1.0  # scale of host time in host_region
@@ -223,7 +227,7 @@ class _Run:
         self.pending: list[int] = []  # launched before the last sync, not waited for by it
         self.folded = 0
         self.edit, self.launch_cost = edit, g.launch_cost_ns
-        self.loader_cost = edit.loader_handoff_ns if edit.loader_workers > 0 else -1
+        self.loader_cost = edit.loader_handoff_ns if edit.loader_workers > 0 or edit.loader_speedup > 0 else -1
 
     def host(self, c: float) -> float:
         return self.h_ref_new + c - self.h_ref_c
@@ -369,6 +373,10 @@ def replay(g: Graph, edit: Edit = NO_EDIT, min_vector: int = 16) -> Replay:
     end_new = max(int(ne[in_last].max()), int(starts[-1]) + 1) if in_last.any() else max(host_end, int(starts[-1]))
     step_ns = np.diff(np.append(starts, end_new))
     floor = g.loader_ns_per_step / edit.loader_workers if edit.loader_workers > 0 else 0.0
+    if edit.loader_speedup > 0:
+        # Workers starve the step already: a batch is ready every recorded step (the loader's wait
+        # included); made this many times faster, the step cannot be shorter than that interval / k.
+        floor = (g.window_end - int(g.step_starts[0])) / g.n_steps / edit.loader_speedup
     step_of = np.searchsorted(g.step_starts, g.dev_launch, side="right") - 1
     done = np.full(g.n_steps, -1, dtype=np.int64)
     launched = g.dev_launch >= g.step_starts[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from whyidle.analyses.advice_context import AdviceContext
 from whyidle.analyses.context import ThreadIndex
 from whyidle.analyses.gaps import Gaps
 from whyidle.analyses.kernels import KernelStats
@@ -27,3 +28,4 @@ class Analyses(msgspec.Struct, frozen=True):
     quality: Quality
     index: ThreadIndex
     links: Links
+    advice: AdviceContext  # what the job is and already does: the only input advice branches on

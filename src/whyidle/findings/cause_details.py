@@ -2,7 +2,7 @@
 
 ``DETAILS`` is one table keyed by cause. A cause with no entry gets the generic finding (its
 time, the ops and Python lines during its gaps, and the lever from the catalogue); an entry adds
-measured facts (``facts``), advice named from them (``steps``, ``code``), a lever variant
+measured facts (``facts``), advice named from them (``steps``), a lever variant
 (``variant``), which ops count as its evidence (``op_filter``), or evidence read from the
 innermost Python frames, ranges and OS calls instead of ops (``context``).
 """
@@ -22,6 +22,7 @@ from whyidle.analyses.hostops import is_dataloader, is_sync_call
 from whyidle.analyses.hostwork import WorkClass
 from whyidle.analyses.links import uncorrelated_by_design
 from whyidle.config import Config
+from whyidle.findings.advice import FUSED_OPTIMIZERS
 from whyidle.findings.analyses import Analyses
 from whyidle.findings.demand import demand_facts, demand_steps
 from whyidle.timeline.arrays import unique_sorted
@@ -37,7 +38,6 @@ class Detail(msgspec.Struct, frozen=True):
 
     facts: Callable[[Analyses, int, Config], Facts] | None = None  # (analyses, cause index, config)
     steps: Callable[[dict[str, Any], tuple[str, ...], Config], tuple[str, ...]] | None = None  # named from the facts
-    code: Callable[[dict[str, Any], str], str] | None = None  # the lever's code, specialised by the facts
     variant: Callable[[Analyses, int, CauseEvidence], str] | None = None  # the lever variant
     op_filter: Callable[[str], bool] | None = None  # which ops count as evidence (None: all)
     context: tuple[int, ...] = ()  # evidence from innermost frames/ranges/OS calls of these WorkClasses
@@ -85,36 +85,9 @@ def _host_overhead_facts(a: Analyses) -> tuple[tuple[str, Any], ...]:
     n_step, launches = _count_in_ranges(a.tl, lambda s: s.startswith("Optimizer.step"), is_kernel_launch)
     if n_step and launches:
         facts.append(("optimizer_step_kernel_launches_per_call", launches // n_step))
-    opt = _optimizer_name(a.tl)
-    if opt:
-        facts.append(("optimizer", opt))
+    if a.advice.optimizer:
+        facts.append(("optimizer", a.advice.optimizer))
     return tuple(facts)
-
-
-# Optimizers with a fused implementation in torch.optim (fused=True; SGD's since PyTorch 2.4);
-# any other optimizer class the trace names gets foreach=True.
-_FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD")
-
-
-def _optimizer_name(tl: Timeline) -> str:
-    """The optimizer class the trace shows (``Optimizer.step#SGD.step``), the most frequent; '' if none."""
-    counts: dict[str, int] = {}
-    for i, name in enumerate(tl.strings):
-        if name.startswith("Optimizer.step#") and name.endswith(".step"):
-            cls = name[len("Optimizer.step#") : -len(".step")]
-            if cls.isidentifier():
-                counts[cls] = counts.get(cls, 0) + int((tl.name == i).sum())
-    return max(counts, key=lambda k: counts[k]) if counts else ""
-
-
-def _host_overhead_code(facts: dict[str, Any], code: str) -> str:
-    """The lever's code with the trace's own optimizer class, when the trace names one."""
-    opt = facts.get("optimizer")
-    generic = "opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)"
-    if not opt or generic not in code:
-        return code
-    flag = "fused" if opt in _FUSED_OPTIMIZERS else "foreach"
-    return code.replace(generic, f"opt = torch.optim.{opt}(model.parameters(), lr=lr, {flag}=True)  # {opt}, as in this trace")
 
 
 def _host_overhead_steps(facts: dict[str, Any], base: tuple[str, ...], per_parameter_launches: int) -> tuple[str, ...]:
@@ -128,7 +101,7 @@ def _host_overhead_steps(facts: dict[str, Any], base: tuple[str, ...], per_param
     launches = facts.get("optimizer_step_kernel_launches_per_call")
     opt = facts.get("optimizer")
     if launches and launches >= per_parameter_launches:
-        use = f"use {opt}(..., {'fused' if opt in _FUSED_OPTIMIZERS else 'foreach'}=True)" if opt else "use a fused or foreach optimizer (fused=True / foreach=True)"
+        use = f"use {opt}(..., {'fused' if opt in FUSED_OPTIMIZERS else 'foreach'}=True)" if opt else "use a fused or foreach optimizer (fused=True / foreach=True)"
         named.append(f"Seen here: {opt or 'optimizer'}.step() launches {launches} kernels per call (a per-parameter loop); {use}.")
     short = facts.get("short_kernel_share")
     med, launch = facts.get("median_kernel_ns"), facts.get("mean_launch_call_ns")
@@ -137,14 +110,6 @@ def _host_overhead_steps(facts: dict[str, Any], base: tuple[str, ...], per_param
             f"Seen here: the median kernel ({med / 1e3:.1f} us) is shorter than the host time of one launch "
             f"({launch / 1e3:.1f} us); {short:.0%} of kernels are short. Bigger batches or fusion help most."
         )
-    # a step named from the trace replaces the generic step it specialises, so no advice is given twice
-    if fills:
-        base = tuple(b for b in base if "set_to_none" not in b)
-    if launches and launches >= per_parameter_launches:
-        base = tuple(b for b in base if "optimizers" not in b)
-    if opt:
-        flag = "fused=True" if opt in _FUSED_OPTIMIZERS else "foreach=True"
-        base = tuple(b.replace("torch.optim.AdamW(..., fused=True)", f"torch.optim.{opt}(..., {flag}), as this trace uses {opt}") for b in base)
     return tuple(named) + base
 
 
@@ -280,7 +245,6 @@ DETAILS: dict[C.Cause, Detail] = {
     C.HOST_OVERHEAD: Detail(
         facts=lambda a, ci, cfg: _host_overhead_facts(a),
         steps=lambda facts, base, cfg: _host_overhead_steps(facts, base, cfg.optimizer_step_per_parameter_min_launches),
-        code=_host_overhead_code,
         op_filter=_not_dataloader,
     ),
     C.HOST_PREPROCESSING: Detail(context=(WorkClass.DATA, WorkClass.USER)),

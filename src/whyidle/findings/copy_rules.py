@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from whyidle.analyses.copies import ExposedCopies
 from whyidle.config import Config
+from whyidle.analyses.advice_context import AdviceContext
+from whyidle.findings.advice import fit_lever, for_idiom
 from whyidle.findings.levers import lever_for
 from whyidle.findings.model import Evidence, Finding, Fix
 from whyidle.units import format_ms
@@ -17,7 +19,7 @@ from whyidle.units import format_ms
 __all__ = ["exposed_copy_finding"]
 
 
-def exposed_copy_finding(ex: ExposedCopies, window_capacity_ns: int, cfg: Config) -> Finding | None:
+def exposed_copy_finding(ex: ExposedCopies, window_capacity_ns: int, cfg: Config, ctx: AdviceContext | None = None) -> Finding | None:
     """A finding when exposed H2D copy time holds at least ``min_finding_share_of_window`` of the window."""
     capacity = max(window_capacity_ns, 1)
     share = ex.exposed_ns / capacity
@@ -32,7 +34,7 @@ def exposed_copy_finding(ex: ExposedCopies, window_capacity_ns: int, cfg: Config
         f"with no kernel running ({ex.copies} host-to-device copies{rate}); {pageable:.0%} of that time was copies "
         "from pageable memory, which the host must stage and wait for."
     )
-    lever = lever_for("h2d_copy", "exposed")
+    lever = fit_lever(for_idiom("h2d_copy", lever_for("h2d_copy", "exposed"), ctx), ctx, cfg.whatif_loader_workers)
     expected = (
         f"up to {format_ms(ex.exposed_ns)} of the window ({share:.0%}): pinned memory makes the copy faster and lets "
         "the host run ahead; a copy on a side stream, issued a batch ahead, hides it behind compute. An upper bound."

@@ -13,7 +13,9 @@ from typing import Any
 
 from whyidle.analyses.kernel_fill import KernelConfig, KernelFill
 from whyidle.config import Config
-from whyidle.findings.levers import lever_for
+from whyidle.analyses.advice_context import AdviceContext
+from whyidle.findings.advice import fit_lever, for_idiom
+from whyidle.findings.levers import FINDING_IDIOM_LEVERS, lever_for
 from whyidle.findings.model import Evidence, Finding, Fix, Skipped
 from whyidle.units import format_ms
 
@@ -39,7 +41,7 @@ def _sms(f: KernelFill) -> str:
     return "/".join(str(n) for n in counts) if counts else "?"
 
 
-def small_grid_finding(fill: KernelFill | None, window_capacity_ns: int, cfg: Config) -> Finding | Skipped | None:
+def small_grid_finding(fill: KernelFill | None, window_capacity_ns: int, cfg: Config, ctx: AdviceContext | None = None) -> Finding | Skipped | None:
     """The finding when enough kernel-busy time runs on a part of the device; Skipped without launch configurations."""
     if fill is None or fill.kernel_busy_ns <= 0:
         return None
@@ -100,7 +102,7 @@ def small_grid_finding(fill: KernelFill | None, window_capacity_ns: int, cfg: Co
             f"{format_ms(recoverable)} of kernel time ({recoverable / capacity:.0%} of the window) ran with few warps per SM: "
             "more work per kernel can shorten it; how much, only a re-profile measures"
         )
-    lever = lever_for("small_grids")
+    lever = fit_lever(for_idiom("small_grids", lever_for("small_grids"), ctx, FINDING_IDIOM_LEVERS), ctx, cfg.whatif_loader_workers)
     return Finding(
         id="small_grids",
         group="underfilled",

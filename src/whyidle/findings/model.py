@@ -20,6 +20,7 @@ import numpy.typing as npt
 from whyidle.timeline.model import Lane
 
 if TYPE_CHECKING:  # annotations only: a Kineto diagnosis need not import the counter analyses
+    from whyidle.analyses.advice_context import AdviceContext
     from whyidle.analyses.counters import CounterAnalysis
     from whyidle.analyses.kernels import KernelStats
     from whyidle.analyses.names import NameTimes
@@ -66,6 +67,15 @@ class Prediction(msgspec.Struct, frozen=True):
     batch_factor: float = 1.0  # samples per step after / before
     samples_per_s_before: float | None = None
     samples_per_s_after: float | None = None
+    # Why the prediction recovers more than its finding explains, when it does (findings/predict.py
+    # says it in words: the edit also shortens time outside the finding's gaps); '' otherwise.
+    note: str = ""
+
+    @property
+    def recommended(self) -> bool:
+        """The replay found a gain (0.5 % of the step or more): a fix predicted to gain nothing or
+        to slow the job down is not recommended on this evidence."""
+        return self.speedup >= 1.005
 
     @property
     def speedup(self) -> float:
@@ -83,6 +93,11 @@ class Prediction(msgspec.Struct, frozen=True):
 
         rng = f" ({format_ns(self.step_ns_low)}-{format_ns(self.step_ns_high)})" if self.step_ns_high - self.step_ns_low > 0.01 * self.step_ns_after else ""
         rate = "samples/s" if self.samples_per_s_before is not None else "steps/s"
+        if not self.recommended:
+            return (
+                f"Replayed with {self.lever}: no gain (step {format_ns(self.step_ns_before)} -> {format_ns(self.step_ns_after)}, "
+                f"{rate} x{self.speedup:.2f}): not recommended on this trace's evidence"
+            )
         per = " per sample" if self.batch_factor != 1 else ""
         return (
             f"Predicted with {self.lever}: step {format_ns(self.step_ns_before)} -> {format_ns(self.step_ns_after)}{rng}, "
@@ -240,6 +255,9 @@ class DiagnosisData(msgspec.Struct, frozen=True):
     activity: tuple[DeviceActivity, ...] | None = None
     lanes: tuple[Lane, ...] = ()
     name_times: NameTimes | None = None  # time per kernel and op name in the window (compare)
+    # What the job is and already does, as the trace shows it: every fix was chosen from it (None:
+    # an input with no events, or a report saved before it was recorded).
+    advice: AdviceContext | None = None
 
     @property
     def idle_ns(self) -> int:

@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from whyidle.analyses import causes as C
 from whyidle.config import Config
+from whyidle.findings.advice import hipify
 from whyidle.findings.model import Evidence, Finding, Fix
 from whyidle.findings.rules import Analyses
 from whyidle.timeline.arrays import unique_sorted
@@ -44,6 +45,17 @@ I64 = npt.NDArray[np.int64]
 _SYNC_COPY = re.compile(r"^(cuda|cu)(Memcpy|Memset)(2D|3D|Peer|ToSymbol|FromSymbol|HtoD|DtoH|DtoD|D8|D16|D32)*(_v\d+)?$")
 _SYNC_API = re.compile(r"^(cudaDeviceSynchronize|cudaStreamSynchronize|cuCtxSynchronize|cuStreamSynchronize)(_v\d+)?$")
 _DOCS = "docs/inputs.md#nsight-systems"
+
+
+def _in_idiom(a: Analyses, pytorch: str, cuda: str, cupy: str = "") -> str:
+    """A snippet in the job's language (the advice context's idiom): PyTorch, CUDA C/C++ (HIP's
+    names on AMD) or CuPy; another idiom gets the C runtime call, which every runtime wraps."""
+    idiom = a.advice.idiom
+    if idiom in ("pytorch", "engine"):
+        return pytorch
+    if idiom == "cupy" and cupy:
+        return cupy
+    return hipify(cuda) if idiom == "hip" else cuda
 
 
 def _calls(a: Analyses, pattern: re.Pattern[str]) -> I64:
@@ -120,10 +132,16 @@ def _pageable(a: Analyses, cfg: Config) -> Finding | None:
         steps=(
             f"{int(hit.sum())} device-idle gaps ({format_ms(ns)}) end with a cudaMemcpyAsync from pageable host memory: the driver "
             "stages it through a bounce buffer and the host waits, so nothing overlaps.",
-            "PyTorch: DataLoader(pin_memory=True) and tensor.to(device, non_blocking=True); elsewhere cudaHostAlloc / "
-            "cudaHostRegister the source buffer.",
+            "PyTorch: DataLoader(pin_memory=True) and tensor.to(device, non_blocking=True)."
+            if a.advice.idiom == "pytorch"
+            else "Allocate the source buffer pinned (cudaHostAlloc / cudaMallocHost) or register it (cudaHostRegister).",
         ),
-        code="loader = DataLoader(ds, pin_memory=True, num_workers=4)\nx = x.to('cuda', non_blocking=True)",
+        code=_in_idiom(
+            a,
+            f"loader = DataLoader(ds, pin_memory=True, num_workers={cfg.whatif_loader_workers})\nx = x.to('cuda', non_blocking=True)",
+            "cudaMallocHost(&h_buf, bytes);   // or cudaHostRegister(existing, bytes, cudaHostRegisterDefault)\ncudaMemcpyAsync(d_buf, h_buf, bytes, cudaMemcpyHostToDevice, stream);",
+            "host = cupyx.empty_pinned(shape, dtype)\nx_gpu.set(host, stream=stream)",
+        ),
         verify="Re-capture with nsys: the copies should read 'Pinned -> Device' and the gaps before them shrink.",
         expected=f"up to {format_ms(ns)} of device idle; an upper bound",
         docs=_DOCS,
@@ -146,8 +164,8 @@ def _sync_copies(a: Analyses, cfg: Config) -> Finding | None:
         steps=(
             f"{int(rows.size)} synchronous calls ({', '.join(names)}) held the launching thread for {format_ms(ns)} of device idle: "
             "each waits for all queued work and for the copy itself.",
-            "Use cudaMemcpyAsync/cudaMemsetAsync on the work stream (PyTorch: .to(device, non_blocking=True) from pinned "
-            "tensors; avoid .cpu()/.item() inside the loop).",
+            "Use cudaMemcpyAsync/cudaMemsetAsync on the work stream"
+            + (" (PyTorch: .to(device, non_blocking=True) from pinned tensors; avoid .cpu()/.item() inside the loop)." if a.advice.idiom == "pytorch" else ", from pinned host memory."),
         ),
         code="cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream);",
         verify="Re-capture with nsys: cudaMemcpy/cudaMemset should be gone from the CUDA API summary.",
@@ -186,10 +204,16 @@ def _sync_calls(a: Analyses, cfg: Config) -> Finding | None:
         steps=(
             f"{int(rows.size)} calls ({per_s:.1f} per second) left the device idle for {format_ms(ns)} in {int(hit.sum())} gaps: the host "
             "waited for the queue to empty, then had to refill it.",
-            "Remove debugging/timing syncs from the loop (use CUDA events), read scalars (loss.item()) every N steps, "
-            "and let work queue ahead.",
+            "Remove debugging/timing syncs from the loop (use CUDA events), "
+            + ("read scalars (loss.item()) every N steps, " if a.advice.idiom == "pytorch" else "synchronise only where the host reads a result, ")
+            + "and let work queue ahead.",
         ),
-        code="if step % 50 == 0:\n    print(loss.item())  # not every step",
+        code=_in_idiom(
+            a,
+            "if step % 50 == 0:\n    print(loss.item())  # not every step",
+            "for (int i = 0; i < n; ++i) kernel<<<grid, block, 0, s>>>(d, i);   // no sync per kernel\ncudaEventRecord(done, s); cudaEventSynchronize(done);   // once, where the host reads results",
+            "for it in range(iters):\n    step(x)\n    if it % 50 == 0:\n        cupy.cuda.get_current_stream().synchronize()   # not every iteration",
+        ),
         verify="Re-capture with nsys: fewer cudaStreamSynchronize/cudaDeviceSynchronize calls and shorter gaps after them.",
         expected=f"up to {format_ms(ns)} of device idle; an upper bound",
         docs=_DOCS,
@@ -256,7 +280,11 @@ def _blocked_host(a: Analyses, cfg: Config) -> Finding | None:
     fix = Fix(
         summary="The launching thread was blocked in the OS, not computing: feed it sooner.",
         steps=(f"During {format_ms(ns)} of device idle the launching thread sat in blocking OS calls ({calls}).", what, lever),
-        code="loader = DataLoader(ds, num_workers=8, persistent_workers=True, pin_memory=True)",
+        code=(
+            f"loader = DataLoader(ds, num_workers={cfg.whatif_loader_workers}, persistent_workers=True, pin_memory=True)"
+            if g.training and a.advice.idiom == "pytorch"
+            else "nsys profile -t cuda,nvtx,osrt --osrt-backtrace-threshold=1000 -o run ./app   # the blocking call's backtrace"
+        ),
         verify="Re-capture with nsys -t cuda,nvtx,osrt: the blocking calls inside the gaps should shrink.",
         expected=f"up to {format_ms(ns)} of device idle; an upper bound",
         docs=_DOCS,

@@ -45,13 +45,13 @@ NEEDS: dict[str, Callable[[Analyses], bool]] = {
 
 
 def _small_grids(a: Analyses, cfg: Config) -> Outcome:
-    out = small_grid_finding(a.kernels.fill, a.utilization.capacity_ns, cfg)
+    out = small_grid_finding(a.kernels.fill, a.utilization.capacity_ns, cfg, a.advice)
     return () if out is None else (out,)
 
 
 def _exposed_copies(a: Analyses, cfg: Config) -> Outcome:
     steps = tuple((st.start_ns, st.end_ns) for st in a.window.steps)
-    out = exposed_copy_finding(exposed_h2d_copies(a.tl, a.window.start_ns, a.window.end_ns, steps), a.utilization.capacity_ns, cfg)
+    out = exposed_copy_finding(exposed_h2d_copies(a.tl, a.window.start_ns, a.window.end_ns, steps), a.utilization.capacity_ns, cfg, a.advice)
     return () if out is None else (out,)
 
 

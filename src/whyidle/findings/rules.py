@@ -21,7 +21,8 @@ from whyidle.analyses.context import CauseEvidence, cause_evidence
 from whyidle.config import Config
 from whyidle.findings.analyses import Analyses
 from whyidle.findings.cause_details import DETAILS, Detail, context_evidence, uncorrelatable, with_trace_batch_size
-from whyidle.findings.levers import Lever, lever_for
+from whyidle.findings.advice import fit_lever, for_idiom
+from whyidle.findings.levers import FINDING_IDIOM_LEVERS, Lever, lever_for
 from whyidle.findings.model import Evidence, Finding, Fix, Skipped
 from whyidle.timeline.model import Kind
 from whyidle.units import format_ms
@@ -136,7 +137,7 @@ def _cause_finding(a: Analyses, cfg: Config, ci: int, ns: int) -> Finding:
     idle, capacity = a.utilization.idle_ns, a.utilization.capacity_ns
     ev = cause_evidence(a.tl, a.gaps, ci, a.index, examples=cfg.evidence_examples, op_filter=d.op_filter)
     variant = d.variant(a, ci, ev) if d.variant else ""
-    lever = lever_for(cause.cause, variant)
+    lever = fit_lever(for_idiom(cause.cause, lever_for(cause.cause, variant), a.advice), a.advice, cfg.whatif_loader_workers)
     facts = d.facts(a, ci, cfg) if d.facts else ()
     steps = d.steps(dict(facts), lever.steps, cfg) if d.steps else lever.steps
     if d.context:
@@ -147,12 +148,7 @@ def _cause_finding(a: Analyses, cfg: Config, ci: int, ns: int) -> Finding:
         f"up to {format_ms(ns)} of device idle ({ns / idle:.0%} of idle{per_step}) can be recovered; "
         "an upper bound, since removing this wait may expose the next one"
     )
-    fix = _fix(lever, expected)
-    code = with_trace_batch_size(fix.code, a.utilization.batch_size)
-    if steps is not lever.steps:
-        code = d.code(dict(facts), code) if d.code else code
-    if steps is not lever.steps or code != fix.code:
-        fix = Fix(fix.summary, steps, code, fix.verify, fix.expected, fix.docs)
+    fix = Fix(lever.summary, steps, with_trace_batch_size(lever.code, a.utilization.batch_size), lever.verify, expected, lever.docs)
     return cause_finding(cause, lever, variant, ns, idle, capacity, evidence, fix)
 
 
@@ -198,6 +194,7 @@ def _fp32_finding(a: Analyses, cfg: Config) -> Finding | Skipped | None:
         return None
     # Volta and Turing (7.x) have FP16 tensor cores only; BF16 and TF32 need Ampere (8.0).
     lever = lever_for("fp32_math", "fp16_only" if cc < (8, 0) else "")
+    lever = fit_lever(for_idiom("fp32_math", lever, a.advice, FINDING_IDIOM_LEVERS), a.advice, cfg.whatif_loader_workers)
     facts: tuple[tuple[str, Any], ...] = (
         ("compute_capability", f"{cc[0]}.{cc[1]}"),
         ("fp32_math_share_of_kernel_time", round(k.fp32_math_share, 4)),

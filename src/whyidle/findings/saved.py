@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from whyidle.analyses import causes as C
+from whyidle.analyses.advice_context import AdviceContext
 from whyidle.analyses.counters import BurstPattern, CounterAnalysis, Distribution, GpuCounters
 from whyidle.analyses.kernel_fill import KernelFill
 from whyidle.analyses.names import NameTimes
@@ -120,6 +121,7 @@ def _prediction(d: dict[str, Any] | None) -> Prediction | None:
         batch_factor=float(d.get("batch_factor", 1.0)),
         samples_per_s_before=d.get("samples_per_s_before"),
         samples_per_s_after=d.get("samples_per_s_after"),
+        note=str(d.get("note", "")),
     )
 
 
@@ -376,6 +378,7 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> DiagnosisData:
             lanes=lanes,
             name_times=_name_times(d["name_times"]) if d.get("name_times") is not None else None,
             counters=_counters(d["counters"]) if d.get("counters") is not None else None,
+            advice=msgspec.convert(d["advice_context"], AdviceContext) if d.get("advice_context") is not None else None,
         )
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise TraceFormatError(where, f"is a whyidle report with a missing or malformed field ({type(exc).__name__}: {exc})") from None

@@ -279,7 +279,8 @@ def _finding(i: int, f: Finding, w0: int, window_ns: int) -> str:
     if f.fix.expected and f.idle_ns:
         fix.append(f'<div class="wi-verify"><b>Expected:</b> {_e(f.fix.expected)}</div>')
     if f.prediction is not None:
-        fix.append(f'<div class="wi-verify"><b>{_e(f.prediction.summary())}</b>. Assumed: {_e(f.prediction.assumption)}.</div>')
+        note = f" {_e(f.prediction.note)}." if f.prediction.note else ""
+        fix.append(f'<div class="wi-verify"><b>{_e(f.prediction.summary())}</b>. Assumed: {_e(f.prediction.assumption)}.{note}</div>')
     fix.append(f'<div class="wi-verify"><b>Verify:</b> {_e(f.fix.verify)}</div>')
     body.append('<div class="wi-fix">' + "".join(fix) + "</div>")
     body.append(_docs(f))

@@ -41,6 +41,8 @@ def _prediction(p: Prediction | None) -> dict[str, Any] | None:
         "samples_per_s_after": p.samples_per_s_after,
         "speedup": p.speedup,
         "recovered_share": p.recovered_share,
+        "recommended": p.recommended,
+        "note": p.note,
     }
 
 
@@ -270,6 +272,7 @@ def report_to_dict(r: DiagnosisData) -> dict[str, Any]:
         },
         "steps": _steps_list(r),
         "kernels": _kernels_dict(r),
+        "advice_context": msgspec.to_builtins(r.advice) if r.advice is not None else None,
         "idle_ns": r.idle_ns,
         "idle_by_group_ns": by_group,
         "idle_by_cause_ns": {key: v for key, v in r.idle_by_cause_ns.items() if v},

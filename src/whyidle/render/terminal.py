@@ -48,6 +48,10 @@ def _headline(r: DiagnosisData) -> Table:
     if r.source.workload:
         why = f" ({r.source.workload_evidence[0]})" if r.source.workload_evidence else ""
         t.add_row("Workload", f"{r.source.workload.replace('_', '-')}{why}")
+    if r.advice is not None:
+        t.add_row("Seen in trace", "; ".join(r.advice.seen[1:]) or "nothing that changes the advice")
+        if r.advice.unknown:
+            t.add_row("Not in trace", "; ".join(r.advice.unknown))
     for label, value, detail in busy_idle_rows(r, format_ns):
         t.add_row(label, f"{value}: {detail}" if value == "unknown" else f"{value} {detail}")
     if u.steps:
@@ -104,7 +108,9 @@ def _finding_panel(i: int, f: Finding, window_ns: int) -> Panel:
         body.append(Text(f"  at {line_} ({n} gaps)", style="dim"))
     body.append(Text(f"Fix: {f.fix.summary}", style="green"))
     if f.prediction is not None:
-        body.append(Text(f.prediction.summary(), style="green"))
+        body.append(Text(f.prediction.summary(), style="green" if f.prediction.recommended else "yellow"))
+        if f.prediction.note:
+            body.append(Text(f"  ({f.prediction.note})", style="dim"))
     for s in f.fix.steps[:4]:
         body.append(Text(f"  - {s}"))
     body.append(Text(f.fix.code, style="cyan"))
