@@ -264,3 +264,28 @@ def test_no_prediction_claims_more_than_its_finding_without_saying_why(rel: str)
         else:
             assert p.recommended
         assert "Predicted with" in p.summary() or "no gain" in p.summary()
+
+
+def _loader_job(loader_us: float, workers: bool = False, step_us: float = 1000.0, steps: int = 4) -> whyidle.Report:
+    """A training step: the loader's __next__, then one kernel to the step's end."""
+    t = TL()
+    it = "_MultiProcessingDataLoaderIter" if workers else "_SingleProcessDataLoaderIter"
+    t.work("k0", -30, 0, launch_at=-40)
+    for n in range(steps):
+        s = n * step_us
+        t.step(n + 1, s, s + step_us)
+        t.host(TRAINING, s + loader_us + 1, s + loader_us + 4)
+        t.host(f"enumerate(DataLoader)#{it}.__next__", s, s + loader_us)
+        t.work("gemm", s + loader_us + 5, s + step_us, launch_at=s + loader_us)
+    return whyidle.diagnose(t.build())
+
+
+def test_compare_checks_a_prediction_only_for_the_change_it_predicted() -> None:
+    before = _loader_job(600)
+    assert before.findings[0].prediction is not None and "worker processes" in before.findings[0].prediction.lever
+    # workers added: the change the prediction replayed
+    assert whyidle.compare(before, _loader_job(100, workers=True)).to_dict()["prediction"]["applied"] == "starvation/input_pipeline"
+    # the loader got faster some other way (still in the training process): not the workers predicted
+    assert whyidle.compare(before, _loader_job(100)).to_dict()["prediction"] is None
+    # the input wait fell but the step grew: a regression is not the fix applied
+    assert whyidle.compare(before, _loader_job(100, workers=True, step_us=1500)).to_dict()["prediction"] is None

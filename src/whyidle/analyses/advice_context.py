@@ -31,6 +31,7 @@ import numpy as np
 
 from whyidle.analyses.calls import is_graph_launch
 from whyidle.analyses.workload import Workload
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
 __all__ = ["AdviceContext", "advice_context", "IDIOMS", "ENGINES"]
@@ -136,7 +137,7 @@ def _optimizer(tl: Timeline) -> tuple[str, str]:
         return "", ""
     cls = max(counts, key=lambda k: counts[k])
     ops = tl.kind_name_mask(lambda s: s.startswith(("aten::_fused_", "aten::_foreach_")), Kind.CPU_OP)
-    names = {tl.strings[int(n)] for n in np.unique(tl.name[ops])}
+    names = {tl.strings[int(n)] for n in unique_sorted(tl.name[ops])}
     fused = cls.startswith("Fused") or any(n.startswith("aten::_fused_") for n in names)  # apex/DeepSpeed FusedAdam, fused=True
     impl = "fused" if fused else "foreach" if names else "per_parameter"
     return cls, impl
@@ -175,6 +176,8 @@ def _framework(tl: Timeline, workload: Workload) -> str:
         return "cupy"
     if workload.kind == "serving":
         return "pytorch" if (tl.kind == int(Kind.CPU_OP)).any() else "unknown"
+    if tl.kind_name_mask(lambda s: s.startswith("ProfilerStep#"), Kind.STEP).any():  # torch.profiler's step marker
+        return "pytorch"
     if workload.kind == "non_pytorch":
         hip = tl.meta.vendor == "amd" or bool(tl.kind_name_mask(lambda s: bool(_HIP_CALL.match(s)), Kind.RUNTIME).any())
         return "hip" if hip else "cuda"
@@ -218,7 +221,7 @@ def _in_words(c: AdviceContext, tl: Timeline) -> tuple[tuple[str, ...], tuple[st
         unknown.append("the device's vendor and generation")
     else:
         unknown.append(f"the {c.vendor.upper() if c.vendor == 'amd' else 'NVIDIA'} device's generation")
-    if c.framework == "pytorch" and not (tl.kind == int(Kind.PYTHON)).any():
+    if c.framework == "pytorch" and not (tl.kind == int(Kind.PYTHON)).any() and not (tl.stack >= 0).any():
         how = "nsys profile --python-backtrace=cuda" if tl.meta.source_format == "nsys" else "torch.profiler with_stack=True"
         unknown.append(f"Python lines (captured without {how})")
     return tuple(seen), tuple(unknown)
