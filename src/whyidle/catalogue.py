@@ -356,6 +356,37 @@ CATALOGUE: tuple[CauseEntry, ...] = (
         )},
     ),
     CauseEntry(
+        "underfilled",
+        "jit_compile",
+        "jit compilation",
+        "#482800",
+        "underfilled",
+        {"": Lever(
+            title="Underfilled: kernels compiled on first use while the GPU waits (JIT, module loading)",
+            summary="The launching thread compiles and loads kernels again and again during the run (NVRTC, CuPy, Triton): compile them once, ahead of the loop, and keep the cache.",
+            steps=(
+                "Warm up: run every kernel once, with every shape and dtype the loop will use, before the timed or served part.",
+                "Keep the compiler's cache on a persistent disk: CuPy's kernel cache (CUPY_CACHE_DIR), Triton's (TRITON_CACHE_DIR, autotuning results included); a fresh container starts cold.",
+                "Build a cupy.RawModule / RawKernel once at start-up and reuse it; never build kernel source per call (a new source string is a new compilation).",
+                "Compile ahead of time where the toolkit allows it: a cubin/fatbin loaded once (cupy.RawModule(path=...)), Triton's AOT compiler, NVRTC output cached by key.",
+            ),
+            code=(
+                "import cupy as cp\n"
+                "# once, at start-up: compile and load, then reuse\n"
+                "mod = cp.RawModule(code=KERNEL_SOURCE, options=('--std=c++17',))\n"
+                "scale = mod.get_function('scale')\n"
+                "for n in SIZES:  # warm-up: each shape the loop will meet\n"
+                "    x = cp.empty(n, dtype=cp.float32)\n"
+                "    scale(((n + 255) // 256,), (256,), (x, cp.float32(1.0), cp.int32(n)))\n"
+                "cp.cuda.Device().synchronize()\n"
+                "# shell: export CUPY_CACHE_DIR=/persistent/cupy TRITON_CACHE_DIR=/persistent/triton"
+            ),
+            verify="Re-profile after warm-up: no nvrtc, cuModuleLoadData or hipModuleLoad calls (and no compiler frames) inside the window.",
+            docs="underfilled",
+        )},
+        host_side=True,
+    ),
+    CauseEntry(
         "insufficient_demand",
         "idle_host",
         "waiting for requests",
