@@ -90,10 +90,11 @@ _COLD_CALL_RE = re.compile(
     r"^hipModuleLoad|^hipStreamCreate|^hipEventCreate|^(nvrtc|hiprtc|nvJitLink|cuLink)[A-Z]"
 )
 # JIT compilation and loading its output: a runtime call (nvrtc, cuModuleLoadData, hipModuleLoad)
-# or a frame or range of a compiler (Triton's, CuPy's, NVRTC's).
+# or a frame or range of a compiler (NVRTC's, CuPy's, Triton's compile and its first load; not
+# Triton's CompiledKernel.run or launch_metadata, called on every launch).
 _JIT_RE = re.compile(
     r"^(cuModuleLoad|cuLibraryLoadData|cuLink|hipModuleLoad|nvrtc|hiprtc|nvJitLink)|Nvrtc|"
-    r"^(triton/compiler/|cupy/cuda/compiler\.py\(|cupy/_core/_cub_reduction|cupyx/jit/)"
+    r"^(cupy/cuda/compiler\.py\(|cupyx/jit/)|^triton/(compiler|backends/\w+)/\S*\(\d+\): (compile|_init_handles|make_\w+)$"
 )
 # Allocator calls are cheap when warm; when one takes milliseconds the caching allocator is
 # growing (warm-up) or being emptied, a first-call cost of the same kind as module loading.
