@@ -9,17 +9,10 @@ import whyidle
 from whyidle.analyses.hostwork import WorkClass, classify
 from whyidle.timeline import Kind
 
-from tlbuild import TL, US
+from tlbuild import TL, US, causes, py
 
 TRAINING = "Optimizer.step#SGD.step"
-
-
-def causes(report: whyidle.Report) -> dict[str, int]:
-    return {k: v // US for k, v in report.idle_by_cause_ns.items() if v}
-
-
-def py(t: TL, name: str, start: float, end: float) -> None:
-    t.host(name, start, end, kind=Kind.PYTHON)
+# A capture that is all cold start blames nothing: test_attribution.py::test_cold_start_dominating_is_said_and_no_cause_is_blamed
 
 
 # -- 1. the enclosing frames name the work ---------------------------------------------------------
@@ -147,16 +140,6 @@ def test_a_cold_start_is_reported_and_the_warm_remainder_still_diagnosed() -> No
     assert top.idle_ns == 8 * 105 * US
     assert abs(top.share_of_window - 8 * 105 * US / warm_ns) < 1e-9
     assert dict(top.evidence.facts)["warm_window_ns"] == warm_ns
-
-
-def test_a_capture_that_is_all_cold_start_blames_nothing() -> None:
-    t = TL()
-    t.host(TRAINING, 4000, 4010)
-    t.work("k0", 0, 100, launch_at=-10)
-    t.host("cuModuleLoadData", 150, 3150, kind=Kind.RUNTIME)
-    t.work("k1", 3170, 3270, launch_at=3160)
-    r = whyidle.diagnose(t.build())
-    assert r.cold_start and r.findings == ()
 
 
 # -- 4. JIT compilation and module loading through the window --------------------------------------
