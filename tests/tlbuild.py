@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec.structs
 import numpy as np
 
@@ -56,6 +58,16 @@ class TL:
 
     def build(self) -> Timeline:
         return self.b.build()
+
+
+def causes(report: Any) -> dict[str, int]:
+    """A report's idle by cause in whole microseconds, the causes that hold any."""
+    return {k: v // US for k, v in report.idle_by_cause_ns.items() if v}
+
+
+def py(t: TL, name: str, start: float, end: float) -> None:
+    """A Python frame on the main thread."""
+    t.host(name, start, end, kind=Kind.PYTHON)
 
 
 def assert_same_timeline(a: Timeline, b: Timeline) -> None:

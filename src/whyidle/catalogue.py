@@ -381,6 +381,31 @@ CATALOGUE: tuple[CauseEntry, ...] = (
         )},
     ),
     CauseEntry(
+        "underfilled",
+        "jit_compile",
+        "jit compilation",
+        "#482800",
+        "underfilled",
+        {"": Lever(
+            title="Underfilled: kernels compiled on first use while the GPU waits (JIT, module loading)",
+            summary="The launching thread compiles and loads kernels again and again during the run (Triton, NVRTC, nvFuser): compile them once, ahead of the loop, and keep the cache.",
+            steps=(
+                "Warm up: run every kernel once, with every shape and dtype the loop will use, before the timed or served part.",
+                "Keep the compilers' caches on a persistent disk (TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, autotuning results included); a fresh container starts cold.",
+                "Stop recompiling for new shapes: pad to a few fixed sizes, or mark the varying dimension dynamic (torch._dynamo.mark_dynamic) so one kernel serves them.",
+            ),
+            code=(
+                "for n in SIZES:                 # warm-up: each shape the loop will meet\n"
+                "    model(torch.empty(n, d, device='cuda'))\n"
+                "torch.cuda.synchronize()\n"
+                "# shell: export TRITON_CACHE_DIR=/persistent/triton TORCHINDUCTOR_CACHE_DIR=/persistent/inductor"
+            ),
+            verify="Re-profile after warm-up: no nvrtc, cuModuleLoadData or hipModuleLoad calls (and no compiler frames) inside the window.",
+            docs="underfilled",
+        )},
+        host_side=True,
+    ),
+    CauseEntry(
         "insufficient_demand",
         "idle_host",
         "waiting for requests",
@@ -563,6 +588,43 @@ _JIT_JAX = (
 # findings/advice.py chooses among them; a cause without one for an idiom gets its default
 # lever with the PyTorch-only steps and code left out.
 IDIOM_LEVERS: dict[str, dict[str, Lever]] = {
+    "jit_compile": {
+        "cupy": Lever(
+                title="Underfilled: kernels compiled on first use while the GPU waits (JIT, module loading)",
+                summary="The launching thread compiles and loads kernels again and again during the run (NVRTC, CuPy, Triton): compile them once, ahead of the loop, and keep the cache.",
+                steps=(
+                    "Warm up: run every kernel once, with every shape and dtype the loop will use, before the timed or served part.",
+                    "Keep the compiler's cache on a persistent disk: CuPy's kernel cache (CUPY_CACHE_DIR), Triton's (TRITON_CACHE_DIR, autotuning results included); a fresh container starts cold.",
+                    "Build a cupy.RawModule / RawKernel once at start-up and reuse it; never build kernel source per call (a new source string is a new compilation).",
+                    "Compile ahead of time where the toolkit allows it: a cubin/fatbin loaded once (cupy.RawModule(path=...)), Triton's AOT compiler, NVRTC output cached by key.",
+                ),
+                code=(
+                    "import cupy as cp\n"
+                    "# once, at start-up: compile and load, then reuse\n"
+                    "mod = cp.RawModule(code=KERNEL_SOURCE, options=('--std=c++17',))\n"
+                    "scale = mod.get_function('scale')\n"
+                    "for n in SIZES:  # warm-up: each shape the loop will meet\n"
+                    "    x = cp.empty(n, dtype=cp.float32)\n"
+                    "    scale(((n + 255) // 256,), (256,), (x, cp.float32(1.0), cp.int32(n)))\n"
+                    "cp.cuda.Device().synchronize()\n"
+                    "# shell: export CUPY_CACHE_DIR=/persistent/cupy TRITON_CACHE_DIR=/persistent/triton"
+                ),
+                verify="Re-profile after warm-up: no nvrtc, cuModuleLoadData or hipModuleLoad calls (and no compiler frames) inside the window.",
+                docs="underfilled",
+            ),
+        "cuda": _lever(
+            "Underfilled: kernels compiled on first use while the GPU waits (JIT, module loading)",
+            "The program compiles (NVRTC) and loads modules during the run: compile once at start-up, or ahead of time, and reuse the module.",
+            (
+                "Compile each kernel source once at start-up (nvrtcCompileProgram, cuModuleLoadData) and keep the CUfunction handles.",
+                "Compile ahead of time (nvcc -cubin / -fatbin) and load the binary once, or cache NVRTC output by a key of source and options.",
+                "Warm up every kernel variant before the timed part.",
+            ),
+            "// once, at start-up\nnvrtcCompileProgram(prog, nopts, opts);\ncuModuleLoadData(&mod, ptx);\ncuModuleGetFunction(&fn, mod, \"scale\");\n// in the loop: only launches\ncuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream, args, nullptr);",
+            "Re-capture with nsys: no nvrtc or cuModuleLoadData calls inside the steady-state range.",
+            "underfilled",
+        ),
+    },
     "host_sync": {
         "cuda": _lever(
             "Synchronization: the host waits for the GPU, draining its queue",

@@ -18,10 +18,13 @@ that thread were doing decides the cause:
    dependency wait; work launched before the capture began is a capture artifact; anything else
    is a device-side wait the trace cannot name.
 2. **In flight** (``L <= gs < Le``: the launch call was still running when the device went idle):
-   launch latency, or cold start when the call itself is a first-use cost (milliseconds).
+   launch latency, or cold start when the call itself is a first-use cost (milliseconds), or a
+   host sync when the call blocks the thread (a synchronous copy: ``cudaMemcpy``,
+   ``hipMemcpyWithStream``).
 3. **Waiting for the host** (``L > gs``): ``[gs, L]`` is split by what the launching thread was
-   doing (``analyses/hostops.py``, ``analyses/hostwork.py``), in this priority: a cold-start call
-   or first use; the input pipeline (DataLoader); a host-to-device copy op; a synchronising call;
+   doing (``analyses/hostops.py``, ``analyses/hostwork.py``), in this priority: JIT compilation
+   and module loading recurring through the window (compile on first use); a cold-start call or
+   first use; the input pipeline (DataLoader); a host-to-device copy op; a synchronising call;
    an MPI call (dependency wait); any other op (host overhead); then the innermost Python frame
    or range: data work (host preprocessing), framework code (host overhead), blocked waiting
    (waiting for requests in a serving workload, else untraced); and nothing traced at all (short:
@@ -33,7 +36,10 @@ that sync: the host waited for the device to finish instead of queueing work ahe
 everything up to the next launch (the host work the sync serialised and the relaunch) is
 charged to the sync, except first-use costs and the input pipeline, which keep their causes.
 ``[L, ge]`` (the launch and the device's start) follows the gap's dominant host-side cause, or
-cold start when the launch call was slow.
+cold start when the launch call was slow. When the launch call itself blocks the thread (a
+synchronous copy entered a little after the device went idle, lasting hundreds of milliseconds
+while queued work waits), ``[L, ge]`` is that call's: the host's state over the whole gap, not at
+its start, names it (staging a pageable host-to-device copy, else a host sync).
 
 Every nanosecond of idle is attributed to exactly one cause; nothing is forced: what the trace
 cannot explain is ``unattributed``.
@@ -47,7 +53,7 @@ import numpy.typing as npt
 
 from whyidle.analyses import causes as C
 from whyidle.analyses.calls import is_launch_call
-from whyidle.analyses.hostops import HostSets, host_sets, memcpy_direction
+from whyidle.analyses.hostops import HostSets, host_sets, is_sync_call, memcpy_direction
 from whyidle.analyses.hostwork import ContextSets
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
@@ -170,6 +176,9 @@ class _Launch:
         is_kernel_launch = np.zeros(n, dtype=np.bool_)
         is_kernel_launch[self.has_launch] = tl.name_mask(is_launch_call, launch_row[self.has_launch])
         self.cold = is_kernel_launch & ((self.launch_e - self.launch_t) >= cfg.cold_call_min_ns)
+        # A launch call that blocks the thread until its work is done (a synchronous copy).
+        self.blocking = np.zeros(n, dtype=np.bool_)
+        self.blocking[self.has_launch] = tl.name_mask(is_sync_call, launch_row[self.has_launch])
 
 
 def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
@@ -214,15 +223,15 @@ def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
     pre[unknown] = 0
     pre[unknown & ~pre_capture, C.cause_index(C.NO_LAUNCH_INFO)] = dur[unknown & ~pre_capture]
     h2d_next = _is_h2d(tl, next_row)
-    _device_side(pre, dur, queued | pre_capture, pre_capture, in_flight, h2d_next, dep_wait, la.cold, tl, next_row, cfg)
+    _device_side(pre, dur, queued | pre_capture, pre_capture, in_flight, h2d_next, dep_wait, la, tl, next_row, cfg)
     tail = np.where(queued | in_flight | unknown, 0, ge - host_end)
-    slices = _with_tail(pre, tail, h2d_next, la.cold)
+    slices = _with_tail(pre, tail, h2d_next, la)
     contexts = {lane: hs.context for lane, hs in sets.items()}
     return Gaps(gs, ge, dev, next_row, launch_row, la.thread, host_end, drained, slices, workload.training, has_host, workload, contexts)
 
 
 def _device_side(
-    pre: I64, dur: I64, queued_any: B, pre_capture: B, in_flight: B, h2d_next: B, dep_wait: B, cold_launch: B, tl: Timeline, next_row: I64, cfg: Config
+    pre: I64, dur: I64, queued_any: B, pre_capture: B, in_flight: B, h2d_next: B, dep_wait: B, la: _Launch, tl: Timeline, next_row: I64, cfg: Config
 ) -> None:
     """Fill ``pre`` for gaps whose launch had returned (queued, or launched before the capture)
     or was still running (in flight) when the device went idle."""
@@ -238,25 +247,30 @@ def _device_side(
     ):
         pre[mask, C.cause_index(cause)] = dur[mask]
     # A launch still running when the device went idle: staging a pageable copy (the copy call
-    # blocks while it stages), a cold start when the call is slow, else launch latency.
+    # blocks while it stages), a synchronous call blocking the thread, a cold start when the call
+    # is slow, else launch latency.
+    other = in_flight & ~h2d_next & ~la.blocking
     for mask, cause in (
         (in_flight & h2d_next, C.H2D_COPY),
-        (in_flight & ~h2d_next & cold_launch, C.COLD_START),
-        (in_flight & ~h2d_next & ~cold_launch, C.LAUNCH_LATENCY),
+        (in_flight & ~h2d_next & la.blocking, C.HOST_SYNC),
+        (other & la.cold, C.COLD_START),
+        (other & ~la.cold, C.LAUNCH_LATENCY),
     ):
         pre[mask, C.cause_index(cause)] = dur[mask]
 
 
-def _with_tail(pre: I64, tail: I64, h2d_next: B, cold_launch: B) -> I64:
+def _with_tail(pre: I64, tail: I64, h2d_next: B, la: _Launch) -> I64:
     """Post-launch tail [L, ge]: a slow launch call is a cold start, staging a pageable copy is the
-    copy's cost; otherwise it follows the gap's dominant host-side cause."""
+    copy's cost, a launch call that blocks the thread (a synchronous copy) is a host sync;
+    otherwise it follows the gap's dominant host-side cause."""
     slices = pre.copy()
     has_tail = tail > 0
     if has_tail.any():
         dominant = np.argmax(pre, axis=1)
         dominant[pre.sum(axis=1) == 0] = C.cause_index(C.HOST_OVERHEAD)
+        dominant[la.blocking] = C.cause_index(C.HOST_SYNC)
         dominant[h2d_next] = C.cause_index(C.H2D_COPY)
-        dominant[cold_launch] = C.cause_index(C.COLD_START)
+        dominant[la.cold] = C.cause_index(C.COLD_START)
         idx = np.flatnonzero(has_tail)
         slices[idx, dominant[idx]] += tail[idx]
     return slices
@@ -307,6 +321,13 @@ def _gated_by_stream_wait(hs: HostSets, launch_t: I64) -> npt.NDArray[np.bool_]:
     return np.asarray(last_wait > prev, dtype=np.bool_)
 
 
+def _repeated_jit(hs: HostSets, window: Window, cfg: Config) -> Intervals:
+    """The thread's JIT compilation and module loading when it recurs through the window (the job
+    compiles kernels on first use as it runs); a single one is a start-up cost (cold start)."""
+    jit = hs.jit.clip(window.start_ns, window.end_ns)
+    return jit if len(jit) >= cfg.jit_min_compiles_in_window else Intervals.empty()
+
+
 def _split_host_time(
     hs: HostSets, a: I64, b: I64, serving: bool, window: Window, cfg: Config
 ) -> tuple[I64, npt.NDArray[np.bool_]]:
@@ -320,6 +341,7 @@ def _split_host_time(
     ctx = hs.context
     # (cause, activity set, serialised by a sync that drained the gap)
     layers: list[tuple[C.Cause, Intervals, bool]] = [
+        (C.cause("underfilled/jit_compile"), _repeated_jit(hs, window, cfg), False),
         (C.COLD_START, hs.cold | ctx.cold, False),
         (C.INPUT_PIPELINE, hs.dataloader, False),
         (C.H2D_COPY, hs.h2d, False),

@@ -9,7 +9,8 @@ priority):
 * ``dataloader``: inside ``enumerate(DataLoader)...__next__`` or a DataPipe;
 * ``h2d``: inside a copy op (``aten::to``/``aten::_to_copy``/``aten::copy_``) that launched a
   host-to-device copy;
-* ``sync``: blocked in a synchronising call: ``cuda*Synchronize``, a synchronous ``cudaMemcpy``,
+* ``sync``: blocked in a synchronising call: ``cuda*Synchronize``, a synchronous ``cudaMemcpy``
+  (``hipMemcpyWithStream``, ``hipMemcpyDtoH``),
   ``cuda_sync`` records, ``aten::item``/``_local_scalar_dense``/``nonzero``... that made a
   runtime call (on a CPU tensor they wait for nothing), or a copy op that launched a
   device-to-host copy;
@@ -17,6 +18,8 @@ priority):
 * ``context``: the thread's time outside ops, by the innermost Python frame, user range or OS
   call (:mod:`whyidle.analyses.hostwork`): waiting, MPI, first-use, data work, dispatch; and
   (Nsight Systems scheduling events) when the thread was scheduled out, blocked or preempted;
+* ``jit``: inside JIT compilation or the loading of its output (``nvrtc*``, ``cuModuleLoadData``,
+  ``hipModuleLoad``, Triton's and CuPy's compilers); also part of ``cold``;
 * ``stream_waits``: start times of ``cudaStreamWaitEvent``-like calls, and ``launches``: start
   times of every launch call of the thread (to tell which launch a wait gated).
 
@@ -57,7 +60,7 @@ I64 = npt.NDArray[np.int64]
 
 _DATALOADER_RE = re.compile(r"enumerate\(DataLoader\)|DataLoader.*__next__|DataLoaderIter|DataPipe|IterDataPipe|_next_data")
 _SYNC_CALL_RE = re.compile(
-    r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize|^(cuda|hip)Memcpy(2D|3D|Peer)?(_v\d+)?$|^cuMemcpy(DtoH|HtoD|DtoD)?(_v\d+)?$|"
+    r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize|^(cuda|hip)Memcpy(2D|3D|Peer|WithStream|DtoH|HtoD|DtoD)?(_v\d+)?$|^cuMemcpy(DtoH|HtoD|DtoD)?(_v\d+)?$|"
     r"^(cuda|hip)MemcpyFrom|^(cuda|hip)MemcpyTo|^(cuda|hip)StreamQuery$"
 )
 # Framework ops that block the host until the device has produced a value.
@@ -84,7 +87,14 @@ _COLD_CALL_RE = re.compile(
     r"^cu(Module|Library)(Load|GetFunction|GetGlobal)|^cuCtxCreate|^cudaStreamCreate|^cudaEventCreate|^cuStreamCreate|"
     r"^cuEventCreate|^cudaGetDeviceProperties|^cudaFuncGetAttributes|^cudnnCreate|^cublasCreate|^cublasLtCreate|"
     r"^cudnnFind|^cuDevicePrimaryCtxRetain|^cudaSetDevice$|"
-    r"^hipModuleLoad|^hipStreamCreate|^hipEventCreate"
+    r"^hipModuleLoad|^hipStreamCreate|^hipEventCreate|^(nvrtc|hiprtc|nvJitLink|cuLink)[A-Z]"
+)
+# JIT compilation and loading its output: a runtime call (nvrtc, cuModuleLoadData, hipModuleLoad)
+# or a frame or range of a compiler (NVRTC's, CuPy's, Triton's compile and its first load; not
+# Triton's CompiledKernel.run or launch_metadata, called on every launch).
+_JIT_RE = re.compile(
+    r"^(cuModuleLoad|cuLibraryLoadData|cuLink|hipModuleLoad|nvrtc|hiprtc|nvJitLink)|Nvrtc|"
+    r"^(cupy/cuda/compiler\.py\(|cupyx/jit/)|^triton/(compiler|backends/\w+)/\S*\(\d+\): (compile|_init_handles|make_\w+)$"
 )
 # Allocator calls are cheap when warm; when one takes milliseconds the caching allocator is
 # growing (warm-up) or being emptied, a first-call cost of the same kind as module loading.
@@ -143,6 +153,7 @@ class HostSets(msgspec.Struct, frozen=True):
     context: ContextSets
     stream_waits: I64  # sorted start times of stream-wait calls
     launches: I64  # sorted start times of launch calls
+    jit: Intervals = msgspec.field(default_factory=Intervals.empty)
 
 
 _HOST_WORK = (int(Kind.CPU_OP), int(Kind.RUNTIME), int(Kind.SYNC))
@@ -224,6 +235,7 @@ def host_sets(
     cold_name = tl.kind_name_mask(is_cold_call, Kind.RUNTIME)
     launch_name = tl.kind_name_mask(lambda s: is_launch_call(s) or bool(_ALLOC_CALL_RE.match(s)), Kind.RUNTIME)
     copy_name = tl.kind_name_mask(lambda s: s in _COPY_OPS, *map(Kind, _HOST_WORK))
+    jit_name = tl.kind_name_mask(lambda s: bool(_JIT_RE.search(s)), Kind.RUNTIME, Kind.PYTHON, Kind.ANNOTATION)
     dirs = copy_directions(tl, links)
     has_launch = links.launch_of >= 0
     result: dict[int, HostSets] = {}
@@ -264,5 +276,7 @@ def host_sets(
         off_rows = np.flatnonzero(on_lane & (tl.kind == int(Kind.ANNOTATION)) & off_name)
         if off_rows.size:
             ctx = msgspec.structs.replace(ctx, off_cpu=Intervals.union_of(s[off_rows], e[off_rows]), has_sched=True)
-        result[lane] = HostSets(lane, cold, dataloader, h2d, sync, ops, rows, ctx, waits, launches)
+        jit_rows = rows[jit_name[rows]]
+        jit = Intervals.union_of(s[jit_rows], e[jit_rows])
+        result[lane] = HostSets(lane, cold | jit, dataloader, h2d, sync, ops, rows, ctx, waits, launches, jit)
     return result

@@ -21,9 +21,21 @@ Each record gets a class from its name:
   tokenizers, pandas, and ranges named so (``decode``, ``preprocess``, ``augment``...);
 * ``dispatch``: framework code between ops: torch, serving engines, attention libraries, C++
   scopes in NVTX ranges (``KernelExecutor::runFusion``);
+* ``framework``: the machinery that runs a model (``nn.Module.__call__``, diffusers and accelerate
+  hooks): dispatch that is never the data work around it;
 * ``user``: the program's own code (any other file);
-* neutral records (built-ins and the standard library) take the class of the record they are
-  called from.
+* neutral records (built-ins and the standard library, ``contextlib``) take the class of the
+  record they are called from.
+
+A frame is named by its library and module (the path) and by its function: a function named for
+data work (``preprocess``, ``read_video_pyav``, ``collate``) is data work in a framework's file too
+(``transformers/pipelines/video_classification.py: preprocess``).
+
+The enclosing frames count too: under a data frame, the user's and a library's frames are that
+data work (``preprocess`` -> ``read_video_pyav`` -> untraced decoding, with only ``astype`` and
+``np.stack`` recognised at the leaves), except the framework machinery, which stays dispatch with
+everything it runs (a feature extractor's forward inside ``preprocess``). Waits, MPI calls and
+first-use costs keep their class wherever they are.
 
 User code is the job's own host work when it runs for ``Config.python_overhead_max_ns`` (1 ms)
 or longer without a traced op; shorter stretches are the interpreter between framework calls
@@ -64,6 +76,7 @@ class WorkClass:
     DATA = 4
     DISPATCH = 5
     USER = 6
+    FRAMEWORK = 7  # dispatch that runs a model: never part of the data work around it
 
 
 _WAIT_RE = re.compile(
@@ -103,6 +116,18 @@ _DATA_WORD_RE = re.compile(r"(?i:preprocess|decod(e|ing)|augment|tokeni[sz]|norm
 # against matches generated from the patterns).
 _COLD_HINTS = ("compil", "nvrtc", "nvjitlink", "autotun", "cumoduleload", "culibraryload", "importlib", "convert_frame", "cpp_extension", "flashinfer/jit")
 _DATA_WORD_HINTS = ("preprocess", "decod", "augment", "tokeni", "normali", "collate", "resiz", "load_image", "read_image")
+# A function named for data work, in any file (a framework's pipeline too) but a serving engine's,
+# whose model runner "_preprocess"es each batch's input ids (engine overhead). Not "decode" alone:
+# an LLM's decode phase is not decoding data.
+_DATA_FUNC_RE = re.compile(
+    r"\(\d+\): _*(preprocess|read_video|read_image|read_audio|load_image|load_video|load_audio|decode_(image|video|audio|jpeg)|"
+    r"augment|collate|tokeni[sz])\w*$"
+)
+# What runs a model: a module's call and the hooks wrapped around its forward.
+_FRAMEWORK_RE = re.compile(
+    r"^torch/nn/modules/module\.py\(\d+\): (_call_impl|_wrapped_call_impl|__call__)$|^nn\.Module: |"
+    r"^(diffusers/hooks/|accelerate/hooks\.py\()"
+)
 _DISPATCH_RE = re.compile(
     r"^(torch|whyidle|vllm|sglang|flashinfer|flash_attn|xformers|transformers|triton|apex|deepspeed|megatron|"
     r"lightning|pytorch_lightning|accelerate|peft|nvfuser|thunder|jax|jaxlib|cupy|tensorrt|tensorrt_llm|"
@@ -148,7 +173,9 @@ def classify(name: str) -> int:
         return WorkClass.RANKS
     if may_contain(name, _COLD_HINTS) and _COLD_RE.search(name) and not name.startswith(_COLD_PATHS):
         return WorkClass.COLD
-    if _DATA_PATH_RE.search(name):
+    if _FRAMEWORK_RE.search(name):
+        return WorkClass.FRAMEWORK
+    if _DATA_PATH_RE.search(name) or (_DATA_FUNC_RE.search(name) and not SERVING_ENGINE.search(name)):
         return WorkClass.DATA
     if _DISPATCH_RE.search(name):
         return WorkClass.DISPATCH
@@ -194,6 +221,9 @@ def _resolve(ptr: I64, done: npt.NDArray[np.bool_]) -> I64:
     return ptr
 
 
+_INHERITS_DATA = (WorkClass.NEUTRAL, WorkClass.USER, WorkClass.DISPATCH)
+
+
 def innermost_segments(
     starts: I64, ends: I64, classes: npt.NDArray[np.int8]
 ) -> tuple[I64, I64, npt.NDArray[np.int8], I64]:
@@ -204,7 +234,9 @@ def innermost_segments(
     ends in time order, the innermost open record after a start is that record, and after an end
     it is whatever was innermost just before that record started: a pointer to an earlier event,
     resolved for all events at once by pointer jumping. Neutral records take the class of the
-    record they are called from (user at the top). ``record`` is the position of the owner.
+    record they are called from (user at the top); user, dispatch and neutral records inside a
+    data record are data work (see the module docstring); framework machinery reads as dispatch.
+    ``record`` is the position of the owner.
     """
     sel = np.flatnonzero(ends > starts)  # records of no length own no time
     if sel.size < starts.size:
@@ -232,6 +264,13 @@ def innermost_segments(
     own = classes != WorkClass.NEUTRAL
     cptr = _resolve(np.where(own, k, parent), own)
     eff = np.where(cptr >= 0, classes[np.maximum(cptr, 0)], WorkClass.USER).astype(np.int8)
+    # The nearest record, itself or enclosing, whose class no data frame around it changes: a
+    # data frame there makes the user, dispatch and neutral records in between data work.
+    fixed = ~np.isin(classes, _INHERITS_DATA)
+    bptr = _resolve(np.where(fixed, k, parent), fixed)
+    in_data = (bptr >= 0) & (classes[np.maximum(bptr, 0)] == WorkClass.DATA)
+    eff[in_data] = WorkClass.DATA
+    eff[eff == WorkClass.FRAMEWORK] = WorkClass.DISPATCH
     t0, t1, who = ev_t[:-1], ev_t[1:], owner[:-1]
     keep = (t1 > t0) & (who >= 0)
     # Records that are not nested (a range that outlives the frame it began in) can leave an

@@ -1,8 +1,8 @@
 """Trace-quality notes: what in the capture limits what whyidle can say.
 
 Each note is a sentence for the user; ``cold_start`` is set when first-call costs dominate the
-device idle time, in which case causes are not blamed and the user is told to capture after
-warm-up.
+device idle time: the user is told to capture after warm-up, and the findings are measured on the
+warm remainder (``findings/rules.py:warm_part``).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: 
             f"cold start: first-call costs (CUDA context and module loading, allocator growth, cuDNN "
             f"autotuning, first launches taking milliseconds) hold {cold_ns / idle:.0%} of device idle. "
             "Capture after warm-up (torch.profiler.schedule(wait=1, warmup=2, active=3)) and diagnose that "
-            "trace; whyidle does not blame a cause for a cold start"
+            "trace; the findings are those of the warm remainder (the window less the gaps the cold start holds)"
         )
     elif cold_ns:
         notes.append(f"cold start costs (module loading, first launches, allocator growth) hold {cold_ns / max(idle, 1):.0%} of device idle")

@@ -123,6 +123,12 @@ class Finding(msgspec.Struct, frozen=True):
     compute_wait_ns: int = 0
 
     @property
+    def basis(self) -> str:
+        """What ``share_of_idle`` and ``share_of_window`` are of: 'warm ' when a cold start
+        dominated the capture and the finding was measured on its warm remainder, else ''."""
+        return "warm " if any(k == "warm_window_ns" for k, _ in self.evidence.facts) else ""
+
+    @property
     def key(self) -> str:
         return f"{self.group}/{self.cause}"
 

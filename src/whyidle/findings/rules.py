@@ -1,7 +1,8 @@
 """The idle-cause rule and the FP32 rule: analysis results -> findings, with evidence and the lever.
 
 ``idle_cause_findings`` gives one finding per cause of the catalogue that explains at least
-``Config.min_finding_share_of_window`` of the window; what a cause adds beyond the generic
+``Config.min_finding_share_of_window`` of the window (of its warm part, outside the gaps a cold
+start holds, when first-call costs dominate the capture); what a cause adds beyond the generic
 evidence (facts, named steps, a lever variant) is its entry in ``findings/cause_details.py``.
 When data is missing a rule says so with a ``Skipped`` instead of returning nothing silently.
 Findings are ranked (by the pipeline) by the device-idle time they explain, which is an upper
@@ -15,6 +16,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from whyidle.analyses import causes as C
 from whyidle.analyses.context import CauseEvidence, cause_evidence
@@ -130,15 +132,40 @@ def _scope_skips(a: Analyses) -> list[Skipped]:
     return out
 
 
-def _cause_finding(a: Analyses, cfg: Config, ci: int, ns: int) -> Finding:
+class _Basis(msgspec.Struct, frozen=True):
+    """What a finding's shares are of: the window's idle and capacity, or their warm part."""
+
+    idle_ns: int
+    capacity_ns: int
+    facts: tuple[tuple[str, Any], ...] = ()
+
+
+def warm_part(a: Analyses) -> tuple[npt.NDArray[np.int64], _Basis]:
+    """Idle by cause and the basis outside the gaps a cold start holds (its primary cause).
+
+    A capture dominated by first-call costs still has a warm remainder: the window less those
+    gaps. Its causes are measured there, against that warm window, so that a cold start of
+    seconds does not hide a DataLoader that starves every warm step.
+    """
+    g = a.gaps
+    cold = g.primary == C.cause_index(C.COLD_START) if len(g) else np.zeros(0, dtype=np.bool_)
+    warm = g.slices[~cold]
+    totals = np.asarray(warm.sum(axis=0), dtype=np.int64) if warm.shape[0] else np.zeros(len(C.CAUSES), dtype=np.int64)
+    capacity = a.utilization.capacity_ns - int(g.dur_ns[cold].sum())
+    return totals, _Basis(int(totals.sum()), capacity, (("warm_window_ns", capacity), ("cold_start_gaps", int(cold.sum()))))
+
+
+def _cause_finding(a: Analyses, cfg: Config, ci: int, ns: int, basis: _Basis | None = None) -> Finding:
     """One idle cause's finding: the generic evidence plus what its DETAILS entry adds."""
     cause = C.CAUSES[ci]
     d = DETAILS.get(cause, _GENERIC)
-    idle, capacity = a.utilization.idle_ns, a.utilization.capacity_ns
+    if basis is None:
+        basis = _Basis(a.utilization.idle_ns, a.utilization.capacity_ns)
+    idle, capacity = basis.idle_ns, basis.capacity_ns
     ev = cause_evidence(a.tl, a.gaps, ci, a.index, examples=cfg.evidence_examples, op_filter=d.op_filter)
     variant = d.variant(a, ci, ev) if d.variant else ""
     lever = fit_lever(for_idiom(cause.cause, lever_for(cause.cause, variant), a.advice), a.advice, cfg.whatif_loader_workers)
-    facts = d.facts(a, ci, cfg) if d.facts else ()
+    facts = (d.facts(a, ci, cfg) if d.facts else ()) + basis.facts
     steps = d.steps(dict(facts), lever.steps, cfg) if d.steps else lever.steps
     if d.context:
         ev = msgspec.structs.replace(ev, top_ops=context_evidence(a, ci, d.context) or ev.top_ops)
@@ -158,15 +185,16 @@ def idle_cause_findings(a: Analyses, cfg: Config) -> list[Finding | Skipped]:
         return [Skipped("all", "no GPU activity in this trace")]
     out: list[Finding | Skipped] = list(_scope_skips(a))
     totals = a.gaps.total_by_cause()
-    threshold = cfg.min_finding_share_of_window * a.utilization.capacity_ns
+    basis = None
+    if a.quality.cold_start:  # said in the headline; the warm remainder is still diagnosed
+        totals, basis = warm_part(a)
+    capacity = a.utilization.capacity_ns if basis is None else basis.capacity_ns
+    threshold = cfg.min_finding_share_of_window * capacity
     for ci, cause in enumerate(C.CAUSES):
         ns = int(totals[ci])
         if ns <= 0 or cause in C.ARTIFACTS or ns < threshold:  # artifacts are said in the headline
             continue
-        if a.quality.cold_start:
-            out.append(Skipped(cause.key, f"cold start dominates the capture; {format_ms(ns)} of idle not blamed on this cause"))
-            continue
-        out.append(_cause_finding(a, cfg, ci, ns))
+        out.append(_cause_finding(a, cfg, ci, ns, basis))
     return out
 
 

@@ -246,7 +246,7 @@ def _finding(i: int, f: Finding, w0: int, window_ns: int) -> str:
     color = GROUP_COLORS.get(f.group, "#888")
     head = f'<h3><span class="wi-chip">{_e(GROUP_LABELS.get(f.group, f.group))}</span>{i}. {_e(f.title)}</h3>'
     if f.idle_ns:
-        stat = f"Explains {_ms(f.idle_ns)} of device idle ({f.share_of_idle:.0%} of idle, {f.share_of_window:.0%} of the window)"
+        stat = f"Explains {_ms(f.idle_ns)} of device idle ({f.share_of_idle:.0%} of {f.basis}idle, {f.share_of_window:.0%} of the {f.basis}window)"
         if e.per_step_idle_ns is not None:
             stat += f"; {_ms(e.per_step_idle_ns)} per step"
         stat += (f"; {e.gap_count:,} gaps" if e.gap_count else "") + ". An upper bound on what the fix recovers."

@@ -91,7 +91,7 @@ def _finding_panel(i: int, f: Finding, window_ns: int) -> Panel:
     style = _GROUP_STYLE.get(f.group, "bold")
     body: list[Text | Table] = [Text(f.title, style=style)]
     if f.idle_ns:
-        line = f"explains {format_ns(f.idle_ns)} of device idle ({f.share_of_idle:.0%} of idle, {f.share_of_window:.0%} of the window)"
+        line = f"explains {format_ns(f.idle_ns)} of device idle ({f.share_of_idle:.0%} of {f.basis}idle, {f.share_of_window:.0%} of the {f.basis}window)"
         if e.per_step_idle_ns is not None:
             line += f"; {format_ns(e.per_step_idle_ns)} per step"
         line += f", {e.gap_count} gaps" if e.gap_count else ""
