@@ -153,14 +153,7 @@ def test_vllm_serving_gets_engine_settings_not_a_training_loop() -> None:
 
 def test_existing_workers_are_not_predicted_as_new_workers() -> None:
     """The DataLoader has workers already: the lever is faster batches, and the prediction says so."""
-    t = TL()
-    for n in range(1, 5):
-        s = 1000 * (n - 1)
-        t.step(n, s, s + 1000)
-        t.host(TRAINING, s + 950, s + 960)
-        t.host("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", s, s + 600)
-        t.work("k1", s + 615, s + 990, launch_at=s + 605)
-    r = whyidle.diagnose(t.build())
+    r = _loader_job(600, workers=True)
     f = _finding(r, "input_pipeline")
     assert f.variant == "multi_process"
     assert f.prediction is not None
@@ -169,15 +162,7 @@ def test_existing_workers_are_not_predicted_as_new_workers() -> None:
 
 
 def test_single_process_loader_snippet_and_prediction_use_the_same_worker_count() -> None:
-    t = TL()
-    for n in range(1, 5):
-        s = 1000 * (n - 1)
-        t.step(n, s, s + 1000)
-        t.host(TRAINING, s + 950, s + 960)
-        t.host("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", s, s + 600)
-        t.work("k1", s + 615, s + 990, launch_at=s + 605)
-    r = whyidle.diagnose(t.build())
-    f = _finding(r, "input_pipeline")
+    f = _finding(_loader_job(600), "input_pipeline")
     assert f.prediction is not None
     workers = whyidle.Config().whatif_loader_workers
     assert f"DataLoader with {workers} worker processes" == f.prediction.lever
