@@ -133,8 +133,8 @@ def test_a_cold_start_is_reported_and_the_warm_remainder_still_diagnosed() -> No
     assert r.cold_start and r.artifact_idle_ns["unattributed/cold_start"] > 0
     assert any("cold start" in q and "warm" in q for q in r.quality)
     # 8 x (100 + 5) us of input starvation: 4.7 % of the 18 ms window (under the 5 % a finding
-    # needs), 8.5 % of its warm part (the window less the gap the cold start holds)
-    warm_ns = (18000 - 8110) * US
+    # needs), 10.5 % of its warm part (steps 2-9: the step the cold start dominates left out)
+    warm_ns = 8 * 1000 * US
     top = r.findings[0]
     assert (top.group, top.cause) == ("starvation", "input_pipeline")
     assert top.idle_ns == 8 * 105 * US

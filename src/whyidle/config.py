@@ -156,10 +156,11 @@ class Config(msgspec.Struct, frozen=True):
     # start: the report says so, and the findings are measured on its warm remainder.
     cold_start_max_share_of_idle: float = 0.5
     # JIT compilation and module loading (nvrtc, cuModuleLoadData, hipModuleLoad, Triton's and
-    # CuPy's compilers) seen this many separate times in the window on one thread: the job compiles
+    # CuPy's compilers) in this many gaps of one thread, separated by device work: the job compiles
     # on first use as it runs (underfilled/jit_compile), not once at start-up (a cold start). Two
-    # is the least that "repeated" means.
-    jit_min_compiles_in_window: int = 2
+    # is the least that "repeated" means; one compilation's calls (create, compile, load) fall in
+    # one gap.
+    jit_min_gaps: int = 2
     # Fewer profiled steps than this get a note asking for more: one step's figures include its
     # one-off costs, and torch.profiler's documented schedule records active=3 steps.
     min_profiled_steps: int = 3

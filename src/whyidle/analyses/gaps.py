@@ -321,11 +321,12 @@ def _gated_by_stream_wait(hs: HostSets, launch_t: I64) -> npt.NDArray[np.bool_]:
     return np.asarray(last_wait > prev, dtype=np.bool_)
 
 
-def _repeated_jit(hs: HostSets, window: Window, cfg: Config) -> Intervals:
-    """The thread's JIT compilation and module loading when it recurs through the window (the job
-    compiles kernels on first use as it runs); a single one is a start-up cost (cold start)."""
-    jit = hs.jit.clip(window.start_ns, window.end_ns)
-    return jit if len(jit) >= cfg.jit_min_compiles_in_window else Intervals.empty()
+def _repeated_jit(hs: HostSets, a: I64, b: I64, cfg: Config) -> Intervals:
+    """The thread's JIT compilation and module loading when it recurs through the window: in
+    ``Config.jit_min_gaps`` of its gaps ``[a, b)`` or more (the job compiles kernels on first use
+    as it runs); in one gap it is a start-up cost (cold start)."""
+    seen = int((hs.jit.overlap(a, b) > 0).sum()) if len(hs.jit) else 0
+    return hs.jit if seen >= cfg.jit_min_gaps else Intervals.empty()
 
 
 def _split_host_time(
@@ -341,7 +342,7 @@ def _split_host_time(
     ctx = hs.context
     # (cause, activity set, serialised by a sync that drained the gap)
     layers: list[tuple[C.Cause, Intervals, bool]] = [
-        (C.cause("underfilled/jit_compile"), _repeated_jit(hs, window, cfg), False),
+        (C.cause("underfilled/jit_compile"), _repeated_jit(hs, a, b, cfg), False),
         (C.COLD_START, hs.cold | ctx.cold, False),
         (C.INPUT_PIPELINE, hs.dataloader, False),
         (C.H2D_COPY, hs.h2d, False),

@@ -91,9 +91,10 @@ _COLD_CALL_RE = re.compile(
 )
 # JIT compilation and loading its output: a runtime call (nvrtc, cuModuleLoadData, hipModuleLoad)
 # or a frame or range of a compiler (NVRTC's, CuPy's, Triton's compile and its first load; not
-# Triton's CompiledKernel.run or launch_metadata, called on every launch).
+# Triton's CompiledKernel.run or launch_metadata, called on every launch). Not cuLibraryLoadData:
+# the CUDA runtime lazily loading a library's own kernels (cuBLAS's) on first use.
 _JIT_RE = re.compile(
-    r"^(cuModuleLoad|cuLibraryLoadData|cuLink|hipModuleLoad|nvrtc|hiprtc|nvJitLink)|Nvrtc|"
+    r"^(cuModuleLoad|cuLink|hipModuleLoad|nvrtc|hiprtc|nvJitLink)|Nvrtc|"
     r"^(cupy/cuda/compiler\.py\(|cupyx/jit/)|^triton/(compiler|backends/\w+)/\S*\(\d+\): (compile|_init_handles|make_\w+)$"
 )
 # Allocator calls are cheap when warm; when one takes milliseconds the caching allocator is

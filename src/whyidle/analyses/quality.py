@@ -83,7 +83,8 @@ def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: 
             f"cold start: first-call costs (CUDA context and module loading, allocator growth, cuDNN "
             f"autotuning, first launches taking milliseconds) hold {cold_ns / idle:.0%} of device idle. "
             "Capture after warm-up (torch.profiler.schedule(wait=1, warmup=2, active=3)) and diagnose that "
-            "trace; the findings are those of the warm remainder (the window less the gaps the cold start holds)"
+            "trace; the findings are those of its warm remainder (the steps with device work that the cold start "
+            "does not dominate; without steps, the gaps it does not)"
         )
     elif cold_ns:
         notes.append(f"cold start costs (module loading, first launches, allocator growth) hold {cold_ns / max(idle, 1):.0%} of device idle")

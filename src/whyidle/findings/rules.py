@@ -140,19 +140,35 @@ class _Basis(msgspec.Struct, frozen=True):
     facts: tuple[tuple[str, Any], ...] = ()
 
 
-def warm_part(a: Analyses) -> tuple[npt.NDArray[np.int64], _Basis]:
-    """Idle by cause and the basis outside the gaps a cold start holds (its primary cause).
+def warm_part(a: Analyses, cfg: Config) -> tuple[npt.NDArray[np.int64], _Basis]:
+    """Idle by cause and the basis of a cold-start capture's warm remainder.
 
-    A capture dominated by first-call costs still has a warm remainder: the window less those
-    gaps. Its causes are measured there, against that warm window, so that a cold start of
-    seconds does not hide a DataLoader that starves every warm step.
+    A capture dominated by first-call costs still has a warm part: its steps that ran device work
+    and whose idle the cold start does not dominate (``Config.cold_start_max_share_of_idle``, as
+    for the capture; a step the profiler's stop cut before any device work says nothing), or,
+    without steps, the window less the gaps the cold start holds most of. Its causes are measured
+    there, against that warm window, so that a cold start of seconds does not hide a DataLoader
+    that starves every warm step; the first step's other first-time costs stay out of it.
     """
-    g = a.gaps
-    cold = g.primary == C.cause_index(C.COLD_START) if len(g) else np.zeros(0, dtype=np.bool_)
-    warm = g.slices[~cold]
-    totals = np.asarray(warm.sum(axis=0), dtype=np.int64) if warm.shape[0] else np.zeros(len(C.CAUSES), dtype=np.int64)
-    capacity = a.utilization.capacity_ns - int(g.dur_ns[cold].sum())
-    return totals, _Basis(int(totals.sum()), capacity, (("warm_window_ns", capacity), ("cold_start_gaps", int(cold.sum()))))
+    ci = C.cause_index(C.COLD_START)
+    steps = a.utilization.steps
+    if steps:
+        n_dev = max(a.utilization.n_devices, 1)
+        warm_steps = [
+            s for s in steps if s.idle_ns < s.duration_ns * n_dev and s.idle_by_cause_ns[ci] <= cfg.cold_start_max_share_of_idle * s.idle_ns
+        ]
+        by_cause = [s.idle_by_cause_ns for s in warm_steps]
+        totals = np.array(by_cause, dtype=np.int64).reshape(len(warm_steps), len(C.CAUSES)).sum(axis=0)
+        capacity = sum(s.duration_ns for s in warm_steps) * n_dev
+        facts: tuple[tuple[str, Any], ...] = (("warm_window_ns", capacity), ("warm_steps", len(warm_steps)))
+    else:
+        g = a.gaps
+        cold = g.primary == ci if len(g) else np.zeros(0, dtype=np.bool_)
+        totals = g.slices[~cold].sum(axis=0, dtype=np.int64) if len(g) else np.zeros(len(C.CAUSES), dtype=np.int64)
+        capacity = a.utilization.capacity_ns - int(g.dur_ns[cold].sum()) if len(g) else a.utilization.capacity_ns
+        facts = (("warm_window_ns", capacity), ("cold_start_gaps", int(cold.sum())))
+    totals[ci] = 0
+    return np.asarray(totals, dtype=np.int64), _Basis(int(totals.sum()), capacity, facts)
 
 
 def _cause_finding(a: Analyses, cfg: Config, ci: int, ns: int, basis: _Basis | None = None) -> Finding:
@@ -184,17 +200,20 @@ def idle_cause_findings(a: Analyses, cfg: Config) -> list[Finding | Skipped]:
     if a.quality.no_device_activity:
         return [Skipped("all", "no GPU activity in this trace")]
     out: list[Finding | Skipped] = list(_scope_skips(a))
-    totals = a.gaps.total_by_cause()
+    totals = whole = a.gaps.total_by_cause()
     basis = None
     if a.quality.cold_start:  # said in the headline; the warm remainder is still diagnosed
-        totals, basis = warm_part(a)
+        totals, basis = warm_part(a, cfg)
     capacity = a.utilization.capacity_ns if basis is None else basis.capacity_ns
     threshold = cfg.min_finding_share_of_window * capacity
     for ci, cause in enumerate(C.CAUSES):
         ns = int(totals[ci])
-        if ns <= 0 or cause in C.ARTIFACTS or ns < threshold:  # artifacts are said in the headline
+        if cause in C.ARTIFACTS:  # said in the headline
             continue
-        out.append(_cause_finding(a, cfg, ci, ns, basis))
+        if ns > 0 and ns >= threshold:
+            out.append(_cause_finding(a, cfg, ci, ns, basis))
+        elif basis is not None and whole[ci] >= cfg.min_finding_share_of_window * a.utilization.capacity_ns:
+            out.append(Skipped(cause.key, f"cold start dominates the capture; {format_ms(int(whole[ci]))} of idle not blamed on this cause (not enough of its warm remainder)"))
     return out
 
 
