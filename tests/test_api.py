@@ -50,7 +50,7 @@ def test_analyses_are_pure() -> None:
 
 def test_only_the_terminal_renderer_imports_rich() -> None:
     users = {p.relative_to(SRC).as_posix() for p in SRC.rglob("*.py") if any(m.startswith("rich") for m in _imports(p))}
-    assert users <= {"render/terminal.py", "commands/_output.py"}, users
+    assert users <= {"render/terminal.py", "ranks/render_terminal.py", "commands/_output.py"}, users
 
 
 def test_importing_whyidle_does_not_import_torch_or_heavy_extras() -> None:
