@@ -80,3 +80,13 @@ def test_an_unknown_keyword_to_diagnose_is_a_usage_error_naming_the_field() -> N
 
     with pytest.raises(whyidle.UsageError, match="did you mean skip_first_steps"):
         whyidle.diagnose(Path(__file__).parent / "data" / "h200" / "serving_queue_wait.pt.trace.json.gz", skip_frist_steps=1)
+
+
+def test_no_package_shadows_a_public_name() -> None:
+    """Importing ``whyidle.x.y`` binds ``x`` on the package, which would replace a public name
+    ``whyidle.x`` (so the before/after package is ``comparison/``: ``whyidle.compare`` is the function)."""
+    packages = {p.parent.name for p in SRC.glob("*/__init__.py")} | {p.stem for p in SRC.glob("*.py")}
+    assert not packages & set(whyidle.__all__)
+    code = "import whyidle, whyidle.comparison.analysis, whyidle.ranks.run; print(callable(whyidle.compare))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "True"

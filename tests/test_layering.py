@@ -92,8 +92,9 @@ def _named(node: ast.AST, modules: set[str] | None = None) -> list[str]:
     if isinstance(node, ast.Import):
         return [a.name for a in node.names if a.name.split(".")[0] == "whyidle"]
     if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "whyidle":
-        subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known]
-        return subs + ([node.module] if len(subs) < len(node.names) else [])
+        names = [a.name for a in node.names if not (node.module == "whyidle" and a.name == "__version__")]  # a leaf
+        subs = [f"{node.module}.{n}" for n in names if f"{node.module}.{n}" in known]
+        return subs + ([node.module] if len(subs) < len(names) else [])
     return []
 
 
@@ -245,6 +246,7 @@ def test_the_new_rules_can_fail() -> None:
     assert _targets(deep) == [("ranks", "whyidle.ranks.render_html")]
     sub = ast.parse("from whyidle.analyses import causes, gaps_not_a_module\n").body[0]
     assert _named(sub, {"whyidle.analyses.causes"}) == ["whyidle.analyses.causes", "whyidle.analyses"]
+    assert _named(ast.parse("from whyidle import __version__\n").body[0]) == []
     assert _cycle({"whyidle.ranks.a": {"whyidle.ranks.b"}, "whyidle.ranks.b": {"whyidle.ranks.c"}, "whyidle.ranks.c": {"whyidle.ranks.a"}}) == [
         "whyidle.ranks.a", "whyidle.ranks.b", "whyidle.ranks.c", "whyidle.ranks.a",
     ]  # fmt: skip

@@ -150,19 +150,16 @@ _LAZY = {
 }
 
 
-# Feature packages a public name needs registered with the core before it is used: load_report
-# reads every kind of saved report, a multi-rank run's through the ranks package's reader.
-_REGISTERS = {"load_report": ("whyidle.ranks.register",)}
-
-
 def __getattr__(name: str) -> object:
     mod = _LAZY.get(name)
     if mod is None:
         raise AttributeError(f"module 'whyidle' has no attribute {name!r}")
     import importlib
 
-    for feature in _REGISTERS.get(name, ()):
-        importlib.import_module(feature)
+    if name == "load_report":
+        # It reads every kind of saved report: a multi-rank run's with the reader the ranks
+        # package registers with the core (the core imports no feature package).
+        import whyidle.ranks.register  # noqa: F401
     value = getattr(importlib.import_module(mod), name)
     globals()[name] = value
     return value

@@ -61,7 +61,7 @@ RefusalFn = Callable[[str, tuple[str, ...], bool], str]
 # The typed registry: per (result type, format) the function, or a loader of it (the import
 # happens on first use, so `import whyidle.render` stays light). A result type's renderers are
 # those of the nearest class in its MRO that registered any; a feature package registers its
-# result types' renderers when it is imported (whyidle/ranks/__init__.py).
+# result types' renderers itself (whyidle/ranks/register.py): the core names no feature type.
 _FUNCTIONS: dict[tuple[type, str], Callable[[], RenderFn]] = {}
 _FILES: dict[tuple[type, str], FilesFn] = {}
 _REFUSALS: dict[type, RefusalFn] = {}
