@@ -173,6 +173,8 @@ def test_every_part_is_placed() -> None:
     assert parts <= set(ALLOWED), f"place these in ALLOWED (and in docs/architecture.md): {sorted(parts - set(ALLOWED))}"
     assert parts >= FEATURES | {"commands", "cli"}, "a part named here no longer exists"
     assert not (SRC / "tune").exists(), "tune/ was split into the feature packages"
+    folders = {p.parent for p in SRC.rglob("*.py")}
+    assert all((f / "__init__.py").is_file() for f in folders), "a folder of modules without __init__.py is not installed"
 
 
 def test_imports_follow_the_flow() -> None:
