@@ -1,7 +1,7 @@
 """Benchmark: the simulator's prediction against the real asyncio batcher on a CPU model.
 
 For several settings, the real ``DynamicBatcher`` serves an open-loop Poisson load on a small
-transformer encoder (``whyidle.tune.examples:cpu_encoder``, one torch thread) and every request's
+transformer encoder (``whyidle.sweep.examples:cpu_encoder``, one torch thread) and every request's
 arrival, start and finish is recorded, with the model call itself (``run_start_ns``,
 ``run_end_ns``). The simulator then replays the *same* arrival times with inputs measured just
 before, as a user would: the latency curve with every pass kept (``profile_latency``;
@@ -34,12 +34,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from whyidle.sources.requestlog import from_records
-from whyidle.tune.batcher import DynamicBatcher, Overhead, curve_from_records, generate_load, measure_overhead, overhead_from_records
-from whyidle.tune.batching import unit_arrivals
-from whyidle.tune.examples import cpu_encoder
-from whyidle.tune.latency import curve_from_samples, profile_function, profile_latency
-from whyidle.tune.simulate import Draws, Settings, percentile_ns, simulate
+from whyidle.serving.requestlog import from_records
+from whyidle.serving.batcher import DynamicBatcher, Overhead, curve_from_records, generate_load, measure_overhead, overhead_from_records
+from whyidle.serving.batching import unit_arrivals
+from whyidle.sweep.examples import cpu_encoder
+from whyidle.serving.latency import curve_from_samples, profile_function, profile_latency
+from whyidle.serving.simulate import Draws, Settings, percentile_ns, simulate
 
 DRAW_SEEDS = 9
 TIMER_NS = 1_000_000  # asyncio's epoll timeout resolution on Linux (whole milliseconds, rounded up)

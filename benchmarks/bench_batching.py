@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from whyidle.tune.batching import Traffic, tune_batching, unit_arrivals
-from whyidle.tune.latency import load_latency
-from whyidle.tune.simulate import Draws, Settings, simulate
+from whyidle.serving.batching import Traffic, tune_batching, unit_arrivals
+from whyidle.serving.latency import load_latency
+from whyidle.serving.simulate import Draws, Settings, simulate
 
 CURVE = Path(__file__).resolve().parents[1] / "tests" / "data" / "h200" / "measured.json"
 

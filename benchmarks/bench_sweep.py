@@ -19,9 +19,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from whyidle.tune.runner import FunctionRunner
-from whyidle.tune.search import Space, run_sweep
-from whyidle.tune.trial import Trial
+from whyidle.sweep.runner import FunctionRunner
+from whyidle.sweep.search import Space, run_sweep
+from whyidle.sweep.trial import Trial
 
 EMPTY = textwrap.dedent(
     """

@@ -35,7 +35,7 @@ python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.cud
 stage lab 100 python3 -m whyidle.cli lab --record-all "$R/lab"
 stage labfix 150 bash -c "python3 -m whyidle.cli lab --flaw all --fix --device cuda --json > $R/labfix.json"
 stage sweep 100 python3 -m whyidle.cli sweep examples/sweep_lab.py:make --batch-size 256..8192 --workers 8 --pin-memory on --precision bf16 --steps 30 --warmup 5 --time-limit 40 -o "$R/sweep_h200.json"
-stage batching 60 python3 -m whyidle.cli batching --measure whyidle.tune.examples:encoder --device cuda --rate 125 --slo-ms 50 --save-latency "$R/h200_curve.json" -o "$R/batching.json"
+stage batching 60 python3 -m whyidle.cli batching --measure whyidle.sweep.examples:encoder --device cuda --rate 125 --slo-ms 50 --save-latency "$R/h200_curve.json" -o "$R/batching.json"
 stage batcher 40 python3 benchmarks/bench_batcher.py --model encoder --json "$R/batcher_encoder.json"
 stage measure 60 python3 scripts/device_measure.py "$R/measure" --only pairs,syncs
 mkdir -p tests/data/lab && cp -r "$R/lab/." tests/data/lab/ 2>/dev/null

@@ -81,9 +81,9 @@ def run_family(family: str, n: int, seed: int, budget_s: float, work: Path, keep
             try:
                 if family == "report":
                     from whyidle.config import Config
-                    from whyidle.render.comparison import render_text
+                    from whyidle.comparison.render import render_text
                     from whyidle.render.perfetto import render_perfetto
-                    from whyidle.tune.compare import compare_reports, read_side
+                    from whyidle.comparison.analysis import compare_reports, read_side
 
                     a = read_side(str(p), Config())
                     b = read_side(str(good), Config())

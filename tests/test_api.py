@@ -50,7 +50,7 @@ def test_analyses_are_pure() -> None:
 
 def test_only_the_terminal_renderer_imports_rich() -> None:
     users = {p.relative_to(SRC).as_posix() for p in SRC.rglob("*.py") if any(m.startswith("rich") for m in _imports(p))}
-    assert users <= {"render/terminal.py", "commands/_output.py"}, users
+    assert users <= {"render/terminal.py", "ranks/render_terminal.py", "commands/_output.py"}, users
 
 
 def test_importing_whyidle_does_not_import_torch_or_heavy_extras() -> None:
@@ -80,3 +80,13 @@ def test_an_unknown_keyword_to_diagnose_is_a_usage_error_naming_the_field() -> N
 
     with pytest.raises(whyidle.UsageError, match="did you mean skip_first_steps"):
         whyidle.diagnose(Path(__file__).parent / "data" / "h200" / "serving_queue_wait.pt.trace.json.gz", skip_frist_steps=1)
+
+
+def test_no_package_shadows_a_public_name() -> None:
+    """Importing ``whyidle.x.y`` binds ``x`` on the package, which would replace a public name
+    ``whyidle.x`` (so the before/after package is ``comparison/``: ``whyidle.compare`` is the function)."""
+    packages = {p.parent.name for p in SRC.glob("*/__init__.py")} | {p.stem for p in SRC.glob("*.py")}
+    assert not packages & set(whyidle.__all__)
+    code = "import whyidle, whyidle.comparison.analysis, whyidle.ranks.run; print(callable(whyidle.compare))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "True"

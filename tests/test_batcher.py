@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from whyidle.errors import UsageError
-from whyidle.sources.requestlog import from_records
-from whyidle.tune.batcher import DynamicBatcher, generate_load
-from whyidle.tune.traffic import analyse_requests
+from whyidle.serving.requestlog import from_records
+from whyidle.serving.batcher import DynamicBatcher, generate_load
+from whyidle.serving.traffic import analyse_requests
 
 
 def _serve(run_batch: Any, arrivals_s: list[float], max_batch: int, delay_s: float, instances: int = 1) -> tuple[list[Any], list[dict[str, int]]]:
@@ -31,7 +31,7 @@ def _serve(run_batch: Any, arrivals_s: list[float], max_batch: int, delay_s: flo
 
 def test_real_model_batches_within_its_settings() -> None:
     torch = pytest.importorskip("torch")
-    from whyidle.tune.examples import tiny_encoder
+    from whyidle.sweep.examples import tiny_encoder
 
     model, x1 = tiny_encoder()
 
@@ -109,7 +109,7 @@ def test_two_instances_share_the_queue() -> None:
 def test_records_split_the_model_call_from_the_batcher_overhead() -> None:
     import time
 
-    from whyidle.tune.batcher import overhead_from_records
+    from whyidle.serving.batcher import overhead_from_records
 
     def run_batch(items: list[int]) -> list[int]:
         time.sleep(0.002)
@@ -125,7 +125,7 @@ def test_records_split_the_model_call_from_the_batcher_overhead() -> None:
 
 
 def test_measure_overhead_draws() -> None:
-    from whyidle.tune.batcher import measure_overhead
+    from whyidle.serving.batcher import measure_overhead
 
     ov = measure_overhead(0.002, rate_per_s=400, requests=60)
     assert ov.overhead_ns.size > 0 and ov.late_ns.size > 0
@@ -140,7 +140,7 @@ def test_profile_function_keeps_every_pass_and_the_tuner_draws_them(tmp_path: An
     import json
     import time
 
-    from whyidle.tune.latency import load_latency, profile_function
+    from whyidle.serving.latency import load_latency, profile_function
 
     prof = profile_function(lambda k: time.sleep(0.0005 * k), [1, 2, 4], warmup=1, iters=7)
     assert prof.samples_ns is not None and [len(x) for x in prof.samples_ns] == [7, 7, 7]
@@ -155,7 +155,7 @@ def test_profile_function_keeps_every_pass_and_the_tuner_draws_them(tmp_path: An
 
 
 def test_overhead_from_records_exactly() -> None:
-    from whyidle.tune.batcher import overhead_from_records
+    from whyidle.serving.batcher import overhead_from_records
 
     ms = 1_000_000
 
@@ -179,7 +179,7 @@ def test_overhead_from_records_exactly() -> None:
 
 
 def test_curve_from_records_is_the_model_call_per_batch_size() -> None:
-    from whyidle.tune.batcher import curve_from_records
+    from whyidle.serving.batcher import curve_from_records
 
     def rec(bid: int, run: tuple[int, int]) -> dict[str, int]:
         return {"arrival_ns": 0, "start_ns": 0, "finish_ns": 0, "batch_id": bid, "run_start_ns": run[0], "run_end_ns": run[1]}

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from whyidle.errors import InputError, UsageError
-from whyidle.tune.batching import Traffic, evaluate, tune_batching, unit_arrivals
-from whyidle.tune.latency import LatencyProfile, load_latency
-from whyidle.tune.simulate import Draws, Settings, simulate
+from whyidle.serving.batching import Traffic, evaluate, tune_batching, unit_arrivals
+from whyidle.serving.latency import LatencyProfile, load_latency
+from whyidle.serving.simulate import Draws, Settings, simulate
 
 H200 = Path(__file__).parent / "data" / "h200" / "measured.json"
 MS = 1_000_000
@@ -268,15 +268,15 @@ def test_h200_curve_batching_raises_capacity_many_fold() -> None:
 def test_profile_latency_on_a_cpu_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     from whyidle.cli import main
-    from whyidle.tune.examples import tiny_encoder
-    from whyidle.tune.latency import profile_latency
+    from whyidle.sweep.examples import tiny_encoder
+    from whyidle.serving.latency import profile_latency
 
     model, x = tiny_encoder()
     p = profile_latency(model, x, [1, 4], warmup=1, iters=3)
     assert p.batch_sizes == (1, 4) and all(m > 0 for m in p.median_ns) and p.device == "cpu"
     assert p.p90_ns is not None and all(q >= m for q, m in zip(p.p90_ns, p.median_ns))
     saved = tmp_path / "curve.json"
-    rc = main(["batching", "--measure", "whyidle.tune.examples:tiny_encoder", "--batch-sizes", "1,2", "--rate", "10",
+    rc = main(["batching", "--measure", "whyidle.sweep.examples:tiny_encoder", "--batch-sizes", "1,2", "--rate", "10",
                "--slo-ms", "1000", "--requests-per-run", "500", "--save-latency", str(saved)])
     assert rc == 0 and "Recommended" in capsys.readouterr().out
     again = load_latency(saved)

@@ -21,7 +21,7 @@ from whyidle.errors import UsageError
 from whyidle.findings.saved import load_report, looks_like_report, report_from_dict
 from whyidle.lab.synthetic import training_trace, write_trace
 from whyidle.render.json import render_json, report_to_dict
-from whyidle.tune.compare import Change, compare_reports, parse_regression
+from whyidle.comparison.analysis import Change, compare_reports, parse_regression
 
 from tlbuild import TL, US
 

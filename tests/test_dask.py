@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from whyidle.render.json import render_json
+from whyidle.ranks.render_json import render_multi_rank_json
 
 pytest.importorskip("distributed", reason="the 'dask' extra (dask[distributed]) is not installed")
 
@@ -18,15 +18,15 @@ CPU_ONLY = HTA / "cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
 
 @pytest.mark.skipif(not RANKS[1].exists(), reason=f"real traces not found in {HTA}")
 def test_local_cluster_equals_single_process(tmp_path: Path) -> None:
-    from whyidle.ranks import diagnose_ranks
+    from whyidle.ranks.run import diagnose_ranks
 
     run = tmp_path / "job"
     run.mkdir()
     for p in (*RANKS, CPU_ONLY):
         (run / p.name).symlink_to(p)
     (run / "broken_rank-7.json").write_text("[")
-    single = render_json(diagnose_ranks(run, jobs=1))  # type: ignore[arg-type]
-    on_dask = render_json(diagnose_ranks(run, workers=2))  # type: ignore[arg-type]
+    single = render_multi_rank_json(diagnose_ranks(run, jobs=1))
+    on_dask = render_multi_rank_json(diagnose_ranks(run, workers=2))
     doc, single_doc = json.loads(on_dask), json.loads(single)
     # the same result, and the report says the work ran on Dask (a user should not have to guess)
     assert doc["notes"][0] == "the 4 ranks were read on a local Dask cluster (2 workers)"
@@ -37,7 +37,7 @@ def test_local_cluster_equals_single_process(tmp_path: Path) -> None:
 
 
 def test_unreachable_scheduler_is_a_usage_error() -> None:
-    from whyidle.distributed.dask import map_dask
+    from whyidle.ranks.dask import map_dask
     from whyidle.config import Config
     from whyidle.errors import UsageError
 

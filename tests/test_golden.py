@@ -52,7 +52,7 @@ def _reports(name: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         pytest.skip(f"{rel} not available: ../shared/traces is absent on this machine")
     monkeypatch.chdir(base)
     if (base / rel).is_dir():
-        from whyidle.ranks import diagnose_ranks
+        from whyidle.ranks.run import diagnose_ranks
 
         report: object = diagnose_ranks(rel, jobs=1)
     else:

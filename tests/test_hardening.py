@@ -231,7 +231,7 @@ def test_huge_world_size_costs_nothing(tmp_path: Path, trace_doc: dict[str, Any]
 
 
 def test_plausible_but_large_world_size_lists_only_a_few_missing_ranks(tmp_path: Path, trace_doc: dict[str, Any]) -> None:
-    from whyidle.ranks import diagnose_ranks
+    from whyidle.ranks.run import diagnose_ranks
 
     for r in (0, 1):
         (tmp_path / f"rank{r}.json").write_text(json.dumps(dict(trace_doc, distributedInfo={"rank": r, "world_size": 1 << 24})))
@@ -487,7 +487,7 @@ def test_pool_workers_leave_ctrl_c_to_the_parent(tmp_path: Path, trace_doc: dict
     traceback; with quiet_worker it ignores SIGINT, and both of whyidle's pools use it."""
     from concurrent.futures import ProcessPoolExecutor
 
-    import whyidle.ranks as ranks
+    import whyidle.ranks.run as ranks
     from whyidle.sources._twoway import quiet_worker
 
     with ProcessPoolExecutor(max_workers=2, initializer=quiet_worker) as pool:

@@ -430,7 +430,7 @@ def test_busy_time_finding_lists_kernels_not_cpu_ops() -> None:
     block = page.split(fp32.title, 1)[1].split('<div class="wi-finding"', 1)[0]
     assert "On the CPU meanwhile" not in block and "On the GPU: the kernels concerned" in block
     share = fp32.affected_busy_ns / r.window.duration_ns
-    from whyidle.render.html import _ms
+    from whyidle.render.html import card_ms as _ms
 
     assert f"Concerns {_ms(fp32.affected_busy_ns)} of device busy time ({share:.0%} of the window), not idle time" in block
 
@@ -453,7 +453,7 @@ def test_multi_rank_report_in_a_real_browser(browser, tmp_path: Path, capsys: py
     from selenium.webdriver.common.by import By
 
     from whyidle.cli import main
-    from whyidle.ranks import diagnose_ranks
+    from whyidle.ranks.run import diagnose_ranks
 
     run = shared_trace("multirank/param__v100x8_dlrm_step12")  # 8 x V100, DLRM with DDP (SOURCES.md)
     m = diagnose_ranks(run, jobs=2)
@@ -469,7 +469,7 @@ def test_multi_rank_report_in_a_real_browser(browser, tmp_path: Path, capsys: py
     heads = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "table.wi-ranks th")]
     assert heads[5:8] == ["comm exposed", "comm hidden", "waiting for the slowest"]
     comm = {c.rank: c for c in m.cross_rank.comm}
-    from whyidle.render.html import _ms
+    from whyidle.render.html import card_ms as _ms
     for e, row in zip(m.ranks, rows):
         assert e.report is not None
         cells = row.find_elements(By.TAG_NAME, "td")

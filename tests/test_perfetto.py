@@ -257,7 +257,7 @@ def test_run_folder_exports_one_annotated_trace_per_rank(tmp_path: Path, capsys:
     from conftest import shared_trace
 
     from whyidle.cli import main
-    from whyidle.ranks import diagnose_ranks
+    from whyidle.ranks.run import diagnose_ranks
 
     run = shared_trace("multirank/param__v100x8_dlrm_step12")
     m = diagnose_ranks(run, jobs=2)

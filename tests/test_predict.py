@@ -195,7 +195,7 @@ def test_live_demo_prints_predicted_beside_measured(capsys: pytest.CaptureFixtur
 
 
 def test_compare_checks_the_prediction_of_the_fix_applied(resnet0: Path, resnet4: Path) -> None:
-    from whyidle.tune.compare import compare_reports
+    from whyidle.comparison.analysis import compare_reports
 
     before, after = whyidle.diagnose(resnet0), whyidle.diagnose(resnet4)
     c = compare_reports(before, after)

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from whyidle.analyses.ranks import COMPUTE_CAUSE, SHAPES_CAUSE, RankProfile, StepProfile, cross_rank
+from whyidle.ranks.analysis import COMPUTE_CAUSE, SHAPES_CAUSE, RankProfile, StepProfile, cross_rank
 from whyidle.cli import main
 from whyidle.config import Config
-from whyidle.ranks import RankResult, assign_ranks, diagnose_ranks, rank_from_name
-from whyidle.render.json import render_json
+from whyidle.ranks.run import RankResult, assign_ranks, diagnose_ranks, rank_from_name
+from whyidle.ranks.render_json import render_multi_rank_json
 
 TRACES = Path(__file__).parents[1].parent / "shared" / "traces"
 HTA = TRACES / "hta"
@@ -145,7 +145,7 @@ def test_real_two_rank_job_end_to_end(tmp_path: Path) -> None:
     assert cr.mean_compute_spread is not None and cr.mean_compute_spread > 0.2
     assert {s.rank for s in cr.stragglers} <= {0, 1}
     # JSON: a `ranks` list with one entry per rank holding `rank` and its report.
-    doc = json.loads(render_json(rep))  # type: ignore[arg-type]
+    doc = json.loads(render_multi_rank_json(rep))
     assert doc["kind"] == "multi_rank"
     assert [(e["rank"], e["report"]["source"]["rank"]) for e in doc["ranks"]] == [(0, 0), (1, 1)]
     assert len(doc["cross_rank"]["collectives"]) == 10
@@ -265,7 +265,7 @@ def test_assign_ranks_rules() -> None:
 
 def _profile(rank: int, durs: list[int], idle: tuple[int, ...], compute: int, active: bool = True) -> RankProfile:
     from whyidle.analyses import causes as C
-    from whyidle.analyses.ranks import CollectiveCall
+    from whyidle.ranks.analysis import CollectiveCall
 
     steps = (StepProfile(1, 10_000_000, compute, 0, sum(idle), idle + (0,) * (len(C.CAUSES) - len(idle)), 64),)
     calls = tuple(CollectiveCall(1, "ncclAllReduce", 1000 * i, d) for i, d in enumerate(durs))
@@ -299,7 +299,7 @@ def test_cross_rank_exact_on_built_profiles() -> None:
 
 
 def test_scaling_points(capsys: pytest.CaptureFixture[str]) -> None:
-    from whyidle.commands.scaling import efficiencies, parse_point
+    from whyidle.ranks.scaling import efficiencies, parse_point
 
     rows = efficiencies([parse_point("4:2400"), parse_point("1:1000"), parse_point("8:4000")])
     assert [(p.gpus, per, round(eff, 6)) for p, per, eff in rows] == [(1, 1000.0, 1.0), (4, 600.0, 0.6), (8, 500.0, 0.5)]
@@ -323,7 +323,7 @@ def _report_doc(step_ms: float, compute_ms: float, comm_ms: float, idle: dict[st
 
 
 def test_scaling_loss_breakdown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from whyidle.commands.scaling import loss_breakdown, step_composition
+    from whyidle.ranks.scaling import loss_breakdown, step_composition
 
     before = _report_doc(100, 80, 5, {"starvation/input_pipeline": 15})
     one = _report_doc(125, 80, 20, {"starvation/input_pipeline": 25})

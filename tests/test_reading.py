@@ -315,7 +315,7 @@ def test_forked_decode_splits_here_when_slices_do_not_point_into_the_text(tmp_pa
 @needs_fork
 def test_load_imports_what_the_read_ahead_names_while_the_child_splits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(K, "_FORK_MIN_BYTES", 0)
-    name = "whyidle.tune.instances"  # a module nothing here has imported
+    name = "whyidle.serving.instances"  # a module nothing here has imported
     monkeypatch.delitem(sys.modules, name, raising=False)
     p = tmp_path / "t.json"
     p.write_text(json.dumps(training_trace("none", steps=2)))

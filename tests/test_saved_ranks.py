@@ -15,7 +15,7 @@ import pytest
 
 import whyidle
 from whyidle.cli import main
-from whyidle.diagnosis import MultiRankReport
+from whyidle.ranks.model import MultiRankReport
 from whyidle.findings.saved import load_report as load_one
 from whyidle.render import render
 
@@ -74,7 +74,7 @@ def test_compare_says_a_run_report_is_not_one_traces(capsys: pytest.CaptureFixtu
 def test_a_saved_run_gives_the_same_html_pages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from conftest import shared_trace
 
-    from whyidle.ranks import diagnose_ranks
+    from whyidle.ranks.run import diagnose_ranks
 
     run_dir = shared_trace("multirank/param__v100x8_dlrm_step12")
     monkeypatch.chdir(run_dir.parent)

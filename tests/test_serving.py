@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from whyidle.errors import InputError
-from whyidle.sources.requestlog import from_records, load_requests
-from whyidle.tune.serving import diagnose_requests
-from whyidle.tune.traffic import analyse_requests, traffic_from_log
+from whyidle.serving.requestlog import from_records, load_requests
+from whyidle.serving.requests import diagnose_requests
+from whyidle.serving.traffic import analyse_requests, traffic_from_log
 
 MS = 1_000_000
 

@@ -1,6 +1,6 @@
 """Start-up of ``whyidle diagnose``: what a fresh process imports and does before the analysis.
 
-On a small trace the fixed costs are most of the run (docs/architecture.md, "What `whyidle
+On a small trace the fixed costs are most of the run (docs/performance.md, "What `whyidle
 diagnose TRACE` does in its first half second"), so these tests pin the imports that were cut.
 """
 

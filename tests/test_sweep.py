@@ -14,15 +14,15 @@ import pytest
 
 from whyidle.cli import main
 from whyidle.config import SweepConfig
-from whyidle.tune.sweep_report import SWEEP_SCHEMA, render_sweep_html, render_sweep_json, render_sweep_terminal, series_of
-from whyidle.tune.cache import CachedRunner
-from whyidle.tune.child import Request, is_oom
-from whyidle.tune.fakes import FakeClock, FakeLauncher, FakeRunner
-from whyidle.tune.guard import check_guard
-from whyidle.tune.measure import is_steady, measure_workload, percentile
-from whyidle.tune.runner import STEPS_ENV, CommandRunner, Exit, FunctionRunner, format_command, measure_records
-from whyidle.tune.search import Space, levers_for_findings, plateaued, run_sweep
-from whyidle.tune.trial import Trial, TrialResult
+from whyidle.sweep.report import SWEEP_SCHEMA, render_sweep_html, render_sweep_json, render_sweep_terminal, series_of
+from whyidle.sweep.cache import CachedRunner
+from whyidle.sweep.child import Request, is_oom
+from whyidle.sweep.fakes import FakeClock, FakeLauncher, FakeRunner
+from whyidle.sweep.guard import check_guard
+from whyidle.sweep.measure import is_steady, measure_workload, percentile
+from whyidle.sweep.runner import STEPS_ENV, CommandRunner, Exit, FunctionRunner, format_command, measure_records
+from whyidle.sweep.search import Space, levers_for_findings, plateaued, run_sweep
+from whyidle.sweep.trial import Trial, TrialResult
 
 CFG = SweepConfig()
 STEPS = msgspec.structs.replace(CFG, window_min_ns=0)  # windows of exactly window_steps steps
@@ -266,7 +266,7 @@ def test_function_runner_reads_the_result_the_trial_process_wrote() -> None:
     res = runner.run(trial)
     assert res.status == "ok" and res.samples_per_s == 123.0 and res.peak_host_bytes == 2048
     assert res.wall_ns == pytest.approx(2e9, abs=6e7)
-    assert launcher.started[0][1:3] == ["-m", "whyidle.tune.child"]
+    assert launcher.started[0][1:3] == ["-m", "whyidle.sweep.child"]
 
 
 def test_function_runner_stops_a_trial_past_its_time_limit() -> None:
@@ -426,7 +426,7 @@ def test_usage_errors_are_one_line_and_exit_2(argv: list[str], needle: str, caps
 
 def test_the_tracker_streams_its_steps_when_a_sweep_asks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from whyidle.capture.tracker import track
-    from whyidle.tune.runner import read_steps
+    from whyidle.sweep.runner import read_steps
 
     path = tmp_path / "steps.jsonl"
     monkeypatch.setenv(STEPS_ENV, str(path))

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from whyidle.cli import main
-from whyidle.tune.runner import CommandRunner, FunctionRunner
-from whyidle.tune.search import Space, run_sweep
-from whyidle.tune.trial import Trial
+from whyidle.sweep.runner import CommandRunner, FunctionRunner
+from whyidle.sweep.search import Space, run_sweep
+from whyidle.sweep.trial import Trial
 
 torch = pytest.importorskip("torch")
 

@@ -26,7 +26,7 @@ outputs
 _.on_validation_end
 _.on_save_checkpoint
 _.on_fit_end
-_.forward  # torch.nn.Module.forward (tune/examples.py)
+_.forward  # torch.nn.Module.forward (sweep/examples.py)
 
 # Read by other libraries: argparse, sqlite3, torch's backend flags, IPython/Jupyter
 _.formatter_class

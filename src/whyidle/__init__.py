@@ -52,14 +52,14 @@ if TYPE_CHECKING:
     from whyidle.capture.profiler import handler, profile_steps, schedule
     from whyidle.capture.sync import sync_finder
     from whyidle.capture.tracker import track
-    from whyidle.sources.requestlog import load_requests
-    from whyidle.tune.batching import tune_batching
-    from whyidle.tune.latency import profile_latency
+    from whyidle.serving.requestlog import load_requests
+    from whyidle.serving.batching import tune_batching
+    from whyidle.serving.latency import profile_latency
     from whyidle.config import Config
     from whyidle.pipeline import diagnose
     from whyidle.diagnosis import Diagnosis, Report, load_report
     from whyidle.render.perfetto import annotate
-    from whyidle.tune.compare import Comparison, compare
+    from whyidle.comparison.analysis import Comparison, compare
     from whyidle.findings.model import (
         Evidence,
         Finding,
@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     )
     from whyidle.sources import load
     from whyidle.timeline import Kind, Lane, Timeline
-    from whyidle.tune.trial import Trial, TrialResult, Workload
+    from whyidle.sweep.trial import Trial, TrialResult, Workload
 
 __all__ = [
     "__version__",
@@ -127,8 +127,8 @@ _LAZY = {
     "Diagnosis": "whyidle.diagnosis",
     "load_report": "whyidle.diagnosis",
     "annotate": "whyidle.render.perfetto",
-    "compare": "whyidle.tune.compare",
-    "Comparison": "whyidle.tune.compare",
+    "compare": "whyidle.comparison.analysis",
+    "Comparison": "whyidle.comparison.analysis",
     "Skipped": "whyidle.findings.model",
     "load": "whyidle.sources",
     "Kind": "whyidle.timeline",
@@ -139,12 +139,12 @@ _LAZY = {
     "handler": "whyidle.capture.profiler",
     "profile_steps": "whyidle.capture.profiler",
     "sync_finder": "whyidle.capture.sync",
-    "profile_latency": "whyidle.tune.latency",
-    "load_requests": "whyidle.sources.requestlog",
-    "tune_batching": "whyidle.tune.batching",
-    "Trial": "whyidle.tune.trial",
-    "TrialResult": "whyidle.tune.trial",
-    "Workload": "whyidle.tune.trial",
+    "profile_latency": "whyidle.serving.latency",
+    "load_requests": "whyidle.serving.requestlog",
+    "tune_batching": "whyidle.serving.batching",
+    "Trial": "whyidle.sweep.trial",
+    "TrialResult": "whyidle.sweep.trial",
+    "Workload": "whyidle.sweep.trial",
     "LightningCallback": "whyidle.capture.lightning",
     "HFCallback": "whyidle.capture.hf",
 }
@@ -156,6 +156,10 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module 'whyidle' has no attribute {name!r}")
     import importlib
 
+    if name == "load_report":
+        # It reads every kind of saved report: a multi-rank run's with the reader the ranks
+        # package registers with the core (the core imports no feature package).
+        import whyidle.ranks.register  # noqa: F401
     value = getattr(importlib.import_module(mod), name)
     globals()[name] = value
     return value

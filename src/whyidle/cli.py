@@ -45,7 +45,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     ``whyidle diagnose ...`` needs only the diagnose command's parser: importing the other ten
     command modules and building their parsers took 6 ms of its start-up (see
-    docs/architecture.md). Help, errors and an unknown command get the full parser."""
+    docs/performance.md). Help, errors and an unknown command get the full parser."""
     parser = _Parser(
         prog="whyidle",
         description="Why is my GPU idle, and what do I change?",

@@ -170,7 +170,7 @@ class Config(msgspec.Struct, frozen=True):
     # the tests a kernel starts 2-50 us after its launch call begins, never before.
     clock_skew_min_ns: int = 1_000
 
-    # --- multi-rank (analyses/ranks.py) -------------------------------------------------------
+    # --- multi-rank (ranks/analysis.py) -------------------------------------------------------
     # A rank counts as having arrived last at a collective when the earliest rank waited at least
     # this long for it. 100 us is above NCCL's own start-up jitter between ranks (tens of us on
     # one NVLink node) and well below a step's input or sync delays (milliseconds).
@@ -252,7 +252,7 @@ class Config(msgspec.Struct, frozen=True):
     # energy counter and power when logged, else the tool's 1 s default.
     counters_interval_ms: float | None = None
 
-    # --- inference batching (tune/batching.py, tune/serving.py) ------------------------------
+    # --- inference batching (serving/batching.py, serving/requests.py) ------------------------------
     # Candidate queue delays, as fractions of what the SLO leaves after a batch of one (longer
     # would break the SLO by itself at low traffic). Halvings cover 3% to 50% of the slack: the
     # capacity changes smoothly with the delay, so finer steps moved it by under 2% on the H200
@@ -315,7 +315,7 @@ class Config(msgspec.Struct, frozen=True):
 
 
 class SweepConfig(msgspec.Struct, frozen=True):
-    """The rules of ``whyidle sweep`` (tune/search.py, tune/measure.py, tune/guard.py)."""
+    """The rules of ``whyidle sweep`` (sweep/search.py, sweep/measure.py, sweep/guard.py)."""
 
     # --- steady state (one trial) --------------------------------------------------------------
     # Measured steps are grouped in windows of at least this many steps and this much time;

@@ -18,13 +18,14 @@ from typing import Any
 
 import msgspec
 
-from whyidle.findings.model import DiagnosisData, MultiRankData
+from whyidle.findings.model import DiagnosisData
 
-__all__ = ["Diagnosis", "Report", "MultiRankReport", "as_diagnosis", "load_report"]
+__all__ = ["Diagnosis", "Report", "Renderable", "as_diagnosis", "load_report"]
 
 
-class _Renderable:
-    """What a diagnosis does for a user: print as the terminal report, render and save in any format."""
+class Renderable:
+    """What a diagnosis (or a feature's result, such as :class:`whyidle.ranks.model.MultiRankReport`)
+    does for a user: print as the terminal report, render and save in any format."""
 
     __slots__ = ()
 
@@ -54,7 +55,7 @@ class _Renderable:
         return to_dict(self)
 
 
-class Diagnosis(DiagnosisData, _Renderable, frozen=True):
+class Diagnosis(DiagnosisData, Renderable, frozen=True):
     """The diagnosis of one profile (see :class:`~whyidle.findings.model.DiagnosisData` for the fields)."""
 
     def _repr_html_(self) -> str:
@@ -66,10 +67,6 @@ class Diagnosis(DiagnosisData, _Renderable, frozen=True):
 Report = Diagnosis  # the name before the diagnosis held every gap; the same class
 
 
-class MultiRankReport(MultiRankData, _Renderable, frozen=True):
-    """A distributed job: one :class:`Diagnosis` per rank plus the cross-rank analysis."""
-
-
 def as_diagnosis(data: DiagnosisData) -> Diagnosis:
     """The public class around diagnosis data (built by a lower layer: a saved report, counter rules)."""
     if isinstance(data, Diagnosis):
@@ -77,14 +74,17 @@ def as_diagnosis(data: DiagnosisData) -> Diagnosis:
     return Diagnosis(**msgspec.structs.asdict(data))
 
 
-def load_report(path: str | os.PathLike[str]) -> Diagnosis | MultiRankReport:
+def load_report(path: str | os.PathLike[str]) -> Diagnosis | Renderable:
     """A JSON report saved by ``whyidle diagnose -o report.json`` (plain or gzipped), as the
-    Diagnosis it was made from (a MultiRankReport for a run folder's report): every output
-    renders from it as from the original."""
+    Diagnosis it was made from (a feature's result for its own kind of report: a run folder's
+    gives a MultiRankReport, read by the ranks package, which ``whyidle.load_report`` imports):
+    every output renders from it as from the original."""
+    from whyidle.errors import TraceFormatError
     from whyidle.findings.saved import load_saved
 
     data = load_saved(path)
-    if isinstance(data, MultiRankData):
-        ranks = tuple(msgspec.structs.replace(e, report=None if e.report is None else as_diagnosis(e.report)) for e in data.ranks)
-        return MultiRankReport(**{**msgspec.structs.asdict(data), "ranks": ranks})
-    return as_diagnosis(data)
+    if isinstance(data, DiagnosisData):
+        return as_diagnosis(data)
+    if isinstance(data, Renderable):
+        return data
+    raise TraceFormatError(path, f"was read as a {type(data).__name__}, which is not a report")

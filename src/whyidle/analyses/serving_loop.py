@@ -118,7 +118,7 @@ def _sizes(tl: Timeline, batches: np.ndarray) -> tuple[np.ndarray, str]:
     on = np.flatnonzero((tl.lane == lane) & (tl.kind == int(Kind.CPU_OP)) & (tl.shape0 > 0) & (not engine))
     req = np.flatnonzero((tl.lane == lane) & np.isin(tl.kind, _RANGE_KINDS))
     req = req[tl.name_mask(lambda s: bool(_REQUEST.search(_label(s))), req)]
-    req = setdiff_sorted(req, batches)  # both are row numbers; np.isin would import numpy.ma (docs/architecture.md)
+    req = setdiff_sorted(req, batches)  # both are row numbers; np.isin would import numpy.ma (docs/performance.md)
     by_shape = np.full(batches.size, -1, dtype=np.int64)
     by_req = np.zeros(batches.size, dtype=np.int64)
     for j, b in enumerate(batches.tolist()):

@@ -67,7 +67,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _measure(spec: str, args: argparse.Namespace) -> Any:
-    from whyidle.tune.latency import profile_latency
+    from whyidle.serving.latency import profile_latency
 
     mod, _, fn = spec.partition(":")
     if not mod or not fn:
@@ -88,9 +88,9 @@ def _measure(spec: str, args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from whyidle.config import Config
-    from whyidle.tune.batching import Traffic, tune_batching, unit_arrivals
-    from whyidle.tune.instances import advise_instances
-    from whyidle.tune.latency import load_latency, parse_curve
+    from whyidle.serving.batching import Traffic, tune_batching, unit_arrivals
+    from whyidle.serving.instances import advise_instances
+    from whyidle.serving.latency import load_latency, parse_curve
 
     if sum(bool(x) for x in (args.latency, args.curve, args.measure)) != 1:
         raise UsageError("give the latency curve: --latency FILE, --curve B:MS,... or --measure MODULE:FUNCTION (one of them)")
@@ -104,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
     n = args.requests_per_run or cfg.batching_requests
     profile = load_latency(args.latency) if args.latency else parse_curve(args.curve) if args.curve else _measure(args.measure, args)
     if args.requests:
-        from whyidle.sources.requestlog import load_requests
-        from whyidle.tune.traffic import traffic_from_log
+        from whyidle.serving.requestlog import load_requests
+        from whyidle.serving.traffic import traffic_from_log
 
         traffic = traffic_from_log(load_requests(args.requests), n)
         if args.rate is not None:
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     )
     mem = int(args.memory_gb * 1e9) if args.memory_gb else None
     advice = advise_instances(res, profile, gpu=args.gpu or "", memory_bytes=mem)
-    from whyidle.tune.batching_report import batching_dict, batching_html, batching_text
+    from whyidle.serving.report import batching_dict, batching_html, batching_text
 
     out = args.output or ""
     if args.json or out.endswith(".json"):

@@ -39,8 +39,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from whyidle.render.comparison import render_comparison_json, render_text
-    from whyidle.tune.compare import compare_reports, parse_regression, read_side
+    from whyidle.comparison.render import render_comparison_json, render_text
+    from whyidle.comparison.analysis import compare_reports, parse_regression, read_side
 
     limit = parse_regression(args.max_regression) if args.max_regression is not None else None
     if args.skip_first < 0:

@@ -38,8 +38,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from whyidle.sources.requestlog import load_requests
-    from whyidle.tune.serving import diagnose_requests
+    from whyidle.serving.requestlog import load_requests
+    from whyidle.serving.requests import diagnose_requests
 
     if args.trace and args.device_busy is not None:
         raise UsageError("give the device's busy share once: --trace or --device-busy")
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         util = diagnose(args.trace).utilization
         busy, basis = util.busy_fraction, f"{args.trace}: device busy over its own window, taken as the log's period"
     d = diagnose_requests(log, device_busy_share=busy, device_busy_basis=basis, slo_ms=args.slo_ms, max_batch=args.max_batch)
-    from whyidle.tune.batching_report import serving_html, serving_text
+    from whyidle.serving.report import serving_html, serving_text
 
     out = args.output or ""
     if args.json or out.endswith(".json"):

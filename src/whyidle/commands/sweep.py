@@ -5,7 +5,7 @@ Two forms::
     whyidle sweep sweep.py:make --batch-size 8..1024 --workers 0,2,4 --precision fp32,bf16 -o sweep.html
     whyidle sweep --batch-size 8..256 -- python train.py --bs {batch_size} --workers {num_workers}
 
-Each trial runs in a fresh process (tune/runner.py); the search is tune/search.py. Progress goes
+Each trial runs in a fresh process (sweep/runner.py); the search is sweep/search.py. Progress goes
 to stderr, one line per trial. Exit status: 0 a configuration was recommended; 1 no trial
 succeeded; 2 bad usage.
 """
@@ -73,7 +73,7 @@ def parse_batch_range(text: str) -> tuple[int, int]:
 
 def parse_values(option: str, text: str) -> list[Any]:
     """One option's comma-separated values, checked and converted (ints, on/off, names)."""
-    from whyidle.tune.trial import COMPILE_MODES, PRECISIONS
+    from whyidle.sweep.trial import COMPILE_MODES, PRECISIONS
 
     items = [t.strip() for t in text.split(",") if t.strip()]
     out: list[Any] = []
@@ -105,8 +105,8 @@ def parse_values(option: str, text: str) -> list[Any]:
 
 
 def _space(args: argparse.Namespace) -> Any:
-    from whyidle.tune.search import Space, levers_for_findings
-    from whyidle.tune.trial import LEVERS
+    from whyidle.sweep.search import Space, levers_for_findings
+    from whyidle.sweep.trial import LEVERS
 
     lo, hi = parse_batch_range(args.batch_size)
     levers = {
@@ -144,7 +144,7 @@ def _finding_ids(path: str) -> list[str]:
 
 def _progress(entry: Any) -> None:
     r = entry.result
-    from whyidle.tune.sweep_report import format_rate
+    from whyidle.sweep.report import format_rate
 
     what = f"{format_rate(r.samples_per_s)} samples/s" + ("" if r.steady else " (not steady)") if r.ok else f"{r.status}: {r.message}"
     tail = f" - {entry.decision}" if entry.decision else ""
@@ -164,9 +164,9 @@ def _started(stage: str, trial: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from whyidle.output import check_not_input, write_atomic, write_stdout
     from whyidle.config import SweepConfig
-    from whyidle.tune.sweep_report import render_sweep_html, render_sweep_json, render_sweep_terminal
-    from whyidle.tune.runner import CommandRunner, FunctionRunner, TrialRunner
-    from whyidle.tune.search import run_sweep
+    from whyidle.sweep.report import render_sweep_html, render_sweep_json, render_sweep_terminal
+    from whyidle.sweep.runner import CommandRunner, FunctionRunner, TrialRunner
+    from whyidle.sweep.search import run_sweep
 
     target: list[str] = args.target
     if not target:
@@ -188,8 +188,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"{file_part}: no such file (TARGET is FILE.py:FUNCTION)")
         runner = FunctionRunner(target[0], warmup=args.warmup, max_steps=args.steps, time_limit_s=args.time_limit, config=cfg)
     else:
-        from whyidle.tune.runner import format_command
-        from whyidle.tune.trial import Trial
+        from whyidle.sweep.runner import format_command
+        from whyidle.sweep.trial import Trial
 
         format_command(target, Trial(batch_size=1))  # unknown placeholders fail before any trial
         runner = CommandRunner(target, warmup=args.warmup, max_steps=args.steps, time_limit_s=args.time_limit, config=cfg)
@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         check_not_input(args.output, inputs)  # before any trial runs
     if args.cache:
-        from whyidle.tune.cache import CachedRunner
+        from whyidle.sweep.cache import CachedRunner
 
         context = f"{' '.join(target)}|steps={args.steps}|warmup={args.warmup}"
         runner = CachedRunner(runner, args.cache, context)

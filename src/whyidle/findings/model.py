@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # annotations only: a Kineto diagnosis need not import the co
 
 __all__ = [
     "Prediction", "Fix", "Evidence", "Finding", "Skipped", "GapRecord", "GapColumns", "SourceInfo", "WindowInfo",
-    "DiagnosisData", "RankEntry", "MultiRankData",
+    "DiagnosisData",
 ]  # fmt: skip
 
 I64 = npt.NDArray[np.int64]
@@ -288,27 +288,3 @@ class DiagnosisData(msgspec.Struct, frozen=True):
     @property
     def problems(self) -> tuple[Finding, ...]:
         return self.findings
-
-
-class RankEntry(msgspec.Struct, frozen=True):
-    """One rank of a multi-rank run: its own single-rank report, or why it has none."""
-
-    rank: int
-    path: str
-    report: DiagnosisData | None
-    error: str = ""  # why the file could not be read (the run goes on without it)
-
-
-class MultiRankData(msgspec.Struct, frozen=True):
-    """A distributed job: one diagnosis per rank plus the cross-rank analysis (analyses/ranks.py)."""
-
-    run_dir: str
-    rank_basis: str  # "distributedInfo", "file name", "file order" or a mix, said in words
-    world_size: int | None
-    ranks: tuple[RankEntry, ...]
-    cross_rank: Any  # whyidle.analyses.ranks.CrossRank
-    notes: tuple[str, ...] = ()
-
-    @property
-    def findings(self) -> tuple[Finding, ...]:
-        return tuple(f for e in self.ranks if e.report is not None for f in e.report.findings)

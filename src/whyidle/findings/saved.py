@@ -6,14 +6,16 @@ compared or rendered again (HTML, Perfetto) without its trace: the loaded diagno
 the same JSON, terminal and HTML reports as the original, counter figures included. Older
 reports lack some fields and load without them: before the gap columns (no timeline strip in
 their HTML), before the per-name times (compare lists no kernels), before the exact tensor-core
-and FP32 times (taken back from their shares). A multi-rank run's report loads through
-:func:`load_saved` (:mod:`whyidle.findings.saved_ranks`).
+and FP32 times (taken back from their shares). A report of another kind (``"kind"``: a
+multi-rank run's) loads through :func:`load_saved` with the reader its package registers
+(:func:`register_reader`; :mod:`whyidle.ranks.saved`).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -39,15 +41,23 @@ from whyidle.findings.model import (
     DiagnosisData,
     GapColumns,
     GapRecord,
-    MultiRankData,
     Skipped,
     SourceInfo,
     WindowInfo,
 )
 
-__all__ = ["looks_like_report", "report_from_dict", "load_report", "load_saved", "check_schema"]
+__all__ = ["looks_like_report", "report_from_dict", "load_report", "load_saved", "check_schema", "register_reader"]
 
 _SUPPORTED_MAJOR = "1"
+
+# Readers of the reports of other kinds (the JSON's "kind"), registered by the package whose
+# result it is when it is imported: reader(dict, where) -> the result.
+_READERS: dict[str, Callable[[dict[str, Any], str], object]] = {}
+
+
+def register_reader(kind: str, read: Callable[[dict[str, Any], str], object]) -> None:
+    """Read saved reports whose ``"kind"`` is ``kind`` with ``read(d, where)``."""
+    _READERS[kind] = read
 
 
 def looks_like_report(head: bytes) -> bool:
@@ -390,14 +400,18 @@ def load_report(path: str | os.PathLike[str]) -> DiagnosisData:
     return report_from_dict(d, str(p))
 
 
-def load_saved(path: str | os.PathLike[str]) -> DiagnosisData | MultiRankData:
-    """A saved JSON report, one trace's or a multi-rank run's (``whyidle diagnose RUN_DIR -o run.json``)."""
+def load_saved(path: str | os.PathLike[str]) -> object:
+    """A saved JSON report: one trace's (DiagnosisData), or another kind's by its registered
+    reader (a multi-rank run's, ``whyidle diagnose RUN_DIR -o run.json``: a MultiRankReport)."""
     p, d = _decode(path)
-    if d.get("kind") == "multi_rank":
-        from whyidle.findings.saved_ranks import multi_rank_from_dict
-
-        return multi_rank_from_dict(d, str(p))
-    return report_from_dict(d, str(p))
+    kind = d.get("kind")
+    if kind is None:
+        return report_from_dict(d, str(p))
+    read = _READERS.get(str(kind))
+    if read is None:
+        check_schema(d, str(p))
+        raise TraceFormatError(p, f"is a whyidle report of kind {kind!r}, which no imported package reads (whyidle.load_report reads every kind)")
+    return read(d, str(p))
 
 
 def _decode(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:

@@ -58,7 +58,7 @@ class LabSpec:
     seed: int = 0
 
     def loader_kwargs(self) -> dict[str, Any]:
-        from whyidle.tune.trial import dataloader_kwargs
+        from whyidle.sweep.trial import dataloader_kwargs
 
         return dataloader_kwargs(self.num_workers, self.pin_memory, self.persistent_workers, self.prefetch_factor)
 

@@ -31,11 +31,11 @@ from whyidle.findings.model import Finding, GapRecord, DiagnosisData
 from whyidle.pages import PAGES, explain_command, page_title
 from whyidle.render._contrast import chip_style
 from whyidle.render._html_assets import CSS, JS, static_page
-from whyidle.render import TITLE_GPU, busy_finding_stat, busy_idle_rows, counter_value, title
+from whyidle.render.helpers import TITLE_GPU, busy_finding_stat, busy_idle_rows, counter_value, title
 from whyidle.render._markdown import page_html
 from whyidle.units import format_ns
 
-__all__ = ["render_html", "CAUSE_COLORS", "BUSY_COLORS", "DEFAULT_BINS", "CSS", "static_page"]
+__all__ = ["render_html", "CAUSE_COLORS", "BUSY_COLORS", "DEFAULT_BINS", "CSS", "static_page", "card_ms"]
 
 DEFAULT_BINS = 1200  # about one bin per pixel of a laptop-wide strip
 
@@ -48,7 +48,7 @@ GROUP_COLORS: dict[str, str] = dict(GROUP_COLOURS)
 _e = html.escape
 
 
-def _ms(ns: float | None) -> str:
+def card_ms(ns: float | None) -> str:
     """Durations as in the terminal, but whole milliseconds from 10 ms up (compact headline cards)."""
     if ns is not None and 1e7 <= abs(ns) < 1e9:
         return f"{ns / 1e6:.0f} ms"
@@ -126,13 +126,13 @@ def _lead(r: DiagnosisData) -> str:
     idle_share = 1 - u.busy_fraction
     subject = "The training loop waited" if title(r) != TITLE_GPU else "The GPU was idle"
     gaps = "" if r.window.basis == "counter log" else f" in {r.gap_count:,} gaps"
-    text = f"{subject} {idle_share:.0%} of the window ({_ms(u.idle_ns)}{gaps})."
+    text = f"{subject} {idle_share:.0%} of the window ({card_ms(u.idle_ns)}{gaps})."
     idle_findings = [f for f in r.findings if f.idle_ns > 0]
     avoidable = [f for f in idle_findings if f.group != "unattributed"]
 
     def where(f: Finding) -> str:
         per = f.evidence.per_step_idle_ns
-        return f" ({_ms(per)} per step)" if per is not None else f" ({_ms(f.idle_ns)})"
+        return f" ({card_ms(per)} per step)" if per is not None else f" ({card_ms(f.idle_ns)})"
 
     if idle_findings and idle_findings[0].group == "unattributed":
         f = idle_findings[0]
@@ -149,10 +149,10 @@ def _lead(r: DiagnosisData) -> str:
 
 def _cards(r: DiagnosisData) -> str:
     u = r.utilization
-    cards = [_card(label, value, detail) for label, value, detail in busy_idle_rows(r, _ms)]
+    cards = [_card(label, value, detail) for label, value, detail in busy_idle_rows(r, card_ms)]
     times = u.step_times_ns
     if times.size:
-        cards.append(_card("Step time", _ms(float(times.mean())), f"mean of {times.size} steps; max {_ms(float(times.max()))}"))
+        cards.append(_card("Step time", card_ms(float(times.mean())), f"mean of {times.size} steps; max {card_ms(float(times.max()))}"))
     if u.samples_per_s is not None:
         cards.append(_card("Throughput", f"{u.samples_per_s:,.1f}/s", f"samples per second (batch {u.batch_size})"))
     elif u.steps_per_s is not None:
@@ -182,7 +182,7 @@ def _cause_bar(r: DiagnosisData) -> str:
         if ns <= 0:
             continue
         pct = 100 * ns / idle
-        label = f"{cause_label(c.key)}: {_ms(ns)} ({pct:.0f}%)"
+        label = f"{cause_label(c.key)}: {card_ms(ns)} ({pct:.0f}%)"
         spans.append(f'<span style="width:{pct:.3f}%;background:{CAUSE_COLORS[c.key]}" title="{_e(label)}"></span>')
         keys.append((c.key, label, CAUSE_COLORS[c.key]))
     return (
@@ -211,12 +211,12 @@ def _critical_path(r: DiagnosisData) -> str:
         left = 100 * (int(seg["start_ns"]) - t0) / dur
         width = 100 * (int(seg["end_ns"]) - int(seg["start_ns"])) / dur
         names = ", ".join(seg["names"])
-        label = f"{seg['kind']}: {_ms(int(seg['end_ns']) - int(seg['start_ns']))}" + (f" ({names})" if names else "")
+        label = f"{seg['kind']}: {card_ms(int(seg['end_ns']) - int(seg['start_ns']))}" + (f" ({names})" if names else "")
         color = _PATH_COLORS.get(seg["kind"], "#888")
         spans.append(f'<span style="position:absolute;left:{left:.3f}%;width:{width:.3f}%;background:{color}" title="{_e(label)}"></span>')
-    keys = [(k, f"{k}: {_ms(ns)} ({100 * ns / dur:.0f}%)", _PATH_COLORS.get(k, "#888")) for k, ns in sorted(cp["by_kind_ns"].items(), key=lambda kv: -kv[1])]
+    keys = [(k, f"{k}: {card_ms(ns)} ({100 * ns / dur:.0f}%)", _PATH_COLORS.get(k, "#888")) for k, ns in sorted(cp["by_kind_ns"].items(), key=lambda kv: -kv[1])]
     return (
-        f"<section><h2>Critical path of the median step (step {int(cp['step'])}, {_e(_ms(dur))})</h2>"
+        f"<section><h2>Critical path of the median step (step {int(cp['step'])}, {_e(card_ms(dur))})</h2>"
         f'<div class="wi-bar" style="position:relative" role="img" aria-label="critical path">{"".join(spans)}</div>{_legend(keys)}'
         '<p class="wi-note">The chain of waits that decided the step, from the what-if replay: device work, the launch that '
         "started it, the host time before that, a sync and the work it waited for. Shortening anything off this path does "
@@ -235,7 +235,7 @@ def _fact_value(key: str, v: Any) -> str:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return str(v)
     if key.endswith("_ns"):
-        return _ms(float(v))
+        return card_ms(float(v))
     if key.endswith(("_share", "_fraction")):
         return f"{float(v):.1%}"
     return f"{v:,}" if isinstance(v, int) else f"{v:,.3g}"
@@ -246,16 +246,16 @@ def _finding(i: int, f: Finding, w0: int, window_ns: int) -> str:
     color = GROUP_COLORS.get(f.group, "#888")
     head = f'<h3><span class="wi-chip">{_e(GROUP_LABELS.get(f.group, f.group))}</span>{i}. {_e(f.title)}</h3>'
     if f.idle_ns:
-        stat = f"Explains {_ms(f.idle_ns)} of device idle ({f.share_of_idle:.0%} of {f.basis}idle, {f.share_of_window:.0%} of the {f.basis}window)"
+        stat = f"Explains {card_ms(f.idle_ns)} of device idle ({f.share_of_idle:.0%} of {f.basis}idle, {f.share_of_window:.0%} of the {f.basis}window)"
         if e.per_step_idle_ns is not None:
-            stat += f"; {_ms(e.per_step_idle_ns)} per step"
+            stat += f"; {card_ms(e.per_step_idle_ns)} per step"
         stat += (f"; {e.gap_count:,} gaps" if e.gap_count else "") + ". An upper bound on what the fix recovers."
     else:
-        stat = busy_finding_stat(f, window_ns, _ms) + " " + f.fix.expected
+        stat = busy_finding_stat(f, window_ns, card_ms) + " " + f.fix.expected
     body = [head, f'<p class="wi-stat">{_e(stat)}</p>']
     if e.top_ops:
         items = "".join(
-            f'<li><code>{_e(n)}</code>: {_e(_ms(ns))}' + (f" in {k:,} gaps" if k else "") + "</li>" for n, ns, k in e.top_ops
+            f'<li><code>{_e(n)}</code>: {_e(card_ms(ns))}' + (f" in {k:,} gaps" if k else "") + "</li>" for n, ns, k in e.top_ops
         )
         # an idle finding lists what the CPU did in the gaps; a busy-time finding, the device's own kernels
         body.append(f"<h4>{'On the CPU meanwhile' if f.idle_ns else 'On the GPU: the kernels concerned'}</h4><ul>{items}</ul>")
@@ -264,7 +264,7 @@ def _finding(i: int, f: Finding, w0: int, window_ns: int) -> str:
         body.append(f"<h4>Python lines</h4><ul>{items}</ul>")
     if e.examples:
         items = "".join(
-            f"<li>at {(s - w0) / 1e6:,.1f} ms: {_e(_ms(t - s))} idle, {_e(_ms(ns))} of it this cause</li>" for s, t, ns in e.examples
+            f"<li>at {(s - w0) / 1e6:,.1f} ms: {_e(card_ms(t - s))} idle, {_e(card_ms(ns))} of it this cause</li>" for s, t, ns in e.examples
         )
         body.append(f"<h4>Examples</h4><ul>{items}</ul>")
     if e.facts:
@@ -327,7 +327,7 @@ def _gap_row(i: int, g: GapRecord, w0: int) -> str:
         "<tr>"
         f'<td class="num" data-v="{i}">{i}</td>'
         f'<td class="num" data-v="{g.start_ns - w0}">{(g.start_ns - w0) / 1e6:,.1f} ms</td>'
-        f'<td class="num" data-v="{g.dur_ns}">{_e(_ms(g.dur_ns))}</td>'
+        f'<td class="num" data-v="{g.dur_ns}">{_e(card_ms(g.dur_ns))}</td>'
         f'<td class="num" data-v="{g.device}">{g.device}</td>'
         f'<td data-v="{_e(cause)}"><span class="wi-chip" style="{chip_style(color)}">{_e(cause)}</span></td>'
         + _cell(g.before)
@@ -389,7 +389,7 @@ def _counters(r: DiagnosisData) -> str:
         out.append(f'<h3>{_e(name)}</h3><div class="wi-table-wrap"><table class="wi-counters"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
         p = g.pattern
         if p is not None and p.period_ns is not None and p.regular:
-            out.append(f'<p class="wi-note">Rhythm: bursts every {_e(_ms(p.period_ns))}, busy {p.duty_cycle:.0%} of the time (regularity {p.regularity:.2f}, {p.pauses} pauses).</p>')
+            out.append(f'<p class="wi-note">Rhythm: bursts every {_e(card_ms(p.period_ns))}, busy {p.duty_cycle:.0%} of the time (regularity {p.regularity:.2f}, {p.pauses} pauses).</p>')
         elif p is not None:
             out.append(f'<p class="wi-note">Rhythm: none regular; busy {p.duty_cycle:.0%} of the time.</p>')
     explained = "".join(f"<li>{_e(text)}</li>" for _, text in explanations_for(metrics))
@@ -403,14 +403,14 @@ def _notes(r: DiagnosisData, timeline_note: str) -> str:
     artifacts = r.artifact_idle_ns
     if artifacts and r.window.duration_ns:
         total = sum(artifacts.values())
-        what = ", ".join(f"{cause_label(k)} {_ms(v)}" for k, v in artifacts.items())
+        what = ", ".join(f"{cause_label(k)} {card_ms(v)}" for k, v in artifacts.items())
         items.append(
-            f"Capture artifacts: {_ms(total)} ({total / (r.window.duration_ns * max(r.utilization.n_devices, 1)):.0%} of the window), "
+            f"Capture artifacts: {card_ms(total)} ({total / (r.window.duration_ns * max(r.utilization.n_devices, 1)):.0%} of the window), "
             f"not the job's idle: {what}. Capture after warm-up (torch.profiler.schedule(wait=1, warmup=2, active=3))."
         )
     unattributed = r.idle_by_group_ns.get("unattributed", 0) - sum(artifacts.values())
     if unattributed and r.utilization.idle_ns:
-        items.append(f"Unattributed: {_ms(unattributed)} ({unattributed / r.utilization.idle_ns:.0%} of idle) that the trace cannot explain.")
+        items.append(f"Unattributed: {card_ms(unattributed)} ({unattributed / r.utilization.idle_ns:.0%} of idle) that the trace cannot explain.")
     items += [f"Skipped {s.rule}: {s.reason}" for s in r.skipped]
     items += [f"Note: {q}" for q in r.quality]
     if timeline_note:
@@ -424,7 +424,7 @@ def _timeline_section(devices: list[dict[str, Any]]) -> str:
     keys = [(c["key"], c["label"], c["color"]) for c in _classes() if any(c["key"] in d["parts"] for d in devices)]
     basis = "Device time in each bin of the window"
     if devices:
-        basis += f" ({devices[0]['bins']:,} bins of {_ms(devices[0]['bin_ns'])})"
+        basis += f" ({devices[0]['bins']:,} bins of {card_ms(devices[0]['bin_ns'])})"
     return (
         '<section><h2>Timeline</h2><div class="wi-timeline"><noscript>The timeline needs JavaScript.</noscript></div>'
         f"{_legend(keys)}"
@@ -471,7 +471,7 @@ def render_html(report: DiagnosisData, *, bins: int = DEFAULT_BINS) -> str:
     dev = ", ".join(sorted(set(d for d in report.source.devices if d))) or "unknown device"
     win = report.window
     basis = f"steps {win.steps[0]}..{win.steps[-1]} ({len(win.steps)} steps)" if win.steps else win.basis
-    sub = f"{name} · {report.source.format} {report.source.version} · {dev} · window {_ms(win.duration_ns)}, {basis}"
+    sub = f"{name} · {report.source.format} {report.source.version} · {dev} · window {card_ms(win.duration_ns)}, {basis}"
     tl_html = _timeline_section(devices) if devices or tl_note else ""
     body = (
         f'<div class="wi" id="{root}">'

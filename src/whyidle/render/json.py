@@ -18,7 +18,7 @@ from whyidle.analyses import causes as C
 from whyidle.analyses.strip import BUSY_CLASSES
 from whyidle.findings.model import DiagnosisData, Finding, GapColumns, GapRecord, Prediction
 
-__all__ = ["SCHEMA_VERSION", "report_to_dict", "render_json", "multi_rank_to_dict", "cross_rank_to_dict"]
+__all__ = ["SCHEMA_VERSION", "report_to_dict", "render_json", "dumps", "to_dict"]
 
 SCHEMA_VERSION = "1.0"
 
@@ -331,103 +331,9 @@ def _activity(a: Any) -> dict[str, Any]:
     return out
 
 
-def cross_rank_to_dict(cr: Any) -> dict[str, Any]:
-    """The cross-rank analysis (whyidle.analyses.ranks.CrossRank) as plain data."""
-
-    def cause(c: Any) -> dict[str, Any] | None:
-        return None if c is None else {"cause": c.key, "excess_ns_per_step": c.excess_ns_per_step, "facts": dict(c.facts)}
-
-    return {
-        "ranks": list(cr.ranks),
-        "basis": cr.basis,
-        "collective_ns": cr.collective_ns,
-        "waiting_ns": cr.waiting_ns,
-        "transfer_ns": cr.transfer_ns,
-        "unmatched_collectives": cr.unmatched_collectives,
-        "stragglers": [
-            {
-                "rank": s.rank,
-                "steps": list(s.steps),
-                "collectives_last": s.collectives_last,
-                "collectives_total": s.collectives_total,
-                "lateness_ns": s.lateness_ns,
-                "max_lateness_ns": s.max_lateness_ns,
-                "cause": cause(s.cause),
-                "other_causes": [cause(c) for c in s.other_causes],
-            }
-            for s in cr.stragglers
-        ],
-        "communication": [
-            {
-                "rank": c.rank,
-                "collective_ns": c.collective_ns,
-                "waiting_ns": c.waiting_ns,
-                "transfer_ns": c.transfer_ns,
-                "exposed_ns": c.exposed_ns,
-                "hidden_ns": c.hidden_ns,
-                "overlap_fraction": c.overlap_fraction,
-            }
-            for c in cr.comm
-        ],
-        "imbalance": {
-            "mean_step_spread": cr.mean_step_spread,
-            "mean_compute_spread": cr.mean_compute_spread,
-            "steps": [
-                {
-                    "step": s.step,
-                    "step_ns": list(s.step_ns),
-                    "compute_ns": list(s.compute_ns),
-                    "slowest_rank": s.slowest_rank,
-                    "step_spread": s.step_spread,
-                    "compute_spread": s.compute_spread,
-                }
-                for s in cr.steps
-            ],
-        },
-        "collectives": [
-            {
-                "step": m.step,
-                "name": m.name,
-                "occurrence": m.occurrence,
-                "dur_ns": list(m.dur_ns),
-                "transfer_ns": m.transfer_ns,
-                "last_rank": m.last_rank,
-                "lateness_ns": m.lateness_ns,
-            }
-            for m in cr.collectives
-        ],
-        "notes": list(cr.notes),
-    }
-
-
-def multi_rank_to_dict(r: Any) -> dict[str, Any]:
-    """A MultiRankData: one entry per rank with its report, beside the cross-rank results."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "whyidle", "version": __version__},
-        "kind": "multi_rank",
-        "run_dir": r.run_dir,
-        "rank_basis": r.rank_basis,
-        "world_size": r.world_size,
-        "ranks": [
-            {
-                "rank": e.rank,
-                "path": e.path,
-                "error": e.error or None,
-                "report": report_to_dict(e.report) if e.report is not None else None,
-            }
-            for e in r.ranks
-        ],
-        "cross_rank": cross_rank_to_dict(r.cross_rank),
-        "notes": list(r.notes),
-    }
-
-
 def to_dict(r: Any) -> dict[str, Any]:
-    """The JSON report of a diagnosis or a multi-rank run, as plain data."""
-    from whyidle.findings.model import MultiRankData
-
-    return multi_rank_to_dict(r) if isinstance(r, MultiRankData) else report_to_dict(r)
+    """The JSON report of a diagnosis, as plain data."""
+    return report_to_dict(r)
 
 
 # The columns (every gap, the busy intervals) are long lists of numbers: one line each, not one
@@ -461,9 +367,15 @@ def _compact(d: Any, found: list[bytes], nonce: str) -> Any:
 
 
 def render_json(r: DiagnosisData) -> str:
+    return dumps(to_dict(r))
+
+
+def dumps(report: dict[str, Any]) -> str:
+    """A JSON report's dict as the file's text: indented, each column on one line (the reports
+    of a ``"ranks"`` list too: a multi-rank run's)."""
     found: list[bytes] = []
     nonce = f"whyidle-column-{os.urandom(8).hex()}-"
-    data = _compact(to_dict(r), found, nonce)
+    data = _compact(report, found, nonce)
     text = msgspec.json.format(msgspec.json.encode(data), indent=2)
     if found:
         text = re.sub(b'"' + nonce.encode() + rb'(\d+)"', lambda m: found[int(m.group(1))], text)

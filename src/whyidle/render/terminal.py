@@ -1,11 +1,12 @@
 """The terminal report: a short headline and the findings, readable in 80 columns.
 
-The only module that imports rich.
+The only module of the core that imports rich (a feature's terminal renderer draws through :func:`console_text`).
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console, Group
@@ -18,10 +19,10 @@ from whyidle.findings.labels import cause_label
 from whyidle.findings.model import Finding, DiagnosisData
 from whyidle.output import clean
 from whyidle.pages import PAGES, explain_command
-from whyidle.render import busy_finding_stat, busy_idle_rows, counter_value, title
+from whyidle.render.helpers import busy_finding_stat, busy_idle_rows, counter_value, title
 from whyidle.units import format_ns
 
-__all__ = ["render_terminal", "print_report"]
+__all__ = ["render_terminal", "print_report", "console_text"]
 
 _GROUP_STYLE = {
     "starvation": "bold red",
@@ -130,14 +131,15 @@ class _SafeConsole(Console):
 
 
 def render_terminal(r: DiagnosisData, width: int = 80, color: bool = False) -> str:
+    return console_text(lambda console: print_report(r, console), width, color)
+
+
+def console_text(draw: Callable[[Console], None], width: int = 80, color: bool = False) -> str:
+    """What ``draw`` prints on a console of ``width`` columns (trace strings never parsed as
+    markup), trailing spaces stripped: the shape of every terminal report."""
     buf = io.StringIO()
     console = _SafeConsole(file=buf, width=width, force_terminal=color, no_color=not color, highlight=False, markup=False, emoji=False)
-    from whyidle.findings.model import MultiRankData
-
-    if isinstance(r, MultiRankData):
-        print_multi_rank(r, console)
-    else:
-        print_report(r, console)
+    draw(console)
     return "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
 
 
@@ -205,55 +207,3 @@ def print_report(r: DiagnosisData, console: Console) -> None:
         console.print(Text(f"Skipped {s.rule}: {s.reason}", style="dim"))
     for q in r.quality:
         console.print(Text(f"Note: {q}", style="yellow"))
-
-
-def print_multi_rank(m: Any, console: Console) -> None:
-    """A multi-rank run: the cross-rank section, then a one-line summary per rank."""
-    cr = m.cross_rank
-    console.print(Text("whyidle: why are these GPUs idle? (one trace per rank)", style="bold"))
-    world = f" of world size {m.world_size}" if m.world_size else ""
-    console.print(f"Run {m.run_dir}: {len(m.ranks)} traces{world}; ranks from {m.rank_basis}")
-    if cr.stragglers:
-        console.print(Text("Stragglers (the rank the others waited for at collectives):", style="bold red"))
-        for s in cr.stragglers:
-            why = f"; why: {s.cause.key} (+{format_ns(s.cause.excess_ns_per_step)} per step vs the other ranks)" if s.cause else "; no cause stands out in its own trace"
-            steps = f" in step{'s' if len(s.steps) > 1 else ''} {', '.join(map(str, s.steps))}" if s.steps else ""
-            console.print(
-                f"  rank {s.rank}: last at {s.collectives_last} of {s.collectives_total} collectives{steps}, "
-                f"others waited {format_ns(s.lateness_ns)} (max {format_ns(s.max_lateness_ns)}){why}"
-            )
-    elif cr.collectives:
-        console.print(Text("No straggler: no rank kept the others waiting at a collective.", style="bold green"))
-    if cr.collective_ns:
-        console.print(
-            f"Collectives: {format_ns(cr.collective_ns)} over all ranks, {cr.waiting_ns / cr.collective_ns:.0%} waiting for the "
-            f"slowest rank, {cr.transfer_ns / cr.collective_ns:.0%} transfer"
-        )
-    t = Table(title="Per rank", title_justify="left")
-    for col in ("rank", "busy", "idle", "top idle cause", "comm exposed", "comm overlap", "waiting"):
-        t.add_column(col)
-    comm = {c.rank: c for c in cr.comm}
-    for e in m.ranks:
-        if e.report is None:
-            t.add_row(str(e.rank), "unreadable", "", e.error[:40], "", "", "")
-            continue
-        r = e.report
-        top = max(r.idle_by_cause_ns.items(), key=lambda kv: kv[1], default=("", 0))
-        c = comm.get(e.rank)
-        t.add_row(
-            str(e.rank),
-            f"{r.utilization.busy_fraction:.0%}",
-            format_ns(r.utilization.idle_ns),
-            top[0] if top[1] else "-",
-            format_ns(c.exposed_ns) if c else "-",
-            f"{c.overlap_fraction:.0%}" if c and c.overlap_fraction is not None else "-",
-            format_ns(c.waiting_ns) if c else "-",
-        )
-    console.print(t)
-    if cr.mean_step_spread is not None:
-        console.print(
-            f"Imbalance: step time spread {cr.mean_step_spread:.1%}, compute spread {cr.mean_compute_spread:.1%} "
-            "((max - min) / mean across ranks, averaged over steps)"
-        )
-    for n in (*m.notes, *cr.notes):
-        console.print(Text(f"Note: {n}", style="yellow"))

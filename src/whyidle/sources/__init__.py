@@ -68,7 +68,7 @@ def _load(
             raise InputError(
                 p,
                 f"is a folder with {len(traces)} traces (one per rank?); pass one file, or analyse them "
-                "together with whyidle.ranks.diagnose_ranks (the CLI does this for folders)",
+                "together with whyidle.ranks.run.diagnose_ranks (the CLI does this for folders)",
             )
         p = traces[0]
     check_regular(p)  # before any open: a FIFO would block, /dev/zero never end

@@ -14,14 +14,14 @@ Batch size (stage ``batch_size``)::
 
 Levers (``num_workers``, ``pin_memory``, ..., ``checkpointing``), in order, each at the current
 best configuration: every listed value is tried; a value is kept when its trial succeeds, passes
-the quality guard (precision and compile change numerics: tune/guard.py, against the fp32 run of
+the quality guard (precision and compile change numerics: sweep/guard.py, against the fp32 run of
 the same batch) and beats the current samples/s by ``keep_gain``. ``accumulation`` k holds the
 effective batch constant (micro-batch = effective / k). Activation checkpointing, when it runs,
 is tried again at the batch that ran out of memory: freed memory may allow a larger batch that
 wins.
 
 Pure apart from the injected runner: the same trials in the same order for the same results
-(tests drive it with tune/fakes.FakeRunner and check exact sequences).
+(tests drive it with sweep/fakes.FakeRunner and check exact sequences).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import Any
 import msgspec
 
 from whyidle.config import SweepConfig
-from whyidle.tune.guard import Guard, check_guard
-from whyidle.tune.runner import TrialRunner
-from whyidle.tune.trial import LEVERS, Trial, TrialResult
+from whyidle.sweep.guard import Guard, check_guard
+from whyidle.sweep.runner import TrialRunner
+from whyidle.sweep.trial import LEVERS, Trial, TrialResult
 
 __all__ = ["Space", "Entry", "BatchOutcome", "Sweep", "run_sweep", "plateaued", "levers_for_findings", "PLATEAU_RULE"]
 

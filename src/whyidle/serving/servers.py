@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from whyidle.tune.simulate import Settings
+from whyidle.serving.simulate import Settings
 
 __all__ = ["triton", "torchserve", "ray_serve", "vllm", "all_servers"]
 

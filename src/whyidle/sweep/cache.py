@@ -13,8 +13,8 @@ from pathlib import Path
 import msgspec
 
 from whyidle.errors import InputError
-from whyidle.tune.runner import TrialRunner
-from whyidle.tune.trial import Trial, TrialResult
+from whyidle.sweep.runner import TrialRunner
+from whyidle.sweep.trial import Trial, TrialResult
 
 __all__ = ["CachedRunner"]
 

@@ -24,8 +24,8 @@ import numpy as np
 
 from whyidle.config import Config
 from whyidle.errors import UsageError
-from whyidle.tune.latency import LatencyProfile
-from whyidle.tune.simulate import Draws, Settings, Simulation, percentile_ns, simulate
+from whyidle.serving.latency import LatencyProfile
+from whyidle.serving.simulate import Draws, Settings, Simulation, percentile_ns, simulate
 
 __all__ = ["Traffic", "Outcome", "Candidate", "BatchingResult", "unit_arrivals", "tune_batching", "evaluate"]
 

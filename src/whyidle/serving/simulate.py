@@ -99,7 +99,7 @@ class Draws(msgspec.Struct, frozen=True):
       batch size ``k``; the batch takes the one at quantile ``u[j]`` (the measured distribution
       itself, tails included, rather than a mean or a fitted shape);
     * ``overhead_ns[j]``: added to the batch's time: the server's own cost per batch (hand-off to
-      the model's thread and back; ``whyidle.tune.batcher.measure_overhead``);
+      the model's thread and back; ``whyidle.serving.batcher.measure_overhead``);
     * ``late_ns[j]``: the time an idle instance's timer takes to wake it, added to the deadline;
     * ``timer_ns``: the timer's resolution. asyncio on Linux sleeps in ``epoll_wait`` with the
       timeout rounded *up* to a whole millisecond (``timer_ns=1_000_000``), counted from when the

@@ -28,8 +28,8 @@ from __future__ import annotations
 import msgspec
 
 from whyidle.config import Config
-from whyidle.sources.requestlog import RequestLog
-from whyidle.tune.traffic import RequestStats, analyse_requests
+from whyidle.serving.requestlog import RequestLog
+from whyidle.serving.traffic import RequestStats, analyse_requests
 from whyidle.units import MS2, format_ns
 
 __all__ = ["ServingCause", "ServingDiagnosis", "diagnose_requests"]

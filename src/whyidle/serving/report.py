@@ -7,11 +7,11 @@ import json
 from typing import Any
 
 from whyidle.catalogue import GROUP_COLOURS
-from whyidle.tune.batching import BatchingResult, Candidate
-from whyidle.tune.instances import InstanceAdvice
-from whyidle.tune.latency import LatencyProfile
-from whyidle.tune.servers import all_servers
-from whyidle.tune.serving import ServingDiagnosis
+from whyidle.serving.batching import BatchingResult, Candidate
+from whyidle.serving.instances import InstanceAdvice
+from whyidle.serving.latency import LatencyProfile
+from whyidle.serving.servers import all_servers
+from whyidle.serving.requests import ServingDiagnosis
 
 __all__ = ["batching_text", "batching_dict", "batching_html", "serving_text", "serving_html", "frontier_svg"]
 

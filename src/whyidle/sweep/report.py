@@ -1,6 +1,6 @@
 """A sweep's outputs: JSON (schema ``whyidle.sweep/1.0``), the terminal table, and the HTML page.
 
-All three read only the :class:`~whyidle.tune.search.Sweep`. The HTML page follows the report's
+All three read only the :class:`~whyidle.sweep.search.Sweep`. The HTML page follows the report's
 conventions (render/html.py): one offline file, the report's scoped styles, every string
 escaped, a Content-Security-Policy with no network access; it needs no script (the plots are
 inline SVG drawn here).
@@ -16,8 +16,8 @@ import msgspec
 
 from whyidle import __version__
 from whyidle.config import SweepConfig
-from whyidle.tune.search import Sweep
-from whyidle.tune.trial import Trial, TrialResult
+from whyidle.sweep.search import Sweep
+from whyidle.sweep.trial import Trial, TrialResult
 
 __all__ = ["SWEEP_SCHEMA", "format_rate", "sweep_to_dict", "render_sweep_json", "render_sweep_terminal", "render_sweep_html", "series_of"]
 

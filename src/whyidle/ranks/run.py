@@ -19,11 +19,12 @@ from pathlib import Path
 
 import msgspec
 
-from whyidle.analyses.ranks import CrossRank, RankProfile, cross_rank, rank_profile
 from whyidle.config import Config
 from whyidle.errors import InputError, WhyidleError
-from whyidle.diagnosis import MultiRankReport
-from whyidle.findings.model import DiagnosisData, RankEntry
+from whyidle.findings.model import DiagnosisData
+from whyidle.ranks.analysis import CrossRank, RankProfile, cross_rank, rank_profile
+from whyidle.ranks.model import MultiRankReport, RankEntry
+import whyidle.ranks.register  # noqa: F401  (a MultiRankReport made here renders: its renderers registered)
 
 __all__ = ["RankResult", "rank_job", "diagnose_ranks", "rank_from_name", "assign_ranks", "build_multi_rank", "map_local"]
 
@@ -179,7 +180,7 @@ def diagnose_ranks(
     if not paths:
         raise InputError(d, "is a folder with no trace files (*.json, *.json.gz, *.parquet) in it")
     if scheduler or workers:
-        from whyidle.distributed.dask import map_dask
+        from whyidle.ranks.dask import map_dask
 
         said: list[str] = []
         results = map_dask(rank_job, paths, cfg, scheduler=scheduler, workers=workers, progress=progress, said=said)

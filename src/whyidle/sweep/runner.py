@@ -3,14 +3,14 @@
 Two runners share one protocol, ``run(trial) -> TrialResult``:
 
 * :class:`FunctionRunner` — the Python form (``whyidle sweep sweep.py:make``): the trial process
-  is ``python -m whyidle.tune.child``, which measures the workload itself (tune/measure.py).
+  is ``python -m whyidle.sweep.child``, which measures the workload itself (sweep/measure.py).
 * :class:`CommandRunner` — the plain form (``whyidle sweep -- python train.py --bs {batch_size}``):
   any command whose loop uses ``whyidle.track``; the tracker streams its steps to a file named
   by ``WHYIDLE_SWEEP_STEPS`` and this runner applies the warm-up and steady-state rules to them,
   stopping the command once steady.
 
 The outside world is injected: the process launcher (:class:`Launcher`, real one
-:class:`PosixLauncher`), the clock and the sleep. tune/fakes.py ships fakes for all of them.
+:class:`PosixLauncher`), the clock and the sleep. sweep/fakes.py ships fakes for all of them.
 
 Outcomes: a result file → its status (``ok``, ``oom``, ``error``); a process killed by a signal
 → ``killed`` (SIGKILL is what the kernel's out-of-memory killer sends, and the message says so);
@@ -34,7 +34,7 @@ import msgspec
 
 from whyidle.config import SweepConfig
 from whyidle.errors import UsageError
-from whyidle.tune.trial import Trial, TrialResult
+from whyidle.sweep.trial import Trial, TrialResult
 
 __all__ = [
     "TrialRunner",
@@ -184,14 +184,14 @@ class _ProcessRunner:
 
 
 class FunctionRunner(_ProcessRunner):
-    """The Python form: ``python -m whyidle.tune.child`` measures ``target(trial)`` in a new process."""
+    """The Python form: ``python -m whyidle.sweep.child`` measures ``target(trial)`` in a new process."""
 
     def __init__(self, target: str, *, python: str = sys.executable, **kw: Any) -> None:
         super().__init__(**kw)
         self.target, self.python = target, python
 
     def run(self, trial: Trial) -> TrialResult:
-        from whyidle.tune.child import Request
+        from whyidle.sweep.child import Request
 
         lim = self.limits
         # measuring stops short of the limit, so the child can still write its result
@@ -201,7 +201,7 @@ class FunctionRunner(_ProcessRunner):
             d = Path(tmp)
             (d / "request.json").write_bytes(msgspec.json.encode(req))
             res_path = d / "result.json"
-            argv = [self.python, "-m", "whyidle.tune.child", str(d / "request.json"), str(res_path)]
+            argv = [self.python, "-m", "whyidle.sweep.child", str(d / "request.json"), str(res_path)]
             t0 = self.clock()
             proc = self.launcher.start(argv, dict(os.environ), d / "log.txt")
             ex = _wait(proc, t0, lim.time_limit_s, self.clock, self.sleep, None)
@@ -272,9 +272,9 @@ def read_steps(path: Path) -> tuple[list[list[int]], int | None]:
 
 
 def measure_records(rows: list[list[int]], warmup: int, max_steps: int, cfg: SweepConfig) -> Any:
-    """The windows and steady state of streamed steps (the same rules as tune/measure.py, with
+    """The windows and steady state of streamed steps (the same rules as sweep/measure.py, with
     each window running from the end of the previous window's last step to its own)."""
-    from whyidle.tune.measure import Measurement, is_steady
+    from whyidle.sweep.measure import Measurement, is_steady
 
     m = Measurement()
     if len(rows) <= warmup:

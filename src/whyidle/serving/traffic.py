@@ -33,10 +33,10 @@ import msgspec
 import numpy as np
 
 from whyidle.config import Config
-from whyidle.sources.requestlog import RequestLog
+from whyidle.serving.requestlog import RequestLog
 from whyidle.timeline.intervals import Intervals
-from whyidle.tune.batching import Traffic
-from whyidle.tune.simulate import percentile_ns
+from whyidle.serving.batching import Traffic
+from whyidle.serving.simulate import percentile_ns
 
 __all__ = ["RequestStats", "analyse_requests", "traffic_from_log"]
 

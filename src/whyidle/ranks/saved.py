@@ -1,4 +1,4 @@
-"""Saved multi-rank JSON reports read back (the inverse of :func:`whyidle.render.json.multi_rank_to_dict`).
+"""Saved multi-rank JSON reports read back (the inverse of :func:`whyidle.ranks.render_json.multi_rank_to_dict`).
 
 ``whyidle diagnose RUN_DIR -o run.json`` saves one report per rank beside the cross-rank analysis
 (stragglers, exposed communication, step imbalance, matched collectives). Each rank's report is
@@ -10,22 +10,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from whyidle.analyses.ranks import CollectiveMatch, CrossRank, RankComm, StepImbalance, Straggler, StragglerCause
+from whyidle.diagnosis import as_diagnosis
 from whyidle.errors import TraceFormatError
-from whyidle.findings.model import MultiRankData, RankEntry
 from whyidle.findings.saved import check_schema, report_from_dict
+from whyidle.ranks.analysis import CollectiveMatch, CrossRank, RankComm, StepImbalance, Straggler, StragglerCause
+from whyidle.ranks.model import MultiRankReport, RankEntry
 
 __all__ = ["multi_rank_from_dict"]
 
 
-def multi_rank_from_dict(d: dict[str, Any], where: str = "<dict>") -> MultiRankData:
+def multi_rank_from_dict(d: dict[str, Any], where: str = "<dict>") -> MultiRankReport:
     """A multi-rank run from its JSON report's dict (``"kind": "multi_rank"``); raises
     TraceFormatError naming ``where`` (and the rank) when a field is missing or malformed."""
     check_schema(d, where)
     try:
         ranks = tuple(_rank(e, where) for e in d["ranks"])
         world = d.get("world_size")
-        return MultiRankData(
+        return MultiRankReport(
             run_dir=str(d.get("run_dir", "")),
             rank_basis=str(d.get("rank_basis", "")),
             world_size=None if world is None else int(world),
@@ -39,7 +40,8 @@ def multi_rank_from_dict(d: dict[str, Any], where: str = "<dict>") -> MultiRankD
 
 def _rank(e: dict[str, Any], where: str) -> RankEntry:
     report = e.get("report")
-    return RankEntry(int(e["rank"]), str(e["path"]), None if report is None else report_from_dict(report, f"{where} (rank {e['rank']})"), str(e.get("error") or ""))
+    one = None if report is None else as_diagnosis(report_from_dict(report, f"{where} (rank {e['rank']})"))
+    return RankEntry(int(e["rank"]), str(e["path"]), one, str(e.get("error") or ""))
 
 
 def _ints(v: Any) -> tuple[int, ...]:

@@ -1,8 +1,8 @@
-"""The trial process: ``python -m whyidle.tune.child REQUEST.json RESULT.json``.
+"""The trial process: ``python -m whyidle.sweep.child REQUEST.json RESULT.json``.
 
 Runs in a fresh interpreter for each trial, so a crash, a hang or an out-of-memory error ends
 this process only. It loads the user's ``module:function``, calls it with the :class:`Trial`,
-measures the :class:`Workload` (tune/measure.py) and writes a :class:`TrialResult` as JSON.
+measures the :class:`Workload` (sweep/measure.py) and writes a :class:`TrialResult` as JSON.
 An out-of-memory error is a result (status ``oom``: the memory edge), any other exception is
 status ``error`` with its one-line message; both still write the result file. A process that
 dies without writing one (killed by a signal, ``os._exit``) is recorded by the parent.
@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from whyidle.config import SweepConfig
-from whyidle.tune.trial import _SCALERS, Trial, TrialResult, Workload
+from whyidle.sweep.trial import _SCALERS, Trial, TrialResult, Workload
 
 __all__ = ["Request", "load_target", "run_request", "is_oom"]
 
@@ -145,7 +145,7 @@ def _dynamo(torch: Any) -> dict[str, Any]:
 
 def run_request(req: Request, clock: Any = time.perf_counter_ns) -> TrialResult:
     """Build and measure the trial in this process; failures become a result, never a raise."""
-    from whyidle.tune.measure import cycle, measure_workload
+    from whyidle.sweep.measure import cycle, measure_workload
 
     t0 = clock()
     torch = None
@@ -205,7 +205,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":  # pragma: no cover - run as a subprocess by tune/runner.py
+if __name__ == "__main__":  # pragma: no cover - run as a subprocess by sweep/runner.py
     sys.stdout.flush()
     rc = main(sys.argv)
     sys.stdout.flush()

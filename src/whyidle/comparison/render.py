@@ -1,4 +1,4 @@
-"""The comparison of two runs (:func:`whyidle.tune.compare.compare_reports`) as text."""
+"""The comparison of two runs (:func:`whyidle.comparison.analysis.compare_reports`) as text."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A dynamic batcher for asyncio services, and an open-loop load generator to measure it.
 
-The batcher is the policy the simulator models (``whyidle.tune.simulate``), so the settings the
+The batcher is the policy the simulator models (``whyidle.serving.simulate``), so the settings the
 tuner recommends can be used as they are::
 
     batcher = DynamicBatcher(run_model, max_batch=32, max_delay_s=0.002)
@@ -30,7 +30,7 @@ loop: a slow server does not slow the arrivals) and returns when all have finish
 
 ``measure_overhead()`` measures, with a no-op model, the two costs the batcher adds to the
 model's own latency: the per-batch overhead and how late a deadline's timer fires; the simulator
-draws from both (``whyidle.tune.simulate.Draws``).
+draws from both (``whyidle.serving.simulate.Draws``).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import msgspec
 import numpy as np
 
 from whyidle.errors import UsageError
-from whyidle.tune.latency import LatencyProfile, curve_from_samples
+from whyidle.serving.latency import LatencyProfile, curve_from_samples
 
 __all__ = ["DynamicBatcher", "Overhead", "curve_from_records", "generate_load", "measure_overhead", "overhead_from_records"]
 

@@ -9,7 +9,7 @@
 
 No script: the page is static HTML with the single-rank report's stylesheet, so it needs nothing
 but a browser. Rank pages (``<stem>.rank<N>.html``) are written beside it by
-:func:`whyidle.render.save`, each a full single-rank report.
+:func:`whyidle.ranks.files.save_rank_files`, each a full single-rank report.
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ from typing import Any
 from whyidle import __version__
 from whyidle.analyses import causes as C
 from whyidle.findings.labels import cause_label
-from whyidle.findings.model import MultiRankData
-from whyidle.render._html_assets import static_page
-from whyidle.render.html import BUSY_COLORS, CAUSE_COLORS, _ms
+from whyidle.ranks.model import MultiRankReport
+from whyidle.render.html import BUSY_COLORS, CAUSE_COLORS, card_ms, static_page
 from whyidle.units import format_ns
 
 __all__ = ["render_multi_rank_html", "rank_page_name", "MAX_COLLECTIVES_SHOWN"]
@@ -63,14 +62,14 @@ def _rank_bar(report: Any) -> str:
         if ns > 0:
             parts.append((cause_label(c.key), ns, CAUSE_COLORS[c.key]))
     spans = "".join(
-        f'<span style="width:{100 * ns / win:.3f}%;background:{col}" title="{_e(label)}: {_e(_ms(ns))} ({ns / win:.0%})"></span>'
+        f'<span style="width:{100 * ns / win:.3f}%;background:{col}" title="{_e(label)}: {_e(card_ms(ns))} ({ns / win:.0%})"></span>'
         for label, ns, col in parts
         if ns > 0
     )
     return f'<div class="wi-rankbar" role="img" aria-label="busy and idle by cause">{spans}</div>'
 
 
-def _ranks_table(m: MultiRankData, links: dict[int, str]) -> str:
+def _ranks_table(m: MultiRankReport, links: dict[int, str]) -> str:
     comm = {c.rank: c for c in m.cross_rank.comm}
     rows = []
     for e in m.ranks:
@@ -85,11 +84,11 @@ def _ranks_table(m: MultiRankData, links: dict[int, str]) -> str:
             link,
             _rank_bar(r),
             f"{r.utilization.busy_fraction:.0%}",
-            _e(_ms(r.utilization.idle_ns)),
+            _e(card_ms(r.utilization.idle_ns)),
             _e(cause_label(top[0])) if top[1] else "-",
-            _e(_ms(c.exposed_ns)) if c else "-",
-            _e(_ms(c.hidden_ns)) if c else "-",
-            _e(_ms(c.waiting_ns)) if c else "-",
+            _e(card_ms(c.exposed_ns)) if c else "-",
+            _e(card_ms(c.hidden_ns)) if c else "-",
+            _e(card_ms(c.waiting_ns)) if c else "-",
         ]
         rows.append("<tr>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>")
     heads = ("rank", "busy, then idle by cause (over its window)", "busy", "idle", "top idle cause", "comm exposed", "comm hidden", "waiting for the slowest")
@@ -107,7 +106,7 @@ def _ranks_table(m: MultiRankData, links: dict[int, str]) -> str:
     )
 
 
-def _stragglers(m: MultiRankData) -> str:
+def _stragglers(m: MultiRankReport) -> str:
     cr = m.cross_rank
     if not cr.collectives:
         return '<section><h2>Stragglers</h2><p class="wi-empty">No collective was matched across ranks.</p></section>'
@@ -134,7 +133,7 @@ def _stragglers(m: MultiRankData) -> str:
     )
 
 
-def _collective_timeline(m: MultiRankData) -> str:
+def _collective_timeline(m: MultiRankReport) -> str:
     cr = m.cross_rank
     if not cr.collectives:
         return ""
@@ -154,19 +153,19 @@ def _collective_timeline(m: MultiRankData) -> str:
             level = wait / worst
             shade = f"rgba(213,94,0,{0.08 + 0.92 * level:.3f})"  # the starvation hue, darker = longer wait
             last = c.last_rank == rank
-            tip = f"step {c.step}, {c.name} #{c.occurrence}: rank {rank} waited {_ms(wait)}" + (" (arrived last: the others waited for it)" if last else "")
+            tip = f"step {c.step}, {c.name} #{c.occurrence}: rank {rank} waited {card_ms(wait)}" + (" (arrived last: the others waited for it)" if last else "")
             cells.append(f'<td class="{"wi-last" if last else ""}" style="width:{width}px;background:{shade}" title="{_e(tip)}"></td>')
         rows.append(f"<tr><th>rank {rank}</th>{''.join(cells)}</tr>")
     return (
         "<section><h2>Straggler timeline: each collective, each rank</h2>"
         f'<div class="wi-table-wrap"><table class="wi-coll"><tbody>{"".join(rows)}</tbody></table></div>'
         f'<p class="wi-note">{_e(note)} A cell is one rank in one collective, darker the longer that rank waited in it '
-        f"(at most {_e(_ms(worst))}); the outlined cell is the rank that arrived last, the one the others waited for. "
+        f"(at most {_e(card_ms(worst))}); the outlined cell is the rank that arrived last, the one the others waited for. "
         "Hover a cell for its numbers.</p></section>"
     )
 
 
-def render_multi_rank_html(m: MultiRankData, links: dict[int, str] | None = None) -> str:
+def render_multi_rank_html(m: MultiRankReport, links: dict[int, str] | None = None) -> str:
     """The job's page; ``links`` maps a rank to the (relative) address of its own page."""
     links = links or {}
     cr = m.cross_rank

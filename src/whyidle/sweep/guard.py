@@ -18,7 +18,7 @@ import math
 import msgspec
 
 from whyidle.config import SweepConfig
-from whyidle.tune.trial import TrialResult
+from whyidle.sweep.trial import TrialResult
 
 __all__ = ["Guard", "check_guard"]
 

@@ -4,7 +4,7 @@ Each returns ``(model, example_input)``: one request's input, with a leading bat
 
 * ``encoder``: the model of tests/data/h200/measured.json's latency curve: a 6-layer
   ``TransformerEncoder`` (d_model 1024, 16 heads, ffn 4096), sequences of 128, run in bfloat16
-  autocast, so that ``--measure whyidle.tune.examples:encoder --device cuda`` repeats that
+  autocast, so that ``--measure whyidle.sweep.examples:encoder --device cuda`` repeats that
   measurement on any GPU.
 * ``cpu_encoder``: 2 layers of d_model 256, sequences of 32: about a millisecond per pass on one
   CPU core, for validating the simulator against the real batcher (benchmarks/bench_batcher.py).

@@ -2,9 +2,9 @@
 
 ``map_dask(job, paths, cfg, scheduler="tcp://host:8786")`` connects to an existing cluster;
 ``workers=N`` starts a local one with N worker processes for the duration of the call. Each task
-is ``job`` (:func:`whyidle.ranks.rank_job`, passed in: this module does not import the layer
-above it) on one trace path, which must be readable from the workers
-(a shared filesystem or object store path); only its :class:`~whyidle.ranks.RankResult` (the
+is ``job`` (:func:`whyidle.ranks.run.rank_job`, passed in: this module knows no diagnosis, only
+how to run a job on Dask) on one trace path, which must be readable from the workers
+(a shared filesystem or object store path); only its :class:`~whyidle.ranks.run.RankResult` (the
 rank's Report and a few hundred numbers of collectives and steps) travels back to the client.
 """
 

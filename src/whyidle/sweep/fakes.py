@@ -1,9 +1,9 @@
 """Fakes for the sweep's outside world, shipped so that sweeps are tested without torch or a GPU.
 
-* :class:`FakeRunner` — a :class:`~whyidle.tune.runner.TrialRunner` answering from a function of
+* :class:`FakeRunner` — a :class:`~whyidle.sweep.runner.TrialRunner` answering from a function of
   the trial (``rates``: samples/s by trial, None for out of memory); it records every trial run.
 * :class:`FakeClock` — a nanosecond clock that moves only when told (``sleep`` advances it).
-* :class:`FakeLauncher` — a :class:`~whyidle.tune.runner.Launcher` whose processes end after a
+* :class:`FakeLauncher` — a :class:`~whyidle.sweep.runner.Launcher` whose processes end after a
   given time with a given exit, optionally writing files first (a result, streamed steps).
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from whyidle.tune.runner import Exit
-from whyidle.tune.trial import Trial, TrialResult
+from whyidle.sweep.runner import Exit
+from whyidle.sweep.trial import Trial, TrialResult
 
 __all__ = ["FakeRunner", "FakeClock", "FakeLauncher", "FakeProcess"]
 

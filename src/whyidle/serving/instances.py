@@ -27,8 +27,8 @@ import math
 
 import msgspec
 
-from whyidle.tune.batching import BatchingResult
-from whyidle.tune.latency import LatencyProfile
+from whyidle.serving.batching import BatchingResult
+from whyidle.serving.latency import LatencyProfile
 
 __all__ = ["MigProfile", "MIG_PROFILES", "InstanceAdvice", "advise_instances", "mig_table_for"]
 

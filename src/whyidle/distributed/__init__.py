@@ -1,1 +1,0 @@
-"""Running per-rank work on a distributed engine (Dask). Optional extra ``dask``."""

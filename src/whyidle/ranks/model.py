@@ -1,0 +1,48 @@
+"""The result of a multi-rank job: one diagnosis per rank beside the cross-rank analysis.
+
+Its renderers and the reader of its saved JSON are registered with the core by
+:mod:`whyidle.ranks.register`, which the modules that make one import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from whyidle.diagnosis import Renderable
+from whyidle.findings.model import DiagnosisData, Finding
+
+__all__ = ["RankEntry", "MultiRankReport"]
+
+
+class RankEntry(msgspec.Struct, frozen=True):
+    """One rank of a multi-rank run: its own single-rank report, or why it has none."""
+
+    rank: int
+    path: str
+    report: DiagnosisData | None
+    error: str = ""  # why the file could not be read (the run goes on without it)
+
+
+class MultiRankReport(msgspec.Struct, Renderable, frozen=True):
+    """A distributed job: one :class:`~whyidle.Diagnosis` per rank plus the cross-rank analysis
+    (:mod:`whyidle.ranks.analysis`). It renders and saves like a diagnosis: the ranks package
+    registers its renderers (terminal, json, html; html and perfetto as one file per rank)."""
+
+    run_dir: str
+    rank_basis: str  # "distributedInfo", "file name", "file order" or a mix, said in words
+    world_size: int | None
+    ranks: tuple[RankEntry, ...]
+    cross_rank: Any  # whyidle.ranks.analysis.CrossRank
+    notes: tuple[str, ...] = ()
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return tuple(f for e in self.ranks if e.report is not None for f in e.report.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report as plain data (docs/json-schema.md, "Multi-rank")."""
+        from whyidle.ranks.render_json import multi_rank_to_dict
+
+        return multi_rank_to_dict(self)

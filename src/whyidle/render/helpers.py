@@ -1,0 +1,61 @@
+"""Presentation helpers the renderers share (terminal, HTML): the report's title, the headline's
+busy and idle figures in the input's own terms, a busy-time finding's worth, a counter reading."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["TITLE_GPU", "title", "busy_idle_rows", "busy_finding_stat", "counter_value"]
+
+TITLE_GPU = "whyidle: why is this GPU idle?"
+
+
+def _tracked_on_gpu(r: Any) -> bool:
+    """A step-tracker report whose busy time is a GPU's (CUDA events), not the host's."""
+    return any(d and d != "cpu" for d in r.source.devices) and "CPU-side measurement" not in " ".join(r.quality)
+
+
+def title(r: Any) -> str:
+    """The report's first line; a CPU run of the step tracker has no GPU to ask about."""
+    if r.source.format == "whyidle.track" and not _tracked_on_gpu(r):
+        return "whyidle: why is this loop waiting? (a CPU run: no GPU here)"
+    return TITLE_GPU
+
+
+def busy_idle_rows(r: Any, fmt_ns: Callable[[float], str]) -> list[tuple[str, str, str]]:
+    """The headline's busy and idle figures as (label, value, detail), in the input's own terms:
+    a counter log has samples, not gaps; a step tracker on CPU measures the host, not a GPU."""
+    u = r.utilization
+    busy = f"{u.busy_fraction:.1%}"
+    if r.window.basis == "counter log" and r.counters is not None:
+        from whyidle.findings.counter_rules import busy_basis_words, idle_words
+
+        if not r.counters.gpus:
+            return [("GPU busy", "unknown", "the log has no GPU readings")]
+        return [("GPU busy", busy, f"of the log; {busy_basis_words(r.counters)}"), ("GPU idle", fmt_ns(u.idle_ns), idle_words(r.counters))]
+    if r.source.format == "whyidle.track":
+        what = "device time between step marks (CUDA events)" if _tracked_on_gpu(r) else "host compute between batches (no GPU: CPU run)"
+        return [("Busy", busy, f"of the steps: {what}"), ("Waiting", fmt_ns(u.idle_ns), "(data wait, copies, other host time)")]
+    return [
+        ("GPU busy", busy, f"of the window (kernels only {u.kernel_busy_fraction:.1%}), union over all streams"),
+        ("GPU idle", fmt_ns(u.idle_ns), f"in {r.gap_count} gaps"),
+    ]
+
+
+def busy_finding_stat(f: Any, window_ns: int, fmt_ns: Callable[[float], str]) -> str:
+    """What a finding about busy time (FP32 math, underfilled kernels) is worth, in the terms the
+    idle findings use: time and share of the window, an upper bound on what its fix recovers."""
+    ns = f.affected_busy_ns
+    share = f" ({ns / window_ns:.0%} of the window)" if window_ns > 0 else ""
+    return (
+        f"Concerns {fmt_ns(ns)} of device busy time{share}, not idle time: the fix shortens part of it, "
+        "so that is an upper bound on what it recovers."
+    )
+
+
+def counter_value(v: float, unit: str) -> str:
+    """One GPU counter reading with its unit, as the terminal and HTML reports show it."""
+    if unit == "B/s":
+        return f"{v / 1e6:.1f} MB/s"
+    return (f"{v:.0f} {unit}" if abs(v) >= 100 else f"{v:.1f} {unit}").replace(" %", "%")
