@@ -134,7 +134,7 @@ def test_bad_saved_reports_fail_clearly(tmp_path: Path) -> None:
     with pytest.raises(whyidle.TraceFormatError, match="missing or malformed field"):
         load_report(p)
     assert main(["compare", str(p), str(p)]) == 2
-    good = json.loads(whyidle.diagnose(write_trace(training_trace("starvation"), tmp_path / "t.json")).render("json"))
+    good = json.loads(whyidle.diagnose(write_trace(training_trace("starvation"), tmp_path / "t.json")).render("json", columns=True))
     breakages = [
         ("start_ns", lambda g: g["start_ns"].pop(), "has 309 values, expected 310"),
         ("next_work", lambda g: g["next_work"].__setitem__(0, 10**6), "points past the string table"),
@@ -230,10 +230,16 @@ def test_a_saved_report_is_the_same_diagnosis(source: Path, tmp_path: Path) -> N
     section of a counter log included) and compares as its trace does."""
     r = whyidle.diagnose(source)
     saved = tmp_path / "r.json"
-    r.save(saved)
+    r.save(saved, columns=True)  # the full form: every gap and the busy intervals
     back = whyidle.load_report(saved)
     for fmt in ("json", "terminal", "html"):
         assert back.render(fmt) == r.render(fmt), fmt
+    assert back.render("json", columns=True) == r.render("json", columns=True)
     if r.gap_columns is not None:
         assert back.render("perfetto") == r.render("perfetto")
     assert whyidle.compare(back, r).to_dict() == whyidle.compare(r, r).to_dict()
+    # the default, summary form: the same JSON and terminal report, and the same comparison
+    r.save(saved)
+    summary = whyidle.load_report(saved)
+    assert summary.gap_columns is None and summary.render("json") == r.render("json") and str(summary) == str(r)
+    assert whyidle.compare(summary, r).to_dict() == whyidle.compare(r, r).to_dict()

@@ -183,7 +183,7 @@ def test_saved_report_draws_the_same_trace(tmp_path: Path) -> None:
     trace = write_trace(training_trace("starvation"), tmp_path / "s.pt.trace.json")
     r = whyidle.diagnose(trace)
     saved = tmp_path / "r.json"
-    r.save(saved)
+    r.save(saved, columns=True)
     trace.unlink()
     back = whyidle.load_report(saved)
     assert isinstance(back, whyidle.Diagnosis)

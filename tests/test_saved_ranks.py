@@ -81,7 +81,7 @@ def test_a_saved_run_gives_the_same_html_pages(tmp_path: Path, monkeypatch: pyte
     original = diagnose_ranks(run_dir.name, jobs=1)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    original.save(str(tmp_path / "a" / "run.json"))
+    original.save(str(tmp_path / "a" / "run.json"), columns=True)
     original.save(str(tmp_path / "a" / "run.html"))
     whyidle.load_report(tmp_path / "a" / "run.json").save(str(tmp_path / "b" / "run.html"))
     pages = sorted(p.name for p in (tmp_path / "a").glob("*.html"))

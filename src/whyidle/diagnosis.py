@@ -42,17 +42,19 @@ class Renderable:
 
         return render(self, format, **options)
 
-    def save(self, path: str | os.PathLike[str], format: str | None = None) -> str:
-        """Write to ``path`` (format from the suffix: .html, .json, .txt, .json.gz, .png, .svg); returns the format."""
+    def save(self, path: str | os.PathLike[str], format: str | None = None, *, columns: bool = False) -> str:
+        """Write to ``path`` (format from the suffix: .html, .json, .txt, .json.gz, .png, .svg); returns the format.
+        ``columns``: a JSON report in its full form, with every gap and the busy intervals."""
         from whyidle.render import save
 
-        return save(self, path, format)[1]
+        return save(self, path, format, columns=columns)[1]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON report as plain data (docs/json-schema.md)."""
+    def to_dict(self, columns: bool = False) -> dict[str, Any]:
+        """The JSON report as plain data (docs/json-schema.md); ``columns``: the full form, with
+        every gap and each device's busy intervals."""
         from whyidle.render.json import to_dict
 
-        return to_dict(self)
+        return to_dict(self, columns)
 
 
 class Diagnosis(DiagnosisData, Renderable, frozen=True):

@@ -59,6 +59,11 @@ def add_parser(sub: Any) -> None:
         ),
     )
     p.add_argument("--json", action="store_true", help="print the JSON report to stdout")
+    p.add_argument(
+        "--full-json",
+        action="store_true",
+        help="a JSON report in its full form: every gap as columns and each device's busy intervals (large; what a saved report needs to draw the HTML strip and the Perfetto trace)",
+    )
     p.add_argument("-o", "--output", help="write the report here (format from the suffix: .json, .txt, .html, .json.gz = annotated Perfetto trace, .png/.svg = step plot)")
     p.add_argument("--format", help="terminal, json, html, perfetto, png or svg (default: from -o, else terminal)")
     p.add_argument("--steps", help="ProfilerStep numbers to analyse, e.g. 3-6")
@@ -119,13 +124,13 @@ def emit(report: Any, args: argparse.Namespace, original: Any = None) -> None:
         raise UsageError(f"--format {fmt} writes an image; pass -o FILE{RENDERERS[fmt].suffixes[0]}")
     if args.output:
         inputs = (args.trace, getattr(args, "counters", None))
-        for w in save_report(report, args.output, fmt, width=args.width or 80, inputs=inputs, original=original):
+        for w in save_report(report, args.output, fmt, width=args.width or 80, inputs=inputs, original=original, columns=args.full_json):
             say_written(w.path, w.what)
         if args.json:
-            write_stdout(str(render(report, "json")))
+            write_stdout(str(render(report, "json", columns=args.full_json)))
         return
     width = args.width or min(getattr(sys.stdout, "isatty", lambda: False)() and __import__("shutil").get_terminal_size().columns or 80, 100)
-    out, _what = produce(report, fmt, original=original, width=width, color=bool(sys.stdout.isatty()))
+    out, _what = produce(report, fmt, original=original, width=width, color=bool(sys.stdout.isatty()), columns=args.full_json)
     text = out if isinstance(out, str) else out.decode()
     write_stdout(text if fmt in ("terminal", "json") else clean(text))  # the terminal renderer escapes its own
 

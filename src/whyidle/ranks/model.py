@@ -41,8 +41,9 @@ class MultiRankReport(msgspec.Struct, Renderable, frozen=True):
     def findings(self) -> tuple[Finding, ...]:
         return tuple(f for e in self.ranks if e.report is not None for f in e.report.findings)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON report as plain data (docs/json-schema.md, "Multi-rank")."""
+    def to_dict(self, columns: bool = False) -> dict[str, Any]:
+        """The JSON report as plain data (docs/json-schema.md, "Multi-rank"); ``columns``: each
+        rank's report in its full form."""
         from whyidle.ranks.render_json import multi_rank_to_dict
 
-        return multi_rank_to_dict(self)
+        return multi_rank_to_dict(self, columns)

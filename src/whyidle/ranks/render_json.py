@@ -80,8 +80,9 @@ def cross_rank_to_dict(cr: Any) -> dict[str, Any]:
     }
 
 
-def multi_rank_to_dict(r: Any) -> dict[str, Any]:
-    """A MultiRankReport: one entry per rank with its report, beside the cross-rank results."""
+def multi_rank_to_dict(r: Any, columns: bool = False) -> dict[str, Any]:
+    """A MultiRankReport: one entry per rank with its report (``columns``: in its full form),
+    beside the cross-rank results."""
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "whyidle", "version": __version__},
@@ -94,7 +95,7 @@ def multi_rank_to_dict(r: Any) -> dict[str, Any]:
                 "rank": e.rank,
                 "path": e.path,
                 "error": e.error or None,
-                "report": report_to_dict(e.report) if e.report is not None else None,
+                "report": report_to_dict(e.report, columns) if e.report is not None else None,
             }
             for e in r.ranks
         ],
@@ -103,6 +104,6 @@ def multi_rank_to_dict(r: Any) -> dict[str, Any]:
     }
 
 
-def render_multi_rank_json(r: Any) -> str:
+def render_multi_rank_json(r: Any, columns: bool = False) -> str:
     """The JSON report of a multi-rank run (``whyidle diagnose RUN_DIR --json``)."""
-    return dumps(multi_rank_to_dict(r))
+    return dumps(multi_rank_to_dict(r, columns))

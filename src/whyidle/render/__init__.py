@@ -43,7 +43,7 @@ class Renderer(NamedTuple):
 
 RENDERERS: dict[str, Renderer] = {
     "terminal": Renderer((".txt",), False, True, ("width", "color"), "the terminal report"),
-    "json": Renderer((".json",), False, True, (), "the JSON report"),
+    "json": Renderer((".json",), False, True, ("columns",), "the JSON report"),
     "html": Renderer((".html", ".htm"), False, True, ("bins",), "the HTML report (open it in a browser)"),
     # `-o x.json` stays the JSON report; a gzipped Chrome trace is the Perfetto export.
     "perfetto": Renderer((".json.gz",), True, True, ("gzip",), "the Perfetto trace (open it in ui.perfetto.dev)"),
@@ -169,23 +169,28 @@ def render(report: Any, fmt: str = "terminal", **options: Any) -> str | bytes:
     return _function(report, fmt)(report, **{k: v for k, v in options.items() if k in RENDERERS[fmt].options})
 
 
-def save(report: Any, path: str | os.PathLike[str], fmt: str | None = None, *, width: int = 80, inputs: Sequence[Any] = (), original: Any = None) -> tuple[str, str]:
+def save(
+    report: Any, path: str | os.PathLike[str], fmt: str | None = None, *, width: int = 80, inputs: Sequence[Any] = (), original: Any = None, columns: bool = False
+) -> tuple[str, str]:
     """Write the diagnosis to ``path`` atomically, the format from ``fmt`` or the suffix; -> (path, format).
 
-    See :func:`save_report` for ``inputs`` and ``original``."""
+    See :func:`save_report` for ``inputs``, ``original`` and ``columns``."""
     out = os.fspath(path)
     fmt = format_for(fmt, out)
-    save_report(report, out, fmt, width=width, inputs=inputs, original=original)
+    save_report(report, out, fmt, width=width, inputs=inputs, original=original, columns=columns)
     return out, fmt
 
 
-def save_report(report: Any, path: str, fmt: str, *, width: int = 80, inputs: Sequence[Any] = (), original: Any = None) -> list[Written]:
+def save_report(
+    report: Any, path: str, fmt: str, *, width: int = 80, inputs: Sequence[Any] = (), original: Any = None, columns: bool = False
+) -> list[Written]:
     """Write the diagnosis to ``path`` in format ``fmt``; -> every file written, with what it holds.
 
     ``inputs``: the files the diagnosis was made from; an output that is one of them is refused
     (:func:`whyidle.output.write_atomic`). ``original``: the input itself (a trace's path, or
     the Timeline read from it): a Perfetto output then annotates it (:func:`~whyidle.render.perfetto.annotate`:
-    the original events with the whyidle track) rather than drawing the diagnosis alone. A
+    the original events with the whyidle track) rather than drawing the diagnosis alone.
+    ``columns``: a JSON report in its full form (every gap, the busy intervals). A
     result type that saves ``fmt`` as files of its own (:func:`register_files`: a multi-rank
     run's HTML or Perfetto, one file per rank) writes them."""
     from whyidle.output import write_atomic
@@ -194,7 +199,7 @@ def save_report(report: Any, path: str, fmt: str, *, width: int = 80, inputs: Se
     write = _FILES.get((owner, fmt)) if owner is not None else None
     if write is not None:
         return write(report, path, fmt, inputs)
-    data, what = produce(report, fmt, original=original, width=width, gzip=path.lower().endswith(".gz"))
+    data, what = produce(report, fmt, original=original, width=width, gzip=path.lower().endswith(".gz"), columns=columns)
     write_atomic(path, data, inputs=inputs)
     return [Written(path, what)]
 

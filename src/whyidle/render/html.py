@@ -72,7 +72,10 @@ def _timeline_data(report: DiagnosisData, bins: int) -> tuple[list[dict[str, Any
         return [], ""  # no events to draw: the counter table and the per-step bars show these inputs
     g, act = report.gap_columns, report.activity
     if g is None or act is None:
-        return [], "this report was saved before whyidle kept every gap, so the timeline cannot be drawn; diagnose the trace again"
+        return [], (
+            "this JSON report holds the summary, not every gap, so the timeline cannot be drawn; save it in its full form "
+            "(whyidle diagnose TRACE -o report.json --full-json, or report.save(path, columns=True)), or diagnose the trace again"
+        )
     strips = bin_activity(act, g.start_ns, g.end_ns, g.device, g.causes_ns, report.window.start_ns, report.window.end_ns, bins)
     out = []
     names = report.source.devices

@@ -240,7 +240,7 @@ def _kernels_dict(r: DiagnosisData) -> Any:
     }
 
 
-def report_to_dict(r: DiagnosisData) -> dict[str, Any]:
+def report_to_dict(r: DiagnosisData, columns: bool = False) -> dict[str, Any]:
     u = r.utilization
     times = u.step_times_ns
     by_group = r.idle_by_group_ns
@@ -286,9 +286,12 @@ def report_to_dict(r: DiagnosisData) -> dict[str, Any]:
         "no_device_activity": r.no_device_activity,
         **({"extra": r.extra} if r.extra else {}),
         **({"counters": counters_to_dict(r.counters)} if r.counters is not None else {}),
-        **({"lanes": [_lane(ln) for ln in r.lanes]} if r.lanes else {}),
-        **({"gap_columns": gap_columns_to_dict(r.gap_columns)} if r.gap_columns is not None else {}),
-        **({"activity": [_activity(a) for a in r.activity]} if r.activity is not None else {}),
+        # Every gap and the busy intervals: large (1 MB for a 35 MB trace), so only on request
+        # (columns=True, `--full-json`); a report without them renders the same terminal report.
+        "detail": "full" if columns else "summary",
+        **({"lanes": [_lane(ln) for ln in r.lanes]} if r.lanes and columns else {}),
+        **({"gap_columns": gap_columns_to_dict(r.gap_columns)} if r.gap_columns is not None and columns else {}),
+        **({"activity": [_activity(a) for a in r.activity]} if r.activity is not None and columns else {}),
         **({"name_times": _name_times(r.name_times)} if r.name_times is not None else {}),
     }
 
@@ -331,9 +334,10 @@ def _activity(a: Any) -> dict[str, Any]:
     return out
 
 
-def to_dict(r: Any) -> dict[str, Any]:
-    """The JSON report of a diagnosis, as plain data."""
-    return report_to_dict(r)
+def to_dict(r: Any, columns: bool = False) -> dict[str, Any]:
+    """The JSON report of a diagnosis, as plain data (``columns``: every gap and each device's
+    busy intervals too, the full form)."""
+    return report_to_dict(r, columns)
 
 
 # The columns (every gap, the busy intervals) are long lists of numbers: one line each, not one
@@ -366,8 +370,11 @@ def _compact(d: Any, found: list[bytes], nonce: str) -> Any:
     return {k: (walk(v) if k in _COLUMN_KEYS else v) for k, v in d.items()}
 
 
-def render_json(r: DiagnosisData) -> str:
-    return dumps(to_dict(r))
+def render_json(r: DiagnosisData, columns: bool = False) -> str:
+    """The JSON report: the summary, findings, steps and largest gaps by default; with ``columns``
+    also every gap and the busy intervals (what a saved report needs to draw the HTML strip and
+    the Perfetto trace)."""
+    return dumps(to_dict(r, columns))
 
 
 def dumps(report: dict[str, Any]) -> str:

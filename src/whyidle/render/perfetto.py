@@ -80,7 +80,7 @@ def _columns(d: DiagnosisData) -> GapColumns:
         raise UnsupportedInputError(
             d.source.path or "(unknown)",
             f"is a {d.source.format or 'non-trace'} diagnosis with no device events to draw (a counter log, the step tracker, "
-            "or a report saved before whyidle kept every gap); use -o report.html for this one",
+            "or a JSON report saved in its summary form: save it with --full-json / columns=True to draw it); use -o report.html for this one",
         )
     return d.gap_columns
 
