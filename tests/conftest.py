@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import Any
+
 import pytest
 
 SHARED_TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
@@ -29,3 +31,31 @@ def resnet4() -> Path:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", default=False, help="rewrite tests/golden/ from the current reports (review the diff)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every diagnosis the suite makes is checked for contradictions between its parts
+    (whyidle.findings.consistency): a breach fails the test that made the report."""
+    import functools
+
+    import whyidle.pipeline as pipeline
+    from whyidle.findings.consistency import contradictions
+    from whyidle.findings.model import DiagnosisData
+
+    def checked(fn: Any) -> Any:
+        if getattr(fn, "_consistency_checked", False):
+            return fn
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            out = fn(*args, **kwargs)
+            bad = contradictions(out) if isinstance(out, DiagnosisData) else ()
+            if bad:
+                raise AssertionError("the report contradicts itself: " + "; ".join(bad))
+            return out
+
+        wrapper._consistency_checked = True  # type: ignore[attr-defined]
+        return wrapper
+
+    pipeline.diagnose = checked(pipeline.diagnose)  # type: ignore[method-assign]
+    pipeline.report_from = checked(pipeline.report_from)  # type: ignore[method-assign]

@@ -274,3 +274,42 @@ def test_compare_checks_a_prediction_only_for_the_change_it_predicted() -> None:
     assert whyidle.compare(before, _loader_job(100)).to_dict()["prediction"] is None
     # the input wait fell but the step grew: a regression is not the fix applied
     assert whyidle.compare(before, _loader_job(100, workers=True, step_us=1500)).to_dict()["prediction"] is None
+
+
+def test_a_perfetto_export_saved_from_the_api_reads_back(tmp_path: Path) -> None:
+    """Issue 25, item 1: report.save('x.json.gz') is the annotated original while the trace is
+    there (it reads back as the same diagnosis); without it, the drawing says what it is."""
+    from whyidle.lab.synthetic import training_trace, write_trace
+
+    trace = write_trace(training_trace("starvation"), tmp_path / "t.json")
+    r = whyidle.diagnose(trace)
+    out = tmp_path / "x.json.gz"
+    r.save(out)
+    again = whyidle.diagnose(out)
+    assert again.idle_by_cause_ns == r.idle_by_cause_ns and again.utilization.busy_ns == r.utilization.busy_ns
+    with pytest.raises(whyidle.WhyidleError):
+        r.save(trace)  # never over the trace it was made from
+    trace.unlink()
+    r.save(out)
+    with pytest.raises(whyidle.TraceFormatError, match="drawing of a diagnosis"):
+        whyidle.diagnose(out)
+
+
+def test_readable_names_and_formats_from_the_bytes(tmp_path: Path) -> None:
+    """Issue 25, items 8 and 9: no heap address in what a user reads; an Nsight SQLite export is
+    read by its bytes whatever its name; a counter log with no times says how to record them."""
+    import shutil
+
+    from conftest import shared_trace
+
+    data = Path(__file__).parent / "data" / "h200"
+    r = whyidle.diagnose(data / "serving_queue_wait.pt.trace.json.gz")
+    names = [n for f in r.findings for n, _, _ in f.evidence.top_ops]
+    assert "<built-in method acquire of _thread.lock object>" in names and not any("0x" in n for n in names)
+    sqlite = shared_trace("nsys/nvfuser__h200_test_matmul_nsys2024.6.2.sqlite")
+    renamed = tmp_path / "run.nsys-rep"
+    shutil.copy(sqlite, renamed)
+    assert whyidle.diagnose(renamed).utilization.busy_ns == whyidle.diagnose(sqlite).utilization.busy_ns
+    dcgmi = shared_trace("counters/ai-inference-energy__GV100_lstm_1380MHz_run0.dcgmi.txt")
+    joined = whyidle.diagnose(data / "lab_h2d_cuda.pt.trace.json.gz", counters=dcgmi)
+    assert any("nvidia-smi dmon -o DT" in q for q in joined.quality), joined.quality

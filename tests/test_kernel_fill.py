@@ -70,10 +70,10 @@ def test_finding_states_the_share_the_recoverable_time_and_the_kernels() -> None
     assert facts["threshold_share_of_kernel_busy"] == Config().small_grid_min_unused_share
     assert facts["top_kernels"][0]["grid"] == 25 and facts["top_kernels"][0]["block"] == 256
     assert f.evidence.top_ops[0] == ("grid 25 x 256 threads, 0.25 blocks/SM: k0", 100 * US, 0)
-    assert "up to 0.1 ms of device time (43% of the window)" in f.fix.expected
+    assert "up to 150.0 us of device time (43% of the window)" in f.fix.expected
     assert any("fewer blocks than the device's 100 SMs (Kineto deviceProperties numSms)" in s for s in f.fix.steps)
     text = " ".join(render_terminal(r).split())
-    assert "underfilled / small_grids" in text and "up to 0.1 ms of device time" in text
+    assert "underfilled / small_grids" in text and "up to 150.0 us of device time" in text
 
 
 def test_threshold_is_the_config_share() -> None:

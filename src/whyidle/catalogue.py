@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["Lever", "CauseEntry", "CATALOGUE", "IDIOM_LEVERS", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry"]
+__all__ = ["Lever", "CauseEntry", "CATALOGUE", "IDIOM_LEVERS", "SCHEDULE", "SCHEDULE_CALL", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry"]
 
 
 class Lever(msgspec.Struct, frozen=True):
@@ -89,11 +89,19 @@ BUSY: dict[str, tuple[str, str]] = {
     "copies": ("copies and memsets", "#009e73"),
 }
 
+# The profiler schedule whyidle advises and whyidle.schedule() uses (wait, warm-up, active,
+# repeat): five steps of wait skip the cold start (CUDA context, cuDNN autotuning, allocator
+# growth: the first steps of the shared traces ran 2-20x longer than later ones); two of warm-up
+# let the profiler's own start-up settle (torch.profiler's documented advice); three active steps
+# keep a trace small (a few MB) while showing the step pattern. One number for every text.
+SCHEDULE = (5, 2, 3, 1)
+SCHEDULE_CALL = f"torch.profiler.schedule(wait={SCHEDULE[0]}, warmup={SCHEDULE[1]}, active={SCHEDULE[2]})"
+
 _CAPTURE = (
     "torch.profiler.profile(\n"
     "    activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],\n"
     "    with_stack=True,  # Python frames: whyidle names the host work\n"
-    "    schedule=torch.profiler.schedule(wait=1, warmup=2, active=3))"
+    f"    schedule={SCHEDULE_CALL})"
 )
 
 CATALOGUE: tuple[CauseEntry, ...] = (
@@ -505,12 +513,12 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             title="Cold start: first-call costs dominate the capture",
             summary="Profile steady state: skip the first steps, then diagnose again.",
             steps=(
-                "Use torch.profiler.schedule(wait=1, warmup=2, active=3) or whyidle.schedule().",
+                f"Use whyidle.schedule() ({SCHEDULE_CALL}).",
                 "If allocator calls (cudaMalloc/cudaFree) stay slow after warm-up, look for torch.cuda.empty_cache() in the loop.",
             ),
             code=(
                 "with torch.profiler.profile(\n"
-                "    schedule=torch.profiler.schedule(wait=1, warmup=2, active=3),\n"
+                f"    schedule={SCHEDULE_CALL},\n"
                 "    on_trace_ready=torch.profiler.tensorboard_trace_handler('runs/')) as prof:\n"
                 "    for step, batch in enumerate(loader):\n"
                 "        train_step(batch)\n"

@@ -44,10 +44,17 @@ class Renderable:
 
     def save(self, path: str | os.PathLike[str], format: str | None = None, *, columns: bool = False) -> str:
         """Write to ``path`` (format from the suffix: .html, .json, .txt, .json.gz, .png, .svg); returns the format.
-        ``columns``: a JSON report in its full form, with every gap and the busy intervals."""
+        ``columns``: a JSON report in its full form, with every gap and the busy intervals.
+
+        As the command line does: the trace the diagnosis was made from is never overwritten, and a
+        Perfetto output (.json.gz) is that trace annotated with the whyidle track while the file is
+        still there (it reads back as the same diagnosis); without it, whyidle's drawing of the
+        diagnosis, which says what it is when read back."""
         from whyidle.render import save
 
-        return save(self, path, format, columns=columns)[1]
+        source = str(getattr(getattr(self, "source", None), "path", "") or "")
+        original = source if source and os.path.isfile(source) else None
+        return save(self, path, format, columns=columns, inputs=(source,) if source else (), original=original)[1]
 
     def to_dict(self, columns: bool = False) -> dict[str, Any]:
         """The JSON report as plain data (docs/json-schema.md); ``columns``: the full form, with

@@ -377,6 +377,18 @@ def _match_gpus(log: CounterLog, devices: list[dict[str, object]], trace_devices
     )
 
 
+# How to record each counter log with wall-clock times, so it can be joined with a trace.
+_TIMESTAMPED_DEFAULT = "nvidia-smi dmon -o DT -d 1 > gpu.log, or whyidle watch -o gpu.csv"
+_TIMESTAMPED = {
+    "dcgmi dmon": (
+        "dcgmi dmon prints no times; record nvidia-smi dmon -o DT (date and time on each row) or "
+        "whyidle watch -o gpu.csv beside it, or nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv -lms 100"
+    ),
+    "nvidia-smi dmon": "nvidia-smi dmon -o DT (date and time on each row)",
+    "nvidia-smi --query-gpu": "nvidia-smi --query-gpu=timestamp,utilization.gpu,... --format=csv -lms 100 (timestamp first)",
+}
+
+
 def join_counters(
     log: CounterLog, window: tuple[int, int], devices: list[dict[str, object]], trace_devices: list[int], cfg: Config
 ) -> CounterAnalysis:
@@ -388,7 +400,10 @@ def join_counters(
     lo, hi = window
     span = log.span_ns
     if log.clock != "epoch":
-        note = f"the counter log ({log.source_format}) has no absolute timestamps, so it could not be aligned with the trace; it was analysed on its own"
+        note = (
+            f"the counter log ({log.source_format}) has no absolute timestamps, so it could not be aligned with the trace; "
+            f"it was analysed on its own. To join, record with timestamps: {_TIMESTAMPED.get(log.source_format, _TIMESTAMPED_DEFAULT)}"
+        )
         return analyse_counters(log, cfg, notes=(note,))
     if not on_epoch_clock(lo):
         note = "the trace's timestamps are not on the UTC epoch clock, so the counter log could not be aligned with it; it was analysed on its own"

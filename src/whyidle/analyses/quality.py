@@ -17,6 +17,8 @@ from whyidle.analyses.trace_checks import clock_skew_notes, step_numbering_notes
 from whyidle.analyses.window import Window
 from whyidle.config import Config
 from whyidle.timeline.model import Kind, Timeline
+from whyidle.catalogue import SCHEDULE_CALL
+from whyidle.units import format_ns
 
 __all__ = ["Quality", "assess_quality"]
 
@@ -81,13 +83,14 @@ def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: 
     if cold:
         notes.append(
             f"cold start: first-call costs (CUDA context and module loading, allocator growth, cuDNN "
-            f"autotuning, first launches taking milliseconds) hold {cold_ns / idle:.0%} of device idle. "
-            "Capture after warm-up (torch.profiler.schedule(wait=1, warmup=2, active=3)) and diagnose that "
+            f"autotuning, first launches taking milliseconds) hold {format_ns(cold_ns)} ({cold_ns / idle:.0%}) of device idle. "
+            f"Capture after warm-up ({SCHEDULE_CALL}) and diagnose that "
             "trace; the findings are those of its warm remainder (the steps with device work that the cold start "
             "does not dominate; without steps, the gaps it does not)"
         )
     elif cold_ns:
-        notes.append(f"cold start costs (module loading, first launches, allocator growth) hold {cold_ns / max(idle, 1):.0%} of device idle")
+        share = cold_ns / max(idle, 1)
+        notes.append(f"cold start costs (module loading, first launches, allocator growth) hold {format_ns(cold_ns)} ({'<1%' if share < 0.005 else f'{share:.0%}'}) of device idle")
     if window.basis == "steps" and len(window.steps) < cfg.min_profiled_steps:
         notes.append(f"only {len(window.steps)} profiled step(s): capture at least {cfg.min_profiled_steps} active steps for stable figures")
     return Quality(tuple(notes), cold, False, has_host)

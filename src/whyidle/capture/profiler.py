@@ -31,17 +31,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from whyidle.capture._torch import require_torch
+from whyidle.catalogue import SCHEDULE
 from whyidle.config import Config
 from whyidle.diagnosis import Report
 from whyidle.errors import ArgumentError, CaptureError
 
 __all__ = ["schedule", "handler", "TraceHandler", "profile_steps", "DEFAULT_SCHEDULE"]
 
-# wait, warmup, active, repeat. Five steps of wait skip the cold start (CUDA context, cuDNN/cuBLAS
-# autotuning, allocator growth: the first steps of the shared traces ran 2-20x longer than later
-# ones); two of warm-up let the profiler's own start-up settle (torch.profiler's documented
-# advice); three active steps keep a trace small (a few MB) while showing the step pattern.
-DEFAULT_SCHEDULE = (5, 2, 3, 1)
+# wait, warmup, active, repeat: the catalogue's, which every capture advice quotes (why those numbers: there).
+DEFAULT_SCHEDULE = SCHEDULE
 
 
 def schedule(wait: int = DEFAULT_SCHEDULE[0], warmup: int = DEFAULT_SCHEDULE[1], active: int = DEFAULT_SCHEDULE[2], repeat: int = DEFAULT_SCHEDULE[3]) -> Any:

@@ -14,7 +14,7 @@ from whyidle.analyses.advice_context import AdviceContext
 from whyidle.findings.advice import fit_lever, for_idiom
 from whyidle.findings.levers import lever_for
 from whyidle.findings.model import Evidence, Finding, Fix
-from whyidle.units import format_ms
+from whyidle.units import format_ns
 
 __all__ = ["exposed_copy_finding"]
 
@@ -30,13 +30,13 @@ def exposed_copy_finding(ex: ExposedCopies, window_capacity_ns: int, cfg: Config
     pageable = ex.pageable_ns / ex.exposed_ns
     rate = f", {ex.nbytes / (ex.copy_ns / 1e9) / 1e9:.1f} GB/s while copying" if ex.nbytes > 0 and ex.copy_ns > 0 else ""
     seen = (
-        f"Seen here: for {format_ms(ex.exposed_ns)} ({share:.0%} of the window) the device copied input from the host "
+        f"Seen here: for {format_ns(ex.exposed_ns)} ({share:.0%} of the window) the device copied input from the host "
         f"with no kernel running ({ex.copies} host-to-device copies{rate}); {pageable:.0%} of that time was copies "
         "from pageable memory, which the host must stage and wait for."
     )
     lever = fit_lever(for_idiom("h2d_copy", lever_for("h2d_copy", "exposed"), ctx), ctx, cfg.whatif_loader_workers)
     expected = (
-        f"up to {format_ms(ex.exposed_ns)} of the window ({share:.0%}): pinned memory makes the copy faster and lets "
+        f"up to {format_ns(ex.exposed_ns)} of the window ({share:.0%}): pinned memory makes the copy faster and lets "
         "the host run ahead; a copy on a side stream, issued a batch ahead, hides it behind compute. An upper bound."
     )
     facts = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from msgspec.structs import replace
 from typing import Any
 
-from whyidle.analyses.counters import CounterAnalysis, GpuCounters
+from whyidle.analyses.counters import BurstPattern, CounterAnalysis, GpuCounters
 from whyidle.analyses.utilization import Utilization
 from whyidle.config import Config
 from whyidle.findings.model import rank_key, Evidence, Finding, Fix, DiagnosisData, Skipped, WindowInfo
@@ -132,6 +132,14 @@ def _underfilled(g: GpuCounters, cfg: Config, capacity: int) -> Finding | None:
     )
 
 
+def _every(p: BurstPattern) -> str:
+    """' every 500 ms' where the rhythm is regular and its period holds a pause; else '' (a period
+    shorter than the mean pause would contradict it)."""
+    if p.regular and p.period_ns and p.period_ns > p.mean_pause_ns:
+        return f" every {format_ns(p.period_ns, COARSE)}"
+    return ""
+
+
 def _rhythm(g: GpuCounters, cfg: Config, capacity: int, trace_groups: dict[str, int] | None) -> Finding | None:
     p = g.pattern
     if p is None or not p.regular or p.period_ns is None:
@@ -173,7 +181,7 @@ def _rhythm(g: GpuCounters, cfg: Config, capacity: int, trace_groups: dict[str, 
         x
         for x in (
             lead,
-            f"GPU {g.gpu} works in bursts every {format_ns(p.period_ns, COARSE)} and is paused {1 - p.duty_cycle:.0%} of the time "
+            f"GPU {g.gpu} works in bursts{_every(p)} and is paused {1 - p.duty_cycle:.0%} of the time "
             f"({p.pauses} pauses, {format_ns(p.mean_pause_ns, COARSE)} each on average).",
             host_line,
             "Counters cannot see the host. What tells starvation from synchronization: a trace of a few steps "
@@ -198,7 +206,7 @@ def _rhythm(g: GpuCounters, cfg: Config, capacity: int, trace_groups: dict[str, 
             steps=steps,
             code="whyidle diagnose trace.json --counters gpu.log",
             verify="Log the counters again: the duty cycle should rise and the pauses shrink.",
-            expected=f"up to {format_ns(pause_ns, COARSE)} of idle GPU time in the pauses ({pause_ns / g.span_ns:.0%} of the log) could be recovered; an upper bound",
+            expected=f"up to {format_ns(pause_ns)} of idle GPU time in the pauses ({pause_ns / g.span_ns:.0%} of the log) could be recovered; an upper bound",
             docs=_DOCS,
         ),
     )
@@ -236,7 +244,7 @@ def _low(g: GpuCounters, cfg: Config, capacity: int) -> Finding | None:
             ),
             code="nsys profile -t cuda,nvtx,osrt -o run python train.py && whyidle diagnose run.nsys-rep",
             verify="Mean GPU-Util rises in the next counter log.",
-            expected=f"{format_ns(idle_ns, COARSE)} without any kernel running ({idle_ns / g.span_ns:.0%} of the log)",
+            expected=f"{format_ns(idle_ns)} without any kernel running ({idle_ns / g.span_ns:.0%} of the log)",
             docs=_DOCS,
         ),
     )
@@ -297,16 +305,15 @@ def with_counters(report: DiagnosisData, a: CounterAnalysis, cfg: Config) -> Dia
     """A trace's report with a counter log's figures and findings added as extra evidence."""
     findings, skipped = counter_findings(a, cfg, trace_groups=report.idle_by_group_ns if a.joined else None)
     idle = report.utilization.idle_ns
+    notes = list(a.notes)
     if a.joined:
         # The trace's gap attribution already accounts for every idle nanosecond of the window; a
-        # counter finding is corroborating evidence there, not a second claim on the same idle time.
-        evidence_only = "GPU-counter evidence over the trace's window; the idle time itself is counted in the trace's findings"
-        findings = tuple(
-            replace(f, idle_ns=0, share_of_idle=0.0, affected_busy_ns=0, fix=replace(f.fix, expected=evidence_only)) for f in findings
-        )
+        # counter finding is corroborating evidence there, not a second claim on the same idle time,
+        # so it is said as a note, never ranked as a finding worth no time.
+        notes += [f"GPU-counter evidence over the trace's window ({f.id}): {f.title}. {f.fix.steps[0] if f.fix.steps else ''}".strip() for f in findings]
+        findings = ()
     else:
         findings = tuple(replace(f, share_of_idle=min(f.idle_ns / idle, 1.0) if idle else 0.0) for f in findings)
-    notes = list(a.notes)
     if a.joined:
         for g in a.gpus:
             util = g.dist("gpu_util_pct")

@@ -17,7 +17,7 @@ from whyidle.analyses.advice_context import AdviceContext
 from whyidle.findings.advice import fit_lever, for_idiom
 from whyidle.findings.levers import FINDING_IDIOM_LEVERS, lever_for
 from whyidle.findings.model import Evidence, Finding, Fix, Skipped
-from whyidle.units import format_ms
+from whyidle.units import format_ns
 
 __all__ = ["RULE", "small_grid_finding", "kernel_config_label"]
 
@@ -79,27 +79,27 @@ def small_grid_finding(fill: KernelFill | None, window_capacity_ns: int, cfg: Co
     seen: list[str] = []
     if grid_limited:
         seen.append(
-            f"Seen here: for {format_ms(fill.underfilled_ns)} ({fill.underfilled_share:.0%} of kernel-busy time) the running "
+            f"Seen here: for {format_ns(fill.underfilled_ns)} ({fill.underfilled_share:.0%} of kernel-busy time) the running "
             f"kernels had fewer blocks than the device's {sms} SMs ({fill.sm_count_origin}); the SMs they left idle add up "
-            f"to {format_ms(fill.unused_ns)} of the whole device ({fill.unused_share:.0%} of kernel-busy time, above the "
+            f"to {format_ns(fill.unused_ns)} of the whole device ({fill.unused_share:.0%} of kernel-busy time, above the "
             f"{cfg.small_grid_min_unused_share:.0%} this finding needs)."
         )
     if occ_limited:
         seen.append(
-            f"Seen here: {format_ms(fill.low_occupancy_ns)} ({fill.low_occupancy_share:.0%} of kernel-busy time) ran in kernels "
+            f"Seen here: {format_ns(fill.low_occupancy_ns)} ({fill.low_occupancy_share:.0%} of kernel-busy time) ran in kernels "
             f"with an est. achieved occupancy under {cfg.small_grid_low_occupancy_pct:.0f}%: too few warps per SM to hide latency."
         )
     capacity = max(window_capacity_ns, 1)
     if grid_limited:
         recoverable = fill.unused_ns
         expected = (
-            f"up to {format_ms(recoverable)} of device time ({recoverable / capacity:.0%} of the window): the SM time "
+            f"up to {format_ns(recoverable)} of device time ({recoverable / capacity:.0%} of the window): the SM time "
             f"left idle while kernels ran, if the same work filled the device; an upper bound, re-profile to measure it"
         )
     else:
         recoverable = fill.low_occupancy_ns
         expected = (
-            f"{format_ms(recoverable)} of kernel time ({recoverable / capacity:.0%} of the window) ran with few warps per SM: "
+            f"{format_ns(recoverable)} of kernel time ({recoverable / capacity:.0%} of the window) ran with few warps per SM: "
             "more work per kernel can shorten it; how much, only a re-profile measures"
         )
     lever = fit_lever(for_idiom("small_grids", lever_for("small_grids"), ctx, FINDING_IDIOM_LEVERS), ctx, cfg.whatif_loader_workers)

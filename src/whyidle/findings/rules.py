@@ -27,7 +27,7 @@ from whyidle.findings.advice import fit_lever, for_idiom
 from whyidle.findings.levers import FINDING_IDIOM_LEVERS, Lever, lever_for
 from whyidle.findings.model import Evidence, Finding, Fix, Skipped
 from whyidle.timeline.model import Kind
-from whyidle.units import format_ms
+from whyidle.units import format_ns
 
 __all__ = ["Analyses", "idle_cause_findings", "fp32_findings", "cause_finding", "capture_advice"]
 
@@ -186,9 +186,9 @@ def _cause_finding(a: Analyses, cfg: Config, ci: int, ns: int, basis: _Basis | N
     if d.context:
         ev = msgspec.structs.replace(ev, top_ops=context_evidence(a, ci, d.context) or ev.top_ops)
     evidence = _evidence(a, cause, ev, ns, facts)
-    per_step = f", {format_ms(evidence.per_step_idle_ns)} per step" if evidence.per_step_idle_ns is not None else ""
+    per_step = f", {format_ns(evidence.per_step_idle_ns)} per step" if evidence.per_step_idle_ns is not None else ""
     expected = (
-        f"up to {format_ms(ns)} of device idle ({ns / idle:.0%} of idle{per_step}) can be recovered; "
+        f"up to {format_ns(ns)} of device idle ({ns / idle:.0%} of idle{per_step}) can be recovered; "
         "an upper bound, since removing this wait may expose the next one"
     )
     fix = Fix(lever.summary, steps, with_trace_batch_size(lever.code, a.utilization.batch_size), lever.verify, expected, lever.docs)
@@ -213,7 +213,7 @@ def idle_cause_findings(a: Analyses, cfg: Config) -> list[Finding | Skipped]:
         if ns > 0 and ns >= threshold:
             out.append(_cause_finding(a, cfg, ci, ns, basis))
         elif basis is not None and whole[ci] >= cfg.min_finding_share_of_window * a.utilization.capacity_ns:
-            out.append(Skipped(cause.key, f"cold start dominates the capture; {format_ms(int(whole[ci]))} of idle not blamed on this cause (not enough of its warm remainder)"))
+            out.append(Skipped(cause.key, f"cold start dominates the capture; {format_ns(int(whole[ci]))} of idle not blamed on this cause (not enough of its warm remainder)"))
     return out
 
 
@@ -250,7 +250,7 @@ def _fp32_finding(a: Analyses, cfg: Config) -> Finding | Skipped | None:
     top_ops = tuple((name, ns, 0) for name, ns in k.top_fp32_kernels)
     ev = Evidence(0, 0, None, None, top_ops, (), (), facts)
     expected = (
-        f"{format_ms(k.fp32_math_ns)} of kernel time ({k.fp32_math_share:.0%}) runs FP32 GEMM/convolution "
+        f"{format_ns(k.fp32_math_ns)} of kernel time ({k.fp32_math_share:.0%}) runs FP32 GEMM/convolution "
         f"without tensor cores on compute capability {cc[0]}.{cc[1]}: the share of kernel time that tensor cores "
         "can shorten; re-profile to measure the step time saved"
     )

@@ -37,6 +37,11 @@ def busy_idle_rows(r: Any, fmt_ns: Callable[[float], str]) -> list[tuple[str, st
     if r.source.format == "whyidle.track":
         what = "device time between step marks (CUDA events)" if _tracked_on_gpu(r) else "host compute between batches (no GPU: CPU run)"
         return [("Busy", busy, f"of the steps: {what}"), ("Waiting", fmt_ns(u.idle_ns), "(data wait, copies, other host time)")]
+    if u.kernel_busy_ns == 0 and u.busy_ns > 0:  # copies or memsets only: busy, but no compute to judge
+        return [
+            ("GPU busy", busy, f"of a {fmt_ns(r.window.duration_ns)} window in which no kernel ran (copies and memsets only): no compute to judge"),
+            ("GPU idle", fmt_ns(u.idle_ns), f"in {r.gap_count} gaps"),
+        ]
     return [
         ("GPU busy", busy, f"of the window (kernels only {u.kernel_busy_fraction:.1%}), union over all streams"),
         ("GPU idle", fmt_ns(u.idle_ns), f"in {r.gap_count} gaps"),
@@ -59,3 +64,16 @@ def counter_value(v: float, unit: str) -> str:
     if unit == "B/s":
         return f"{v / 1e6:.1f} MB/s"
     return (f"{v:.0f} {unit}" if abs(v) >= 100 else f"{v:.1f} {unit}").replace(" %", "%")
+
+
+_BASIS_WORDS = {"gpu_util_pct": "GPU-Util", "sm_active_pct": "SM activity"}
+
+
+def rhythm_words(p: Any, fmt_ns: Callable[[float], str]) -> str:
+    """A counter log's rhythm, saying what 'busy' was read from (the headline's busy share is a
+    time-weighted mean; this is the share of samples over the threshold: two different numbers)."""
+    metric = _BASIS_WORDS.get(p.basis, p.basis)
+    share = f"{metric} at or above {p.busy_min_pct:.0f}% in {p.duty_cycle:.0%} of the samples"
+    if p.period_ns is not None and p.regular and p.period_ns > p.mean_pause_ns:
+        return f"Rhythm: bursts every {fmt_ns(p.period_ns)}; {share} (regularity {p.regularity:.2f}, {p.pauses} pauses)"
+    return f"Rhythm: none regular; {share}"

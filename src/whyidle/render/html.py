@@ -25,13 +25,13 @@ import msgspec
 from whyidle import __version__
 from whyidle.analyses import causes as C
 from whyidle.analyses.strip import BUSY_CLASSES, bin_activity
-from whyidle.catalogue import BUSY, CATALOGUE, GROUP_COLOURS
+from whyidle.catalogue import BUSY, CATALOGUE, GROUP_COLOURS, SCHEDULE_CALL
 from whyidle.findings.labels import BUSY_LABELS, GROUP_LABELS, cause_label
 from whyidle.findings.model import Finding, GapRecord, DiagnosisData
 from whyidle.pages import PAGES, explain_command, page_title
 from whyidle.render._contrast import chip_style
 from whyidle.render._html_assets import CSS, JS, static_page
-from whyidle.render.helpers import TITLE_GPU, busy_finding_stat, busy_idle_rows, counter_value, title
+from whyidle.render.helpers import TITLE_GPU, busy_finding_stat, busy_idle_rows, counter_value, rhythm_words, title
 from whyidle.render._markdown import page_html
 from whyidle.units import format_ns
 
@@ -391,10 +391,8 @@ def _counters(r: DiagnosisData) -> str:
         name = f"GPU {g.gpu}" + (f" ({g.name})" if g.name else "")
         out.append(f'<h3>{_e(name)}</h3><div class="wi-table-wrap"><table class="wi-counters"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
         p = g.pattern
-        if p is not None and p.period_ns is not None and p.regular:
-            out.append(f'<p class="wi-note">Rhythm: bursts every {_e(card_ms(p.period_ns))}, busy {p.duty_cycle:.0%} of the time (regularity {p.regularity:.2f}, {p.pauses} pauses).</p>')
-        elif p is not None:
-            out.append(f'<p class="wi-note">Rhythm: none regular; busy {p.duty_cycle:.0%} of the time.</p>')
+        if p is not None:
+            out.append(f'<p class="wi-note">{_e(rhythm_words(p, card_ms))}.</p>')
     explained = "".join(f"<li>{_e(text)}</li>" for _, text in explanations_for(metrics))
     if explained:
         out.append(f'<ul class="wi-note">{explained}</ul>')
@@ -409,7 +407,7 @@ def _notes(r: DiagnosisData, timeline_note: str) -> str:
         what = ", ".join(f"{cause_label(k)} {card_ms(v)}" for k, v in artifacts.items())
         items.append(
             f"Capture artifacts: {card_ms(total)} ({total / (r.window.duration_ns * max(r.utilization.n_devices, 1)):.0%} of the window), "
-            f"not the job's idle: {what}. Capture after warm-up (torch.profiler.schedule(wait=1, warmup=2, active=3))."
+            f"not the job's idle: {what}. Capture after warm-up ({SCHEDULE_CALL})."
         )
     unattributed = r.idle_by_group_ns.get("unattributed", 0) - sum(artifacts.values())
     if unattributed and r.utilization.idle_ns:

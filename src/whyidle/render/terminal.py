@@ -19,8 +19,9 @@ from whyidle.findings.labels import cause_label
 from whyidle.findings.model import Finding, DiagnosisData
 from whyidle.output import clean
 from whyidle.pages import PAGES, explain_command
-from whyidle.render.helpers import busy_finding_stat, busy_idle_rows, counter_value, title
+from whyidle.render.helpers import busy_finding_stat, busy_idle_rows, counter_value, rhythm_words, title
 from whyidle.units import format_ns
+from whyidle.catalogue import SCHEDULE_CALL
 
 __all__ = ["render_terminal", "print_report", "console_text"]
 
@@ -78,7 +79,7 @@ def _headline(r: DiagnosisData) -> Table:
         t.add_row(
             "Capture",
             f"{format_ns(total)} ({total / (r.window.duration_ns * max(u.n_devices, 1)):.0%} of the window) is capture "
-            f"artifacts, not the job's idle: {what}. Capture after warm-up (torch.profiler.schedule(wait=1, warmup=2, active=3)).",
+            f"artifacts, not the job's idle: {what}. Capture after warm-up ({SCHEDULE_CALL}).",
         )
     groups = r.idle_by_group_ns
     if u.idle_ns > 0 and any(groups.values()):
@@ -166,10 +167,8 @@ def _counters_section(r: DiagnosisData) -> Group:
             metrics.append(d.metric)
         parts.append(t)
         p = g.pattern
-        if p is not None and p.period_ns is not None and p.regular:
-            parts.append(Text(f"  Rhythm: bursts every {format_ns(p.period_ns)}, busy {p.duty_cycle:.0%} of the time (regularity {p.regularity:.2f}, {p.pauses} pauses)"))
-        elif p is not None:
-            parts.append(Text(f"  Rhythm: none regular; busy {p.duty_cycle:.0%} of the time"))
+        if p is not None:
+            parts.append(Text(f"  {rhythm_words(p, format_ns)}"))
     host = {d.metric: d for d in a.host}
     cpu, rss = host.get("host_cpu_pct"), host.get("host_rss_mib")
     if cpu is not None or rss is not None:

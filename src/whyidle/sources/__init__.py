@@ -72,14 +72,14 @@ def _load(
             )
         p = traces[0]
     check_regular(p)  # before any open: a FIFO would block, /dev/zero never end
+    if _head(p).startswith(SQLITE_MAGIC):  # from the bytes: an export named .nsys-rep is SQLite too
+        from whyidle.sources.nsys import load_nsys
+
+        return load_nsys(p, step_pattern)
     if p.suffix == ".nsys-rep" or p.name.endswith(".qdrep"):
         from whyidle.sources.nsys import load_exported_report
 
         return load_exported_report(p, step_pattern)
-    if _head(p).startswith(SQLITE_MAGIC):
-        from whyidle.sources.nsys import load_nsys
-
-        return load_nsys(p, step_pattern)
     if p.suffix == ".parquet" or _head(p)[:4] == b"PAR1":
         from whyidle.sources.parquet import load_parquet
 

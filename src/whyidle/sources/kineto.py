@@ -87,6 +87,7 @@ class _Doc(msgspec.Struct):
     deviceProperties: Any = None
     distributedInfo: Any = None
     baseTimeNanoseconds: Any = None
+    whyidle_annotation: Any = None  # written by whyidle's Perfetto exports
 
 
 class _ExactDoc(_Doc):
@@ -374,6 +375,7 @@ class _SplitDoc(msgspec.Struct):
     deviceProperties: Any = None
     distributedInfo: Any = None
     baseTimeNanoseconds: Any = None
+    whyidle_annotation: Any = None  # written by whyidle's Perfetto exports
 
 
 # Top-level floats arrive as their text (_Num), as in the out-of-core reader's head, so that both

@@ -365,6 +365,13 @@ class _Columns:
         meta, b = self.meta, self.b
         base_ns = 0
         if doc is not None:
+            note = doc.whyidle_annotation
+            if isinstance(note, dict) and note.get("built_from") == "diagnosis":  # render_perfetto's drawing, not a capture
+                source = f" ({str(note.get('source'))[:200]})" if note.get("source") else ""
+                raise TraceFormatError(
+                    meta.path or "(trace)",
+                    f"is whyidle's drawing of a diagnosis saved without its trace, not a profiler trace; diagnose the original trace{source}",
+                )
             meta.source_version = f"schemaVersion {doc.schemaVersion}" if doc.schemaVersion is not None else "2021 (no schemaVersion)"
             if isinstance(doc.deviceProperties, list):
                 meta.devices = [_floats(d) for d in doc.deviceProperties if isinstance(d, dict)]

@@ -173,7 +173,7 @@ def merge_top_level(a: Any, b: Any) -> Any:
     them) that are set: Kineto writes some on each side of the array."""
     if a is None:
         return b
-    for f in ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds"):
+    for f in ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds", "whyidle_annotation"):
         if getattr(b, f) is not None:
             setattr(a, f, getattr(b, f))
     return a

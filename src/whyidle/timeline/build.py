@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import re
+
 import numpy as np
 
 from whyidle.timeline.model import Kind, Lane, LaneKind, Timeline, TimelineMeta
@@ -31,6 +33,8 @@ def start_order(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return order
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+(?=>)")
+
 class TimelineBuilder:
     """Collects columns as Python lists (or whole arrays) and freezes them into a Timeline.
 
@@ -52,8 +56,14 @@ class TimelineBuilder:
     def intern(self, s: str) -> int:
         i = self._string_ids.get(s)
         if i is None:
-            i = len(self._strings)
-            self._strings.append(s)
+            # A repr's heap address ("<built-in method acquire of _thread.lock object at 0x7fa...>")
+            # is left out: it is noise to a reader, and the same method at two addresses is one name.
+            clean = _ADDRESS.sub("", s) if "at 0x" in s else s
+            i = self._string_ids.get(clean)
+            if i is None:
+                i = len(self._strings)
+                self._strings.append(clean)
+                self._string_ids[clean] = i
             self._string_ids[s] = i
         return i
 
