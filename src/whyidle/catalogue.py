@@ -481,6 +481,19 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             verify="Re-profile: the quality notes should report no device events without a launch.",
             docs="unattributed",
         ),
+        # A rocprofv3 capture recorded with --kernel-trace alone: the HIP calls that launched the
+        # kernels were not traced; the option that records them is rocprofv3's own.
+        "rocprofv3": Lever(
+            title="Unattributed: kernels recorded without their HIP launches",
+            summary="The capture traced kernel dispatches but not the HIP API calls that launched them, so the host side of these gaps is unknown.",
+            steps=(
+                "Record again with HIP API tracing: rocprofv3 --runtime-trace (HIP runtime calls, ROCTx ranges, kernels and copies) instead of --kernel-trace alone.",
+                "For a PyTorch job, torch.profiler on ROCm records the same launches with the ops around them: activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA].",
+            ),
+            code="rocprofv3 --runtime-trace --output-format json -- python train.py",
+            verify="Re-profile: the quality notes should no longer say that the capture has no HIP API calls.",
+            docs="unattributed",
+        ),
         # The device work after these gaps carries no correlation id in any capture (MTIA DMA
         # requests): asking for another capture would not help, so the lever says what can be read.
         "no_correlation": Lever(

@@ -231,7 +231,9 @@ def _loader(a: Analyses, ci: int, ev: CauseEvidence) -> str:
 
 
 def _no_correlation(a: Analyses, ci: int, ev: CauseEvidence) -> str:
-    return "no_correlation" if uncorrelatable(a, ci) else ""
+    if uncorrelatable(a, ci):
+        return "no_correlation"
+    return "rocprofv3" if a.tl.meta.source_format == "rocprofv3" else ""
 
 
 DETAILS: dict[C.Cause, Detail] = {

@@ -139,17 +139,18 @@ def _large(p: Path) -> bool:
         return False  # read_bytes says why in words
 
 
-def _read_rocprof(p: Path) -> bytes:
-    """rocprofv3 JSON past the in-memory Kineto reader's range: read whole up to config.rocprof_max_bytes."""
+def _read_rocprof(p: Path, cap: int | None = None) -> bytes:
+    """rocprofv3 JSON past the in-memory Kineto reader's range: read whole up to ``cap``
+    (config.rocprof_max_bytes)."""
     from whyidle.config import Config
 
-    cap = Config().rocprof_max_bytes
+    cap = Config().rocprof_max_bytes if cap is None else cap
     try:
         return read_bytes(p, max_bytes=cap)
     except TooLargeForMemory:
         raise InputError(
             p,
-            f"is rocprofv3 JSON output over {cap >> 20} MiB decompressed, more than whyidle reads into memory "
+            f"is rocprofv3 JSON output over {cap / (1 << 20):.0f} MiB decompressed, more than whyidle reads into memory "
             "(config.rocprof_max_bytes); record a shorter stretch (rocprofv3 --collection-period) or one process per file",
         ) from None
 

@@ -18,7 +18,7 @@
                         Kind.CPU_OP for a PyTorch op emitted as a range, else Kind.ANNOTATION
 
 Devices are the GPU agents in ``gpu_index`` order: ``name`` is the product ("AMD Instinct
-MI350X"), ``gcnArchName`` the GFX target ("gfx950"), ``numSms`` the compute units; so the
+MI350X"), ``gcnArchName`` the GFX target ("gfx950"), ``cuCount`` the compute units; so the
 advice context sees an AMD device and its generation. Times are the tool's nanoseconds, kept.
 A file may hold several processes: correlation ids are then keyed by process.
 """
@@ -89,7 +89,7 @@ class _Reader:
             self.device_of[a.id.handle] = i
             d: dict[str, Any] = {"id": i, "name": a.product_name or a.name, "gcnArchName": a.name, "agent_handle": a.id.handle}
             if a.cu_count > 0:
-                d["numSms"] = a.cu_count  # compute units: what an SM is on NVIDIA
+                d["cuCount"] = a.cu_count  # compute units: what an SM is on NVIDIA
             if a.wave_front_size > 0:
                 d["warpSize"] = a.wave_front_size
             self.meta.devices.append(d)
@@ -164,7 +164,7 @@ class _Reader:
         texts = [symbols.get(int(k)) or f"<kernel {int(k)}>" for k in ids.tolist()]
         name = self.b.intern_many(texts)[inv.reshape(-1)]
         coll = np.array([bool(COLLECTIVE_KERNEL.search(t)) for t in texts], dtype=np.bool_)[inv.reshape(-1)]
-        sm_count = [int(d.get("numSms", 0)) for d in self.meta.devices]
+        sm_count = [int(d.get("cuCount", 0)) for d in self.meta.devices]
         sms = np.array([sm_count[d] for d in devs], dtype=np.float64)
         self._check_order(a[:, 0], a[:, 1], "kernel_dispatch")
         self.b.add_columns(
