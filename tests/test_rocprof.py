@@ -61,6 +61,15 @@ def test_records_become_rows_on_their_lanes(tmp_path: Path) -> None:
     assert threads == {("908", "main thread"), ("909", "")}
 
 
+def test_launch_shapes_past_any_device_are_unknown(tmp_path: Path) -> None:
+    d = RocDoc()
+    big = (1 << 31) - 1
+    d.kernel("huge grid", 10, 20, grid=(big, big, big), wg=(1, 1, 1))
+    d.kernel("huge block", 30, 40, grid=(64, 1, 1), wg=(big, big, 1))
+    tl = load(_write(tmp_path, d.doc()))
+    assert tl.grid.tolist() == [-1, -1] and tl.block.tolist() == [1, -1]
+
+
 def test_device_table_is_amd_with_its_generation(tmp_path: Path) -> None:
     d = RocDoc()
     d.kernel("k", 10, 20)

@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from whyidle.errors import TraceFormatError
 from whyidle.sources.ranges import COLLECTIVE_KERNEL, DEFAULT_STEP_PATTERN, range_kind
-from whyidle.sources.rocprof_schema import Agent, ApiCall, Copy, Dispatch, Document, Process, looks_like_rocprof
+from whyidle.sources.rocprof_schema import Agent, ApiCall, Copy, Dim3, Dispatch, Document, Process, looks_like_rocprof
 from whyidle.timeline.build import TimelineBuilder
 from whyidle.timeline.model import Kind, LaneKind, Timeline, TimelineMeta
 
@@ -153,12 +153,7 @@ class _Reader:
             devs.append(dev)
             stream = str(r.stream_id.handle) if r.stream_id is not None else f"queue {info.queue_id.handle}"
             lanes[i] = self.b.lane_id(LaneKind.GPU_STREAM, dev, pid, stream)
-            wg, g = info.workgroup_size, info.grid_size
-            threads = wg.x * max(wg.y, 1) * max(wg.z, 1)
-            block[i] = threads if threads > 0 else -1
-            # rocprofiler's grid_size is in work-items (threads); whyidle's grid is in blocks.
-            items = g.x * max(g.y, 1) * max(g.z, 1)
-            grid[i] = -(-items // threads) if threads > 0 and items > 0 else -1
+            block[i], grid[i] = _launch_shape(info.workgroup_size, info.grid_size)
         del rows
         ids, inv = np.unique(a[:, 3], return_inverse=True)
         texts = [symbols.get(int(k)) or f"<kernel {int(k)}>" for k in ids.tolist()]
@@ -285,6 +280,17 @@ class _Reader:
                 f"(GPU {', '.join(str(d) for d in sorted(used))}); rocprofv3 writes one file per process, so each rank of a job is its own file"
             )
         q.extend(self.notes)
+
+
+def _launch_shape(wg: Dim3, g: Dim3) -> tuple[int, int]:
+    """(threads per block, blocks): rocprofiler's grid_size counts work-items, whyidle's grid
+    counts workgroups; -1 where unknown or past what a launch can be (2**31 threads per block)."""
+    threads = wg.x * max(wg.y, 1) * max(wg.z, 1)
+    items = g.x * max(g.y, 1) * max(g.z, 1)
+    if not 0 < threads < 1 << 31:
+        return -1, -1
+    blocks = -(-items // threads)
+    return threads, blocks if 0 < blocks < 1 << 62 else -1
 
 
 def _at(seq: list[str], i: int) -> str:
