@@ -5,8 +5,7 @@ topology, code objects, counters) is skipped while decoding, never built as Pyth
 ::
 
     {"rocprofiler-sdk-tool": [           one entry per profiled process (a list; a dict in early
-      {"metadata":  {pid, init_time,      versions)
-                     fini_time, command},
+      {"metadata":  {pid, ...},           versions)
        "agents":    [{id: {handle}, type (1 CPU, 2 GPU), name ("gfx950"), product_name
                       ("AMD Instinct MI350X"), gpu_index, cu_count, wave_front_size}],
        "kernel_symbols": [{kernel_id, formatted_kernel_name, ...}],
@@ -161,9 +160,6 @@ class Strings(msgspec.Struct, frozen=True):
 
 class Metadata(msgspec.Struct, frozen=True):
     pid: Id = 0
-    init_time: Ns = 0
-    fini_time: Ns = 0
-    command: list[str] = []
 
 
 class Records(msgspec.Struct, frozen=True):
