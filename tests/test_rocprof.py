@@ -143,6 +143,9 @@ def test_a_hip_program_gets_hip_advice(tmp_path: Path) -> None:
     top = r.findings[0]
     assert top.key == "synchronization/host_sync" and "hipDeviceSynchronize" in top.fix.code
     assert "cudaDeviceSynchronize" not in top.fix.code + " ".join(top.fix.steps)
+    # the kernels wait for the copy queued before them: the capture that names it is rocprofv3's
+    queued = next(f for f in r.findings if f.key == "unattributed/queued_work_waiting")
+    assert queued.fix.code.startswith("rocprofv3 --runtime-trace") and "nsys" not in " ".join(queued.fix.steps)
 
 
 def test_pytorch_ops_as_roctx_ranges_give_pytorch_advice(tmp_path: Path) -> None:
@@ -262,6 +265,10 @@ def test_shared_capture_busy_time_is_the_union_of_its_dispatches() -> None:
     assert r.source.devices == ("AMD Instinct MI350X",) * 8
     # RCCL's kernels are the communication: 3.95 s of the 4.23 s busy
     assert r.utilization.communication_ns == 3_951_430_401
+    assert r.utilization.steps == ()  # no ROCTx ranges in this capture
+    # ATen's backward kernels make it PyTorch training; no launch was recorded, and the fix says how
+    assert (r.source.workload, r.advice.framework) == ("training", "pytorch")
+    assert r.findings[0].key == "unattributed/no_launch_info" and r.findings[0].fix.code.startswith("rocprofv3 --runtime-trace")
 
 
 def test_shared_capture_converts_to_parquet_and_back(tmp_path: Path) -> None:

@@ -465,6 +465,19 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             code="# nsys profile -t cuda,nvtx,osrt --cuda-event-trace=true python train.py",
             verify="Re-profile with event tracing to see which stream or event the work waited on.",
             docs="unattributed",
+        ),
+        # On AMD the capture that names the dependency is rocprofv3's own: its HIP stream and
+        # event calls are the records of what queued work waited on.
+        "rocprofv3": Lever(
+            title="Unattributed: queued work waited on the device",
+            summary="Work was already queued but did not start: a device-side dependency the trace cannot name.",
+            steps=(
+                "Look for hipStreamWaitEvent / cross-stream dependencies and collectives waiting for other ranks.",
+                "Record with rocprofv3 --runtime-trace so the HIP stream and event calls (hipStreamWaitEvent, hipEventRecord) are in the capture.",
+            ),
+            code="rocprofv3 --runtime-trace --output-format json -- python train.py",
+            verify="Re-profile: the HIP calls before each gap name the stream or event the work waited on.",
+            docs="unattributed",
         )},
     ),
     CauseEntry(
