@@ -39,10 +39,7 @@ from whyidle.sources.rocprof_schema import Agent, ApiCall, Copy, Dim3, Dispatch,
 from whyidle.timeline.build import TimelineBuilder
 from whyidle.timeline.model import Kind, LaneKind, Timeline, TimelineMeta
 
-__all__ = ["load_rocprof", "parse_rocprof", "looks_like_rocprof", "RECORD_COMMAND"]
-
-# The command that records what this reader reads (README's format table, docs/inputs.md).
-RECORD_COMMAND = "rocprofv3 --runtime-trace --output-format json -- python train.py"
+__all__ = ["load_rocprof", "parse_rocprof", "looks_like_rocprof"]
 
 _CORR_BITS = 40  # correlation ids of process i are i << 40 | id (ids are counters from 1)
 _GPU = 2
@@ -104,14 +101,14 @@ class _Reader:
 
     def read(self) -> Timeline:
         self.devices()
-        counts = dict.fromkeys(("kernels", "copies", "hip", "hsa", "markers"), 0)
+        counts = dict.fromkeys(("kernels", "hip", "hsa"), 0)
         for k, p in enumerate(self.procs):
             base = k << _CORR_BITS
             pid = str(p.metadata.pid)
-            names = [[op for op in kn.operations] for kn in p.strings.buffer_records]
+            names = [kn.operations for kn in p.strings.buffer_records]
             kinds = [kn.kind for kn in p.strings.buffer_records]
             counts["kernels"] += self.kernels(p, pid, base)
-            counts["copies"] += self.copies(p, pid, base, names)
+            self.copies(p, pid, base, names)
             hip = self.decode(p.buffer_records.hip_api, ApiCall, "hip_api")
             hsa = self.decode(p.buffer_records.hsa_api, ApiCall, "hsa_api")
             counts["hip"] += self.calls(hip, pid, base, names, Kind.RUNTIME)
@@ -124,7 +121,7 @@ class _Reader:
                 )
             del hip, hsa
             self.calls(self.decode(p.buffer_records.rccl_api, ApiCall, "rccl_api"), pid, base, names, Kind.CPU_OP)
-            counts["markers"] += self.markers(p, pid, kinds)
+            self.markers(p, pid, kinds)
         self.quality(counts)
         return self.b.build(consume=True)
 
@@ -276,7 +273,7 @@ class _Reader:
         used = self.used
         if len(self.meta.devices) > 1 and len(used) < len(self.meta.devices):
             q.append(
-                f"the process used {len(used)} of the node's {len(self.meta.devices)} GPUs "
+                f"the {'process' if len(self.procs) == 1 else 'processes'} used {len(used)} of the node's {len(self.meta.devices)} GPUs "
                 f"(GPU {', '.join(str(d) for d in sorted(used))}); rocprofv3 writes one file per process, so each rank of a job is its own file"
             )
         q.extend(self.notes)
