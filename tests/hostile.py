@@ -3,7 +3,8 @@
 Families: ``kineto`` (structure-aware mutations of a Kineto trace: odd numbers, types, nesting,
 control characters), ``bytes`` (byte-level damage of a gzip or plain trace), ``counters``
 (nvidia-smi / dcgmi logs with odd rows and times), ``nsys`` (an Nsight export with odd values),
-``report`` (saved JSON reports with odd fields, for ``compare``). Each generator returns the
+``report`` (saved JSON reports with odd fields, for ``compare``), ``rocprof`` (rocprofv3 JSON output
+with odd values, types, missing fields and truncations). Each generator returns the
 file's name and bytes; the caller writes it.
 """
 
@@ -158,7 +159,68 @@ def nsys_input(rng: random.Random, tmp: Path) -> Path:
     return p
 
 
-FAMILIES: dict[str, Callable[..., tuple[str, bytes]]] = {"kineto": kineto_input, "bytes": bytes_input, "counters": counters_input}
+ROC_TABLES = ["kernel_dispatch", "memory_copy", "hip_api", "marker_api"]
+ROC_FIELDS = ["start_timestamp", "end_timestamp", "thread_id", "kind", "operation", "correlation_id", "dispatch_info", "stream_id",
+              "dst_agent_id", "src_agent_id", "bytes"]
+ROC_INFO_FIELDS = ["agent_id", "queue_id", "kernel_id", "grid_size", "workgroup_size"]
+ROC_PROCESS_FIELDS = ["metadata", "agents", "kernel_symbols", "strings", "buffer_records"]
+
+
+def rocprof_base() -> dict[str, Any]:
+    """A rocprofv3 JSON document with every record kind whyidle reads (tests/rocbuild.py)."""
+    from rocbuild import hip_training
+
+    d = hip_training(steps=2)
+    d.hsa("hsa_signal_store_screlease", 1_000_500, 1_000_900)
+    d.rccl("ncclAllReduce", 1_000_100, 1_000_400)
+    return d.doc()
+
+
+def _mutate_rocprof_once(rng: random.Random, d: dict[str, Any]) -> None:
+    proc = d["rocprofiler-sdk-tool"][0]
+    r = rng.random()
+    records = proc["buffer_records"][rng.choice(ROC_TABLES)]
+    if r < 0.4 and records:
+        rng.choice(records)[rng.choice(ROC_FIELDS)] = rng.choice(ODD_VALUES)
+    elif r < 0.55 and proc["buffer_records"]["kernel_dispatch"]:
+        info = rng.choice(proc["buffer_records"]["kernel_dispatch"])["dispatch_info"]
+        info[rng.choice(ROC_INFO_FIELDS)] = rng.choice(ODD_VALUES + [{"handle": rng.choice(ODD_VALUES)}, {"x": rng.choice(ODD_VALUES), "y": 1, "z": 1}])
+    elif r < 0.65:
+        item = rng.choice(proc["agents"] + proc["kernel_symbols"] + proc["strings"]["marker_api"])
+        item[rng.choice(list(item))] = rng.choice(ODD_VALUES)
+    elif r < 0.72:
+        proc[rng.choice(ROC_PROCESS_FIELDS)] = rng.choice(ODD_VALUES)
+    elif r < 0.8 and records:
+        rng.choice(records).pop(rng.choice(ROC_FIELDS), None)
+    elif r < 0.86:
+        proc["strings"]["buffer_records"] = rng.choice([[], ODD_VALUES[:5], [{"kind": 1, "operations": "x"}]])
+    elif r < 0.92:
+        d["rocprofiler-sdk-tool"] = rng.choice([[], {}, [proc, proc], proc, rng.choice(ODD_VALUES)])
+    elif records:
+        del records[rng.randrange(len(records)):]
+
+
+def mutate_rocprof(rng: random.Random, doc: dict[str, Any]) -> dict[str, Any]:
+    d = copy.deepcopy(doc)
+    for _ in range(rng.randint(1, 4)):
+        try:
+            _mutate_rocprof_once(rng, d)
+        except (KeyError, IndexError, TypeError, AttributeError):
+            pass  # an earlier mutation replaced the structure this one walks into
+    return d
+
+
+def rocprof_input(rng: random.Random, doc: dict[str, Any]) -> tuple[str, bytes]:
+    """rocprofv3 JSON output with odd values, types and missing fields, or truncated, plain or gzip."""
+    text = json.dumps(mutate_rocprof(rng, doc), allow_nan=True).encode()
+    if rng.random() < 0.2:
+        text = rng.choice([text[: rng.randrange(len(text))], text + b" trailing", text.replace(b'"start_timestamp": ', b'"start_timestamp": 1e99999', 1)])
+    if rng.random() < 0.3:
+        return "r.json.gz", gzip.compress(text, 1)
+    return rng.choice(["r.json", "results.json", "r"]), text
+
+
+FAMILIES: dict[str, Callable[..., tuple[str, bytes]]] = {"kineto": kineto_input, "bytes": bytes_input, "counters": counters_input, "rocprof": rocprof_input}
 
 
 def gzip_bomb(path: Path, inflated_bytes: int, body: bytes = b" ", last_member_bytes: int = 0) -> Path:

@@ -473,6 +473,19 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             code="# nsys profile -t cuda,nvtx,osrt --cuda-event-trace=true python train.py",
             verify="Re-profile with event tracing to see which stream or event the work waited on.",
             docs="unattributed",
+        ),
+        # On AMD the capture that names the dependency is rocprofv3's own: its HIP stream and
+        # event calls are the records of what queued work waited on.
+        "rocprofv3": Lever(
+            title="Unattributed: queued work waited on the device",
+            summary="Work was already queued but did not start: a device-side dependency the trace cannot name.",
+            steps=(
+                "Look for hipStreamWaitEvent / cross-stream dependencies and collectives waiting for other ranks.",
+                "Record with rocprofv3 --runtime-trace so the HIP stream and event calls (hipStreamWaitEvent, hipEventRecord) are in the capture.",
+            ),
+            code="rocprofv3 --runtime-trace --output-format json -- python train.py",
+            verify="Re-profile: the HIP calls before each gap name the stream or event the work waited on.",
+            docs="unattributed",
         )},
     ),
     CauseEntry(
@@ -487,6 +500,19 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             steps=("Capture CPU and CUDA activities together: activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA].",),
             code="torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])",
             verify="Re-profile: the quality notes should report no device events without a launch.",
+            docs="unattributed",
+        ),
+        # A rocprofv3 capture recorded with --kernel-trace alone: the HIP calls that launched the
+        # kernels were not traced; the option that records them is rocprofv3's own.
+        "rocprofv3": Lever(
+            title="Unattributed: kernels recorded without their HIP launches",
+            summary="The capture traced kernel dispatches but not the HIP API calls that launched them, so the host side of these gaps is unknown.",
+            steps=(
+                "Record again with HIP API tracing: rocprofv3 --runtime-trace (HIP runtime calls, ROCTx ranges, kernels and copies) instead of --kernel-trace alone.",
+                "For a PyTorch job, torch.profiler on ROCm records the same launches with the ops around them: activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA].",
+            ),
+            code="rocprofv3 --runtime-trace --output-format json -- python train.py",
+            verify="Re-profile: the quality notes should no longer say that the capture has no HIP API calls.",
             docs="unattributed",
         ),
         # The device work after these gaps carries no correlation id in any capture (MTIA DMA

@@ -186,6 +186,12 @@ class Config(msgspec.Struct, frozen=True):
     # file size (1.86 GB for 0.51 GB, 7.2 GB for 2.0 GB, benchmarks/bench_scale.py), so 256 MiB
     # keeps it under 1 GB; the chunked reader held 0.65 GB for the 2.0 GB trace.
     stream_min_bytes: int = 256 * 1024 * 1024
+    # rocprofv3 JSON is read in memory (sources/rocprof.py): the text, one record kind decoded at
+    # a time (typed structs of the fields read) and the columns. Measured peaks of a whole
+    # diagnosis: the shared MI350X capture (37 MB of text, 43,915 dispatches) 114 MB resident; it
+    # tiled 8x (190 MB, 351,320 dispatches) 494 MB, 2.6x the text. 1 GiB of text keeps the peak
+    # under about 3 GB; larger captures are refused with a sentence naming rocprofv3 --collection-period.
+    rocprof_max_bytes: int = 1024 * 1024 * 1024
 
     # --- hostile inputs (sources/_io.py, sources/kineto_stream.py; docs/inputs.md) -------------
     # A gzip input may decompress to at most this many times its own size (past the floor

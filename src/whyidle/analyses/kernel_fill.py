@@ -88,11 +88,12 @@ class KernelFill(msgspec.Struct, frozen=True):
 
 
 def device_sm_counts(devices: list[dict[str, object]]) -> tuple[dict[int, int], str]:
-    """SM count per device id (Kineto ``deviceProperties`` ``numSms``; nsys ``smCount``), and the origin."""
+    """SM count per device id (Kineto ``deviceProperties`` ``numSms``; nsys ``smCount``; rocprofv3
+    ``cuCount``, compute units), and the origin."""
     out: dict[int, int] = {}
     origins: set[str] = set()
     for d in devices:
-        for key, origin in (("numSms", "Kineto deviceProperties numSms"), ("smCount", "nsys TARGET_INFO_GPU smCount")):
+        for key, origin in (("numSms", "Kineto deviceProperties numSms"), ("smCount", "nsys TARGET_INFO_GPU smCount"), ("cuCount", "rocprofv3 agent cu_count")):
             v = d.get(key)
             dev = d.get("nsys_id", d.get("id"))
             if isinstance(v, int) and v > 0 and isinstance(dev, int):

@@ -230,8 +230,13 @@ def _loader(a: Analyses, ci: int, ev: CauseEvidence) -> str:
     return _loader_variant(ev)
 
 
+def _rocprof(a: Analyses, ci: int, ev: CauseEvidence) -> str:
+    """The capture advice in rocprofv3's options for a rocprofv3 capture."""
+    return "rocprofv3" if a.tl.meta.source_format == "rocprofv3" else ""
+
+
 def _no_correlation(a: Analyses, ci: int, ev: CauseEvidence) -> str:
-    return "no_correlation" if uncorrelatable(a, ci) else ""
+    return "no_correlation" if uncorrelatable(a, ci) else _rocprof(a, ci, ev)
 
 
 DETAILS: dict[C.Cause, Detail] = {
@@ -256,6 +261,7 @@ DETAILS: dict[C.Cause, Detail] = {
     C.UNTRACED_HOST: Detail(facts=lambda a, ci, cfg: _on_cpu_facts(a, ci), context=(WorkClass.WAIT,)),
     C.DEPENDENCY_WAIT: Detail(facts=lambda a, ci, cfg: _dependency_facts(a, ci), context=(WorkClass.RANKS,)),
     C.NO_LAUNCH_INFO: Detail(variant=_no_correlation),
+    C.QUEUED_WAITING: Detail(variant=_rocprof),
 }
 
 

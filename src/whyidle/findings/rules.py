@@ -92,6 +92,36 @@ def capture_advice(a: Analyses, cfg: Config) -> tuple[str, ...]:
     unattributed = sum(parts.values())
     if unattributed <= cfg.unattributed_note_min_share_of_idle * idle:
         return ()
+    if tl.meta.source_format == "rocprofv3":
+        options = _rocprof_options(parts, uncorrelatable(a, C.cause_index(C.NO_LAUNCH_INFO)))
+    else:
+        options = _options(parts, a)
+    if not options:
+        return (
+            f"{unattributed / idle:.0%} of device idle is unattributed: it ends in device work that carries no "
+            "correlation id (MTIA DMA requests), which no capture option links to a launch",
+        )
+    return (
+        f"{unattributed / idle:.0%} of device idle is unattributed; to attribute it, capture with "
+        + "; or ".join(options),
+    )
+
+
+def _rocprof_options(parts: dict[C.Cause, int], uncorrelatable_work: bool) -> list[str]:
+    """The rocprofv3 options that record what a rocprofv3 capture lacked."""
+    options: list[str] = []
+    if parts[C.UNTRACED_HOST]:
+        options.append("ROCTx ranges (roctxRangePush/roctxRangePop) around the work between steps, recorded by rocprofv3 --marker-trace")
+    if parts[C.QUEUED_WAITING]:
+        options.append("rocprofv3 --runtime-trace, whose HIP stream and event calls (hipStreamWaitEvent) show what queued work waited on")
+    if parts[C.NO_LAUNCH_INFO] and not uncorrelatable_work:
+        options.append("rocprofv3 --runtime-trace (the HIP API calls that launch the kernels, joined to them by correlation id)")
+    return options
+
+
+def _options(parts: dict[C.Cause, int], a: Analyses) -> list[str]:
+    """The profiler or Nsight Systems options that record what the capture lacked."""
+    tl = a.tl
     nsys = tl.meta.source_format == "nsys"
     options: list[str] = []
     if parts[C.UNTRACED_HOST]:
@@ -105,15 +135,7 @@ def capture_advice(a: Analyses, cfg: Config) -> tuple[str, ...]:
         options.append("nsys profile --cuda-event-trace=true to see the events and streams queued work waited on" if nsys else "an Nsight Systems capture (nsys profile -t cuda,nvtx) to see the events and streams queued work waited on")
     if parts[C.NO_LAUNCH_INFO] and not uncorrelatable(a, C.cause_index(C.NO_LAUNCH_INFO)):
         options.append("CPU and CUDA activities together (activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])")
-    if not options:
-        return (
-            f"{unattributed / idle:.0%} of device idle is unattributed: it ends in device work that carries no "
-            "correlation id (MTIA DMA requests), which no capture option links to a launch",
-        )
-    return (
-        f"{unattributed / idle:.0%} of device idle is unattributed; to attribute it, capture with "
-        + "; or ".join(options),
-    )
+    return options
 
 
 def _scope_skips(a: Analyses) -> list[Skipped]:

@@ -50,7 +50,7 @@ from whyidle.timeline.model import Kind, LaneKind, Timeline
 __all__ = ["render_perfetto", "annotate", "annotation_source", "GAP_CATEGORY", "FLOW_CATEGORY", "TIMELINE_FORMATS"]
 
 # Inputs with no Chrome-trace JSON of their own: annotate() builds one from the Timeline.
-TIMELINE_FORMATS = ("nsys", "parquet")
+TIMELINE_FORMATS = ("nsys", "parquet", "rocprofv3")
 # Kineto's category for each kind, so Perfetto groups the events as it does a profiler trace.
 _CATEGORY = {
     Kind.KERNEL: "kernel", Kind.MEMCPY: "gpu_memcpy", Kind.MEMSET: "gpu_memset", Kind.COLLECTIVE: "kernel",
@@ -240,7 +240,7 @@ def annotate(trace: str | os.PathLike[str] | Timeline, diagnosis: DiagnosisData,
         raise UnsupportedInputError(
             path or "(unknown)",
             f"is a {diagnosis.source.format or 'non-Kineto'} profile; annotate() adds the whyidle track to Chrome-trace JSON "
-            "(PyTorch profiler) files and builds one from Nsight Systems captures and Parquet timelines",
+            "(PyTorch profiler) files and builds one from Nsight Systems captures, rocprofv3 output and Parquet timelines",
         )
     if not path or not Path(path).is_file():
         raise InputError(path or "(unknown)", "annotating needs the original trace file, which is not available")

@@ -1,19 +1,23 @@
 """Input formats. ``load(path)`` sniffs the format and returns a Timeline.
 
 One module per format, the larger ones split by what they read (``nsys`` with ``nsys_schema``,
-``nsys_context``, ``nsys_device``, ``nsys_host``; ``counters`` with one ``counters_*`` module per
-log format); these are the only modules that know a raw format.
+``nsys_context``, ``nsys_device``, ``nsys_host``; ``rocprof`` with ``rocprof_schema``; ``counters``
+with one ``counters_*`` module per log format; ``ranges`` holds what the readers of user ranges
+share); these are the only modules that know a raw format. The format is told from the bytes,
+never the name.
 """
 
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from whyidle.errors import InputError, UnsupportedInputError
-from whyidle.sources._io import SQLITE_MAGIC, ReadAhead, TooLargeForMemory, check_regular, estimated_size, read_bytes
+from whyidle.sources._io import GZIP_MAGIC, SQLITE_MAGIC, ReadAhead, TooLargeForMemory, check_regular, estimated_size, read_bytes
 from whyidle.sources._twoway import Relay, quiet_worker
+from whyidle.sources.rocprof_schema import looks_like_rocprof
 
 if TYPE_CHECKING:
     from whyidle.timeline.model import Timeline
@@ -94,14 +98,22 @@ def _load(
     try:  # gzip size fields are modulo 4 GiB: a larger content is found out while reading
         raw = read_bytes(p, read_ahead, max_bytes=Config().stream_min_bytes)
     except TooLargeForMemory:
-        from whyidle.sources.kineto_stream import load_kineto_stream
+        if not looks_like_rocprof(_text_head(p)):
+            from whyidle.sources.kineto_stream import load_kineto_stream
 
-        return load_kineto_stream(p, jobs=stream_jobs)
+            return load_kineto_stream(p, jobs=stream_jobs)
+        raw = _read_rocprof(p)
     from whyidle.sources.kineto import (  # numpy: after the read began
         load_kineto,
         looks_like_kineto,
     )
 
+    if looks_like_rocprof(raw[:256]):
+        from whyidle.sources.rocprof import load_rocprof
+
+        box = [raw]  # the reader lets go of the text once decoded
+        del raw
+        return load_rocprof(p, box, step_pattern)
     if looks_like_kineto(raw[:64]) or p.name.endswith(_TRACE_SUFFIXES):
         box = [raw]  # the reader frees the text once decoded: no reference may stay here
         del raw
@@ -113,7 +125,7 @@ def _load(
     raise UnsupportedInputError(
         p,
         "is not a format whyidle reads; expected a PyTorch profiler trace (.json or .json.gz), an Nsight "
-        "Systems export (.sqlite, .nsys-rep) or a GPU counter log (nvidia-smi, dcgmi dmon, whyidle watch)",
+        "Systems export (.sqlite, .nsys-rep), rocprofv3 JSON output or a GPU counter log (nvidia-smi, dcgmi dmon, whyidle watch)",
     )
 
 
@@ -125,6 +137,34 @@ def _large(p: Path) -> bool:
         return p.is_file() and estimated_size(p) >= Config().stream_min_bytes
     except OSError:
         return False  # read_bytes says why in words
+
+
+def _read_rocprof(p: Path, cap: int | None = None) -> bytes:
+    """rocprofv3 JSON past the in-memory Kineto reader's range: read whole up to ``cap``
+    (config.rocprof_max_bytes)."""
+    from whyidle.config import Config
+
+    cap = Config().rocprof_max_bytes if cap is None else cap
+    try:
+        return read_bytes(p, max_bytes=cap)
+    except TooLargeForMemory:
+        raise InputError(
+            p,
+            f"is rocprofv3 JSON output over {cap / (1 << 20):.0f} MiB decompressed, more than whyidle reads into memory "
+            "(config.rocprof_max_bytes); record a shorter stretch (rocprofv3 --collection-period) or one process per file",
+        ) from None
+
+
+def _text_head(p: Path) -> bytes:
+    """The first decompressed bytes of a file (b"" when they cannot be read)."""
+    try:
+        with p.open("rb") as f:
+            head = f.read(4096)
+        if head[:2] == GZIP_MAGIC:
+            return zlib.decompressobj(wbits=31).decompress(head, 256)
+        return head[:256]
+    except (OSError, zlib.error):
+        return b""
 
 
 def _head(p: Path) -> bytes:

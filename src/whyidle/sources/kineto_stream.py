@@ -45,6 +45,7 @@ from whyidle.sources.kineto import (
 )
 from whyidle.sources.kineto_batches import _Batches, _close
 from whyidle.sources.kineto_cuts import cut, merge_top_level, skip_ws
+from whyidle.sources.rocprof_schema import looks_like_rocprof
 from whyidle.sources.kineto_columns import _Columns, _Local
 from whyidle.timeline.model import Timeline
 
@@ -75,7 +76,7 @@ def should_stream(path: Path, min_bytes: int | None = None) -> bool:
             gen.close()
     except (OSError, TraceFormatError):
         return False  # the in-memory reader reports the problem in words
-    return looks_like_kineto(head[:64])  # JSON; other large inputs go to their own readers
+    return looks_like_kineto(head[:64]) and not looks_like_rocprof(head[:256])  # other large inputs go to their own readers
 
 
 Progress = Callable[[int, int], None]  # (file bytes read, file size)

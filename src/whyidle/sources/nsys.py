@@ -29,6 +29,7 @@ from whyidle.sources import nsys_device, nsys_host
 from whyidle.sources.nsys_context import Export
 from whyidle.sources.nsys_device import memcpy_name
 from whyidle.sources.nsys_schema import decode_global_tid, is_nsys_export, open_ro, strip_api_version
+from whyidle.sources.ranges import DEFAULT_STEP_PATTERN
 from whyidle.timeline.model import Timeline
 
 __all__ = [
@@ -41,15 +42,6 @@ __all__ = [
     "memcpy_name",
     "is_nsys_export",
 ]
-
-
-# ProfilerStep#N (torch.profiler, also under emit_nvtx), and the range names trainers commonly
-# push: "train_step", "training_step 12", "step 3", "iteration 7", "Iteration#2", "batch_5".
-DEFAULT_STEP_PATTERN = (
-    r"(?i)^(?:ProfilerStep#\d+"
-    r"|(?:train(?:ing)?[ _-]?)(?:step|iter(?:ation)?|batch)(?:[ _#:-]*\d+)?"
-    r"|(?:step|iter(?:ation)?|batch)[ _#:-]*\d+)$"
-)
 
 
 def export_nsys_report(path: Path, *, nsys: str | None = None, timeout_s: float = 600.0) -> Path:

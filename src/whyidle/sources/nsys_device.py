@@ -17,18 +17,16 @@ Each reader returns the number of rows it added (0 when the table is absent or e
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import numpy.typing as npt
 
 from whyidle.sources.nsys_context import Export
 from whyidle.sources.nsys_schema import TID_MASK
+from whyidle.sources.ranges import COLLECTIVE_KERNEL
 from whyidle.timeline.model import Kind
 
 __all__ = ["read_kernels", "read_memcpy", "read_memset", "read_graphs", "memcpy_name"]
 
-_COLLECTIVE = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv", re.IGNORECASE)
 
 # Fallbacks when an export lacks its ENUM tables (values from nsys 2025.1's enum tables).
 _COPY_KIND = {
@@ -59,7 +57,7 @@ def read_kernels(x: Export) -> int:
     start, end = x.times(a[:, 0], a[:, 1])
     name_id = np.where(a[:, 6] >= 0, a[:, 6], a[:, 7])
     names = x.strings.names(x.b, name_id, missing="<unnamed kernel>")
-    coll_table = np.fromiter((bool(_COLLECTIVE.search(s)) for s in x.b._strings), dtype=np.bool_, count=len(x.b._strings))
+    coll_table = np.fromiter((bool(COLLECTIVE_KERNEL.search(s)) for s in x.b._strings), dtype=np.bool_, count=len(x.b._strings))
     kind = np.where(coll_table[names], int(Kind.COLLECTIVE), int(Kind.KERNEL)).astype(np.int8)
     grid = np.where((a[:, 8] > 0) & (a[:, 9] > 0) & (a[:, 10] > 0), a[:, 8] * a[:, 9] * a[:, 10], -1)
     block = np.where((a[:, 11] > 0) & (a[:, 12] > 0) & (a[:, 13] > 0), a[:, 11] * a[:, 12] * a[:, 13], -1).astype(np.int32)

@@ -32,17 +32,15 @@ starvation / insufficient-demand evidence -- instead of host overhead. The nsys 
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from whyidle.sources.nsys_context import Export
 from whyidle.sources.nsys_schema import TID_MASK, as_int, decode_global_tid
+from whyidle.sources.ranges import range_kind
 from whyidle.timeline.model import OFF_CPU, Kind
 
 __all__ = ["read_runtime", "read_sync", "read_nvtx", "read_osrt", "read_sched", "name_threads"]
 
-_EMIT_NVTX_OP = re.compile(r"^((?:aten|c10d|prim|torch|_c10d_functional)::[\w.]+)(?:, seq = \d+.*)?$")
 _SYNC_TYPE = {1: "Event Sync", 3: "Stream Sync", 4: "Context Sync", 0: "Sync"}
 _STREAM_WAIT_EVENT = 2
 _BACKTRACE_CLASSES = (67, 68, 69)  # TRACE_PROCESS_EVENT_CUDABACKTRACE(_START/_FINISH)
@@ -132,13 +130,8 @@ def read_nvtx(x: Export) -> int:
     step_re = x.step_re
     classes: dict[str, tuple[int, int]] = {}  # text -> (kind, name id), decided once per text
     for s in set(texts):
-        m = _EMIT_NVTX_OP.match(s)
-        if step_re.search(s):
-            classes[s] = (int(Kind.STEP), x.b.intern(s))
-        elif m:
-            classes[s] = (int(Kind.CPU_OP), x.b.intern(m.group(1)))
-        else:
-            classes[s] = (int(Kind.ANNOTATION), x.b.intern(s))
+        kind, name = range_kind(s, step_re)
+        classes[s] = (int(kind), x.b.intern(name))
     kn = np.array([classes[s] for s in texts], dtype=np.int64).reshape(len(texts), 2)
     x.b.add_columns(
         start_ns=start,
