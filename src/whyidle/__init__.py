@@ -57,7 +57,8 @@ if TYPE_CHECKING:
     from whyidle.serving.latency import profile_latency
     from whyidle.config import Config
     from whyidle.pipeline import diagnose
-    from whyidle.diagnosis import Diagnosis, Report, load_report
+    from whyidle.diagnosis import Diagnosis, Report
+    from whyidle.ranks.register import load_report
     from whyidle.render.perfetto import annotate
     from whyidle.comparison.analysis import Comparison, compare
     from whyidle.findings.model import (
@@ -70,9 +71,37 @@ if TYPE_CHECKING:
     from whyidle.sources import load
     from whyidle.timeline import Kind, Lane, Timeline
     from whyidle.sweep.trial import Trial, TrialResult, Workload
+    from whyidle.analyses.advice_context import AdviceContext
+    from whyidle.findings.model import Prediction
+    from whyidle.ranks.model import MultiRankReport
+    from whyidle.ranks.run import diagnose_ranks
+    from whyidle.serving.batching import Traffic
+    from whyidle.serving.latency import LatencyProfile
+    from whyidle.sources import ReadAhead
+    from whyidle.findings.model import DiagnosisData
+    from whyidle.capture.profiler import TraceHandler
+    from whyidle.capture.sync import SyncFinder
+    from whyidle.capture.tracker import StepTracker
+    from whyidle.capture.device_timer import DeviceTimer
+    from whyidle.serving.requestlog import RequestLog
+    from whyidle.serving.batching import BatchingResult
 
 __all__ = [
     "__version__",
+    "AdviceContext",
+    "BatchingResult",
+    "DeviceTimer",
+    "DiagnosisData",
+    "LatencyProfile",
+    "RequestLog",
+    "StepTracker",
+    "SyncFinder",
+    "TraceHandler",
+    "MultiRankReport",
+    "Prediction",
+    "ReadAhead",
+    "Traffic",
+    "diagnose_ranks",
     "ArgumentError",
     "CaptureError",
     "annotate",
@@ -125,7 +154,7 @@ _LAZY = {
     "GapRecord": "whyidle.findings.model",
     "Report": "whyidle.diagnosis",
     "Diagnosis": "whyidle.diagnosis",
-    "load_report": "whyidle.diagnosis",
+    "load_report": "whyidle.ranks.register",  # every kind of saved report: a run's too
     "annotate": "whyidle.render.perfetto",
     "compare": "whyidle.comparison.analysis",
     "Comparison": "whyidle.comparison.analysis",
@@ -147,6 +176,21 @@ _LAZY = {
     "Workload": "whyidle.sweep.trial",
     "LightningCallback": "whyidle.capture.lightning",
     "HFCallback": "whyidle.capture.hf",
+    # the types in the public functions' signatures
+    "AdviceContext": "whyidle.analyses.advice_context",
+    "Prediction": "whyidle.findings.model",
+    "MultiRankReport": "whyidle.ranks.model",
+    "diagnose_ranks": "whyidle.ranks.run",
+    "Traffic": "whyidle.serving.batching",
+    "LatencyProfile": "whyidle.serving.latency",
+    "ReadAhead": "whyidle.sources",
+    "DiagnosisData": "whyidle.findings.model",
+    "TraceHandler": "whyidle.capture.profiler",
+    "SyncFinder": "whyidle.capture.sync",
+    "StepTracker": "whyidle.capture.tracker",
+    "DeviceTimer": "whyidle.capture.device_timer",
+    "RequestLog": "whyidle.serving.requestlog",
+    "BatchingResult": "whyidle.serving.batching",
 }
 
 
@@ -156,13 +200,21 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module 'whyidle' has no attribute {name!r}")
     import importlib
 
-    if name == "load_report":
-        # It reads every kind of saved report: a multi-rank run's with the reader the ranks
-        # package registers with the core (the core imports no feature package).
-        import whyidle.ranks.register  # noqa: F401
-    value = getattr(importlib.import_module(mod), name)
+    try:
+        value = getattr(importlib.import_module(mod), name)
+    except MissingExtraError as exc:
+        # A trainer callback whose library is not installed: the name still resolves (hasattr never
+        # raises), to a stand-in that says which extra to install when it is used.
+        value = _needs_extra(exc)
     globals()[name] = value
     return value
+
+
+def _needs_extra(exc: MissingExtraError) -> object:
+    def stand_in(*args: object, **kwargs: object) -> object:
+        raise exc
+
+    return stand_in
 
 
 def __dir__() -> list[str]:

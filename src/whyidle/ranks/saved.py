@@ -90,3 +90,4 @@ def _cross_rank(c: dict[str, Any]) -> CrossRank:
         mean_compute_spread=_opt_float(im["mean_compute_spread"]),
         notes=tuple(str(n) for n in c["notes"]),
     )
+
