@@ -283,6 +283,12 @@ class Config(msgspec.Struct, frozen=True):
     # trace), while one waiting for the next request blocks for a share of the gap between
     # arrivals (1.2-8 ms there).
     serving_wait_min_ns: int = 1_000_000
+    # Sharing the device (MPS, MIG, a smaller GPU) is advised only when one instance at the observed
+    # rate leaves at least this share of the time idle: the smallest MIG slice is 1/7 of an
+    # A100/H100/H200 (1g profiles, serving/instances.py), so less idle time than that cannot hold
+    # even one slice's worth of other work, while a co-tenant's kernels still add to this
+    # service's tail latency.
+    batching_share_min_idle_share: float = 1 / 7
     # Requests simulated per run (synthetic traffic; a replayed log is tiled up to this).
     batching_requests: int = 20_000
     # Window for a request log's peak arrival rate: 1 s, the granularity at which serving

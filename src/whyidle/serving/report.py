@@ -63,7 +63,7 @@ def batching_text(res: BatchingResult, profile: LatencyProfile, advice: Instance
         out += [f"    {line}" for line in text.rstrip().splitlines()]
     if advice is not None:
         out.append("")
-        out.append("Instances, MPS and MIG:")
+        out.append("Instances:" if advice.on_cpu else "Instances, MPS and MIG:")
         out += [f"  - {line}" for line in advice.lines]
     return "\n".join(out) + "\n"
 
