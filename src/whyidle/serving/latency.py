@@ -286,21 +286,25 @@ def profile_latency(
         return x1.repeat(bs, *([1] * (x1.dim() - 1)))
 
     with torch.inference_mode():
-        xs = {bs: batch_of(bs) for bs in batch_sizes}
         if dev.type != "cuda":
+            xs = {bs: batch_of(bs) for bs in batch_sizes}
             return profile_function(lambda bs: model(xs[bs]), batch_sizes, warmup=warmup, iters=iters, source=source)
+        held: dict[int, Any] = {}  # one batch on the device at a time: the peak is the current size's
 
         def time_pass(bs: int) -> float:
+            if bs not in held:
+                held.clear()
+                torch.cuda.reset_peak_memory_stats(dev)
+                held[bs] = batch_of(bs)
             start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             start.record()
-            model(xs[bs])
+            model(held[bs])
             end.record()
             end.synchronize()
             return float(start.elapsed_time(end) * 1e6)
 
-        torch.cuda.reset_peak_memory_stats(dev)
         rows, notes = measure_curve(time_pass, batch_sizes, warmup=warmup, iters=iters)
-        peak = int(torch.cuda.max_memory_allocated(dev))
+        peak = int(torch.cuda.max_memory_allocated(dev))  # the largest size's, measured last
     source += f", windows of {iters} passes until steady after {warmup} warm-up"
     return _make("profile_latency", rows, source=source, device=torch.cuda.get_device_name(dev), memory_bytes=peak, notes=tuple(notes))
