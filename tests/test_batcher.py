@@ -138,13 +138,20 @@ def test_measure_overhead_draws() -> None:
 
 def test_profile_function_keeps_every_pass_and_the_tuner_draws_them(tmp_path: Any) -> None:
     import json
-    import time
 
     from whyidle.serving.latency import load_latency, profile_function
 
-    prof = profile_function(lambda k: time.sleep(0.0005 * k), [1, 2, 4], warmup=1, iters=7)
-    assert prof.samples_ns is not None and [len(x) for x in prof.samples_ns] == [7, 7, 7]
-    assert prof.median_ns[2] >= 2_000_000
+    now = [0]
+    calls = [0]
+
+    def run(k: int) -> None:  # 0.5 ms x k on a fake clock, every other pass 10% slower
+        calls[0] += 1
+        now[0] += 500_000 * k + (50_000 * k if calls[0] % 2 else 0)
+
+    prof = profile_function(run, [1, 2, 4], warmup=1, iters=7, clock=lambda: now[0])
+    # steady at once: the 3 windows of 7 passes are kept, every one of them
+    assert prof.samples_ns is not None and [len(x) for x in prof.samples_ns] == [21, 21, 21]
+    assert prof.median_ns[2] >= 2_000_000 and prof.notes == ()
     table = prof.spread_table(3)
     # size 3 was not measured: it takes the factors of the next size up (4)
     assert table is not None and len(table) == 4 and table[3] == sorted(x / prof.median_ns[2] for x in prof.samples_ns[2])

@@ -278,7 +278,9 @@ def test_profile_latency_on_a_cpu_model(tmp_path: Path, capsys: pytest.CaptureFi
     saved = tmp_path / "curve.json"
     rc = main(["batching", "--measure", "whyidle.sweep.examples:tiny_encoder", "--batch-sizes", "1,2", "--rate", "10",
                "--slo-ms", "1000", "--requests-per-run", "500", "--save-latency", str(saved)])
-    assert rc == 0 and "Recommended" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert rc == 0 and "Recommended" in out
+    assert "MPS" not in out and "MIG" not in out and "Instances:" in out  # a CPU: no GPU-sharing advice (issue 25, item 3)
     again = load_latency(saved)
     assert again.batch_sizes == (1, 2)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import whyidle
 from whyidle.errors import InputError
 from whyidle.serving.requestlog import from_records, load_requests
 from whyidle.serving.requests import diagnose_requests
@@ -173,9 +174,11 @@ def test_serving_command_with_the_real_serving_trace(tmp_path: Path, capsys: pyt
     arrivals = np.cumsum(rng.exponential(8.0, 150))
     rows = [{"arrival_ms": float(a), "start_ms": float(a), "finish_ms": float(a) + 1.0} for a in arrivals]
     log = _write_jsonl(tmp_path / "serve.jsonl", rows)
-    rc = main(["serving", str(log), "--trace", str(H200 / "serving_queue_wait.pt.trace.json.gz"), "--json"])
+    # the log is on its own clock (ms from 0): not joinable by time, so the trace is used only as asserted
+    rc = main(["serving", str(log), "--trace", str(H200 / "serving_queue_wait.pt.trace.json.gz"), "--assume-same-period", "--json"])
     assert rc == 0
     doc = json.loads(capsys.readouterr().out)
+    assert "--assume-same-period" in doc["device_busy_basis"]
     assert doc["verdict"]["group"] == "insufficient_demand" and doc["verdict"]["cause"] == "idle_host"
     assert 0.05 < doc["device_busy_share"] < 0.07
     page = tmp_path / "serving.html"
@@ -232,3 +235,58 @@ def test_the_trace_demand_finding_points_to_the_tuner() -> None:
     f = next(f for f in r.findings if f.key == "insufficient_demand/idle_host")
     assert any("whyidle batching" in s for s in f.fix.steps)
     assert any("whyidle serving" in s for s in f.fix.steps)
+
+
+SERVING_TRACE = H200 / "serving_queue_wait.pt.trace.json.gz"  # 76 ms of device work, UTC epoch times
+
+
+def _wall_clock_log(tmp_path: Path, start_ns: int, seconds: float, n: int = 100) -> Path:
+    """A log on the wall clock (Unix seconds, as vLLM writes): n requests of 1 ms over ``seconds``."""
+    rows = []
+    for i in range(n):
+        t = (start_ns + int(i * seconds / n * 1e9)) / 1e9
+        rows.append({"arrival_time": t, "first_scheduled_time": t, "finished_time": t + 0.001})
+    return _write_jsonl(tmp_path / "wall.jsonl", rows)
+
+
+def test_serving_refuses_a_trace_from_another_period(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 25, item 2: the 76 ms trace from another time applied to a 30.8 s log flipped the
+    verdict; a trace that does not overlap the log on the wall clock is refused (exit 2, one line
+    naming the trace) unless --assume-same-period, and then the basis says it was not joined."""
+    from whyidle.cli import main
+
+    win = whyidle.diagnose(SERVING_TRACE).window
+    log = _wall_clock_log(tmp_path, win.end_ns + 3_600 * 10**9, 30.8)  # an hour later
+    assert main(["serving", str(log), "--trace", str(SERVING_TRACE), "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(SERVING_TRACE) in err and "does not overlap" in err and "--assume-same-period" in err
+    assert main(["serving", str(log), "--trace", str(SERVING_TRACE), "--assume-same-period", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "not joined by time" in doc["device_busy_basis"]
+    # a log on its own clock cannot be joined either
+    rel = _write_jsonl(tmp_path / "rel.jsonl", [{"arrival_ms": float(i), "start_ms": float(i), "finish_ms": i + 0.5} for i in range(50)])
+    assert main(["serving", str(rel), "--trace", str(SERVING_TRACE)]) == 2
+    assert "wall clock" in capsys.readouterr().err
+
+
+def test_serving_joins_the_trace_over_the_overlap(tmp_path: Path) -> None:
+    """A 30.8 s log that holds the trace's 76 ms: the busy share is the device's over the overlap
+    (the trace's whole window, so its own figure), and the basis says how much of the log that is."""
+    from whyidle.serving.join import device_busy_over_log, log_window
+    from whyidle.serving.requestlog import load_requests
+
+    d = whyidle.diagnose(SERVING_TRACE)
+    lo, hi = d.window.start_ns, d.window.end_ns
+    log = load_requests(_wall_clock_log(tmp_path, lo - 10**9, 30.8))
+    share, basis = device_busy_over_log(d, log, "t.json")
+    assert share == pytest.approx(d.utilization.busy_fraction, rel=1e-9)
+    assert "overlaps the log on the wall clock (0% of the log's period)" in basis
+    # a log over the trace's second half only: the busy share of that half, from the activity
+    mid = (lo + hi) // 2
+    half = load_requests(_wall_clock_log(tmp_path, mid, (hi - mid) / 1e9 * 2, n=20))
+    share2, basis2 = device_busy_over_log(d, half, "t.json")
+    assert d.activity is not None
+    a, b = log_window(half)  # a: mid, to the float seconds' resolution
+    busy = sum((dev.compute | dev.communication | dev.copies).clip(a, hi).total() for dev in d.activity)
+    assert share2 == pytest.approx(busy / ((hi - a) * d.utilization.n_devices)) and share2 != pytest.approx(share)
+    assert f"({(hi - a) / (b - a):.0%} of the log's period)" in basis2 and b > hi

@@ -289,6 +289,26 @@ class Config(msgspec.Struct, frozen=True):
     # trace), while one waiting for the next request blocks for a share of the gap between
     # arrivals (1.2-8 ms there).
     serving_wait_min_ns: int = 1_000_000
+    # Sharing the device (MPS, MIG, a smaller GPU) is advised only when one instance at the observed
+    # rate leaves at least this share of the time idle: the smallest MIG slice is 1/7 of an
+    # A100/H100/H200 (1g profiles, serving/instances.py), so less idle time than that cannot hold
+    # even one slice's worth of other work, while a co-tenant's kernels still add to this
+    # service's tail latency.
+    batching_share_min_idle_share: float = 1 / 7
+    # Timing a latency curve (serving/passes.py, `whyidle batching --measure`): passes are timed in
+    # windows until the sweep's steady rule holds (SweepConfig: the last 3 windows' medians within
+    # 10%), at most this many windows per batch size (perf_analyzer's --max-trials default, 10)
+    # and, once three windows are in, no longer than this per batch size (perf_analyzer's default
+    # measurement interval, 5 s).
+    latency_max_windows: int = 10
+    latency_budget_ns: int = 5_000_000_000
+    # A pass is an outlier, dropped from the curve and counted in its notes, when it lies beyond
+    # Tukey's far-out fence (Q3 + 3 x IQR) and above this many times its batch size's median: the
+    # H200 curve's p90 reaches 1.7x its median (batch 16, tests/data/h200/measured.json), the
+    # device's own spread; the CPU passes of issue 25 at 60x the median (2.99 ms against 0.05 ms)
+    # were the scheduler's, on a shared 2-core host.
+    latency_outlier_iqrs: float = 3.0
+    latency_outlier_min_factor: float = 2.0
     # Requests simulated per run (synthetic traffic; a replayed log is tiled up to this).
     batching_requests: int = 20_000
     # Window for a request log's peak arrival rate: 1 s, the granularity at which serving

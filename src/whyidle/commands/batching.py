@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         preferred=[int(x) for x in _floats(args.preferred, "--preferred")] if args.preferred else (),
     )
     mem = int(args.memory_gb * 1e9) if args.memory_gb else None
-    advice = advise_instances(res, profile, gpu=args.gpu or "", memory_bytes=mem)
+    advice = advise_instances(res, profile, gpu=args.gpu or "", memory_bytes=mem, cfg=cfg)
     from whyidle.serving.report import batching_dict, batching_html, batching_text
 
     out = args.output or ""

@@ -4,7 +4,9 @@
     whyidle serving triton_trace.json --device-busy 0.12 --max-batch 32
 
 The device's busy share, needed to tell a slow host pipeline from the rest, comes from a trace or
-GPU counter log of the same period (``--trace``, diagnosed here), or is given (``--device-busy``).
+GPU counter log of the same period (``--trace``, diagnosed here and joined with the log by time:
+a trace that does not overlap the log is refused unless ``--assume-same-period``), or is given
+(``--device-busy``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ EXAMPLES = """\
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("serving", help="why a serving GPU is idle, from a request log: demand, batching or host pipeline")
     p.add_argument("log", help="request log: JSON lines, JSON list, CSV, or a Triton trace (arrival, start, finish per request)")
-    p.add_argument("--trace", help="a trace or GPU counter log of the same period: the device's busy share")
+    p.add_argument("--trace", help="a trace or GPU counter log of the same period: the device's busy share over the time it overlaps the log")
+    p.add_argument("--assume-same-period", action="store_true", help="use --trace even when it cannot be joined with the log by time (its busy share taken as the log's)")
     p.add_argument("--device-busy", type=float, metavar="FRACTION", help="the device's busy share over the log's window (0..1)")
     p.add_argument("--max-batch", type=int, help="the server's configured max batch size (default: the largest batch in the log)")
     p.add_argument("--slo-ms", type=float, help="the latency objective, ms (written into the suggested tuner command)")
@@ -49,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
     busy, basis = args.device_busy, "given" if args.device_busy is not None else ""
     if args.trace:
         from whyidle.pipeline import diagnose
+        from whyidle.serving.join import device_busy_over_log
 
-        util = diagnose(args.trace).utilization
-        busy, basis = util.busy_fraction, f"{args.trace}: device busy over its own window, taken as the log's period"
+        busy, basis = device_busy_over_log(diagnose(args.trace), log, args.trace, assume_same_period=args.assume_same_period)
     d = diagnose_requests(log, device_busy_share=busy, device_busy_basis=basis, slo_ms=args.slo_ms, max_batch=args.max_batch)
     from whyidle.serving.report import serving_html, serving_text
 

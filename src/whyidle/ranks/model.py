@@ -36,6 +36,17 @@ class MultiRankReport(msgspec.Struct, Renderable, frozen=True):
     ranks: tuple[RankEntry, ...]
     cross_rank: Any  # whyidle.ranks.analysis.CrossRank
     notes: tuple[str, ...] = ()
+    # why the files may not be one job (world sizes, collectives, capture periods disagree):
+    # ranks/jobcheck.py; the reports lead with them and then compare no rank with another
+    not_one_job: tuple[str, ...] = ()
+
+    @property
+    def run_findings(self) -> tuple[Any, ...]:
+        """The run's findings, each with its fix: the straggler's cause, the exposed
+        communication, the top cause across ranks (:mod:`whyidle.ranks.run_findings`)."""
+        from whyidle.ranks.run_findings import run_findings
+
+        return run_findings(self)
 
     @property
     def findings(self) -> tuple[Finding, ...]:

@@ -100,6 +100,11 @@ def multi_rank_to_dict(r: Any, columns: bool = False) -> dict[str, Any]:
             for e in r.ranks
         ],
         "cross_rank": cross_rank_to_dict(r.cross_rank),
+        "not_one_job": list(r.not_one_job),
+        "run_findings": [
+            {"key": f.key, "title": f.title, "time_ns": f.time_ns, "what": f.what, "fix": f.fix, "ranks": list(f.ranks)}
+            for f in r.run_findings
+        ],
         "notes": list(r.notes),
     }
 

@@ -1,10 +1,12 @@
-"""A multi-rank run in the terminal: the cross-rank section, then a one-line summary per rank."""
+"""A multi-rank run in the terminal: whether the files are one job, the cross-rank section, a
+one-line summary per rank, then the run's findings with their fixes."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -24,6 +26,10 @@ def print_multi_rank(m: Any, console: Console) -> None:
     console.print(Text("whyidle: why are these GPUs idle? (one trace per rank)", style="bold"))
     world = f" of world size {m.world_size}" if m.world_size else ""
     console.print(f"Run {m.run_dir}: {len(m.ranks)} traces{world}; ranks from {m.rank_basis}")
+    if m.not_one_job:
+        console.print(Text("These files may not be one job; no rank is compared with another in the findings:", style="bold red"))
+        for p in m.not_one_job:
+            console.print(f"  - {p}")
     if cr.stragglers:
         console.print(Text("Stragglers (the rank the others waited for at collectives):", style="bold red"))
         for s in cr.stragglers:
@@ -66,5 +72,20 @@ def print_multi_rank(m: Any, console: Console) -> None:
             f"Imbalance: step time spread {cr.mean_step_spread:.1%}, compute spread {cr.mean_compute_spread:.1%} "
             "((max - min) / mean across ranks, averaged over steps)"
         )
+    _print_run_findings(m, console)
     for n in (*m.notes, *cr.notes):
         console.print(Text(f"Note: {n}", style="yellow"))
+
+
+def _print_run_findings(m: Any, console: Console) -> None:
+    """The run's findings, each with its fix (ranks/run_findings.py)."""
+    found = m.run_findings
+    if not found:
+        console.print("Findings for the run: none (no straggler, communication overlapped, no idle cause)")
+        return
+    console.print(Text("Findings for the run:", style="bold"))
+    for i, f in enumerate(found, 1):
+        console.print(Text(f"{i}. {f.title} ({format_ns(f.time_ns)})", style="bold"))
+        console.print(Padding(f.what, (0, 0, 0, 3)))
+        if f.fix:
+            console.print(Padding(f"fix: {f.fix}", (0, 0, 0, 3)))

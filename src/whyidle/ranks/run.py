@@ -2,7 +2,9 @@
 
 ``diagnose_ranks(run_dir)`` reads every trace (in parallel processes, or on a Dask cluster),
 diagnoses each rank on its own, assigns rank numbers (from ``distributedInfo``, else from the file
-names, else from the file order; the report says which), and runs the cross-rank analysis. Only
+names, else from the file order; the report says which), checks that the files are one job (same
+world size, matching collectives, the same period: :mod:`whyidle.ranks.jobcheck`), and runs the
+cross-rank analysis. Only
 the small per-rank results (:class:`RankResult`) travel back from the workers. A file that cannot
 be read, a rank without GPU activity or a missing rank is reported, never fatal.
 """
@@ -23,6 +25,7 @@ from whyidle.config import Config
 from whyidle.errors import InputError, WhyidleError
 from whyidle.findings.model import DiagnosisData
 from whyidle.ranks.analysis import CrossRank, RankProfile, cross_rank, rank_profile
+from whyidle.ranks.jobcheck import one_job_problems
 from whyidle.ranks.model import MultiRankReport, RankEntry
 import whyidle.ranks.register  # noqa: F401  (a MultiRankReport made here renders: its renderers registered)
 
@@ -142,7 +145,7 @@ def build_multi_rank(run_dir: str, results: Sequence[RankResult], cfg: Config) -
     sizes = {r.world_size for r in results if r.world_size is not None}
     world = max(sizes) if sizes else None
     if len(sizes) > 1:
-        notes.append(f"the traces disagree on the world size ({', '.join(map(str, sorted(sizes)))}); the largest was used")
+        notes.append(f"the largest world size ({max(sizes)}) was used")
     present = sorted({e.rank for e in entries if e.rank >= 0 and not e.error})
     expected = world if world is not None else (max(present) + 1 if present else 0)
     # Counted, never listed in full: a world size of millions costs nothing (the first 16 are named).
@@ -153,7 +156,8 @@ def build_multi_rank(run_dir: str, results: Sequence[RankResult], cfg: Config) -
         shown = ", ".join(map(str, first)) + (f" and {n_missing - 16} more" if n_missing > 16 else "")
         notes.append(f"{len(present)} of {expected} ranks present; missing: {shown}. Cross-rank figures cover the present ranks only")
     cr: CrossRank = cross_rank(profiles, cfg)
-    return MultiRankReport(run_dir, basis, world, tuple(entries), cr, tuple(notes))
+    problems = one_job_problems(list(zip(ranks, results)), cr)
+    return MultiRankReport(run_dir, basis, world, tuple(entries), cr, tuple(notes), problems)
 
 
 def diagnose_ranks(

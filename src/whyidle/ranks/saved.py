@@ -33,6 +33,7 @@ def multi_rank_from_dict(d: dict[str, Any], where: str = "<dict>") -> MultiRankR
             ranks=ranks,
             cross_rank=_cross_rank(d["cross_rank"]),
             notes=tuple(str(n) for n in d.get("notes", ())),
+            not_one_job=tuple(str(n) for n in d.get("not_one_job", ())),  # run_findings: derived again
         )
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise TraceFormatError(where, f"is a whyidle multi-rank report with a missing or malformed field ({type(exc).__name__}: {exc})") from None

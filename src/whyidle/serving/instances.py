@@ -27,6 +27,7 @@ import math
 
 import msgspec
 
+from whyidle.config import Config
 from whyidle.serving.batching import BatchingResult
 from whyidle.serving.latency import LatencyProfile
 
@@ -78,6 +79,24 @@ class InstanceAdvice(msgspec.Struct, frozen=True):
     instances_that_fit: int | None
     mig_gpu: str | None
     mig_fits: tuple[MigProfile, ...]
+    on_cpu: bool = False  # the curve was measured on a CPU: no GPU-sharing advice
+
+
+def _sharing_line(busy: float, on_cpu: bool, cfg: Config) -> str:
+    """Share the device only when the idle time is large enough to matter, and say how much it is."""
+    idle = max(1.0 - busy, 0.0)
+    head = f"At the observed rate one instance is busy {busy:.0%} of the time, idle {idle:.0%}"
+    if on_cpu:
+        return f"{head}; the curve was measured on a CPU: there is no GPU to share, and other processes can use the idle cores."
+    if idle < cfg.batching_share_min_idle_share:
+        return (
+            f"{head}: too little idle time to share the GPU (sharing pays from {cfg.batching_share_min_idle_share:.0%} idle, "
+            "the smallest MIG slice); keep the GPU for this service."
+        )
+    return (
+        f"{head}: that idle time can hold other work: share the GPU (MPS for cooperative processes, MIG for isolated "
+        "tenants) or give this service a smaller GPU or a MIG slice."
+    )
 
 
 def advise_instances(
@@ -87,12 +106,17 @@ def advise_instances(
     gpu: str = "",
     memory_bytes: int | None = None,
     gpu_memory_bytes: int | None = None,
+    cfg: Config | None = None,
 ) -> InstanceAdvice:
+    """What more instances, MPS or MIG can do for this service, from the measured numbers; on a
+    CPU (a curve measured there, no ``gpu`` given) no GPU-sharing advice."""
     best = result.best
     peak = max(b / (m / 1e9) for b, m in zip(profile.batch_sizes, profile.median_ns))
     cap = best.capacity_per_s if best else 0.0
     rate = result.rate_per_s
     lines: list[str] = []
+    cfg = cfg or Config()
+    on_cpu = not gpu and profile.device.strip().lower().startswith("cpu")
     mem = memory_bytes if memory_bytes is not None else profile.memory_bytes
     table = mig_table_for(gpu or profile.device)
     total = gpu_memory_bytes if gpu_memory_bytes else (table[1][-1].memory_gb * 10**9 if table else None)
@@ -104,21 +128,18 @@ def advise_instances(
         verdict = "demand"
         lines.append(
             f"One instance with max batch {best.settings.max_batch} carries {cap:,.0f} requests/s within the SLO, "
-            f"{cap / rate:.1f}x the observed {rate:,.1f}/s: more instances, MPS or MIG add no throughput for this service."
+            f"{cap / rate:.1f}x the observed {rate:,.1f}/s: more instances{'' if on_cpu else ', MPS or MIG'} add no throughput for this service."
         )
         if best.at_rate is not None:
-            lines.append(
-                f"At the observed rate one instance is busy {best.at_rate.busy_share:.0%} of the time; the idle rest can hold "
-                "other work: share the GPU (MPS for cooperative processes, MIG for isolated tenants) or give this service a smaller GPU or a MIG slice."
-            )
+            lines.append(_sharing_line(best.at_rate.busy_share, on_cpu, cfg))
     else:
         headroom = peak / cap if cap else math.inf
         if headroom > 1.1:
             verdict = "instances_may_help"
             lines.append(
                 f"One instance carries {cap:,.0f}/s within the SLO, but the device reached {peak:,.0f} samples/s at batch "
-                f"{profile.max_batch}: up to {headroom:.1f}x more could come from overlapping instances (more model instances, "
-                "or several processes with MPS), if the SLO holds with the added contention; measure it with the instances running."
+                f"{profile.max_batch}: up to {headroom:.1f}x more could come from overlapping instances (more model instances"
+                f"{'' if on_cpu else ', or several processes with MPS'}), if the SLO holds with the added contention; measure it with the instances running."
             )
         else:
             verdict = "device_bound"
@@ -129,7 +150,9 @@ def advise_instances(
     if fit is not None and mem and total:
         lines.append(f"Memory: one instance holds {mem / GIB:.1f} GiB; {fit} fit in {total / 1e9:.0f} GB (10% kept free).")
     fits: tuple[MigProfile, ...] = ()
-    if table is not None:
+    if on_cpu:
+        pass  # no MPS or MIG on a CPU
+    elif table is not None:
         name, profs = table
         if mem:
             fits = tuple(p for p in profs if p.memory_gb * 10**9 >= mem * 1.1)
@@ -146,4 +169,4 @@ def advise_instances(
             lines.append(f"MIG on {name}: profiles {', '.join(p.name for p in profs)}; give the instance's memory (--memory-gb) to see which fit.")
     elif gpu or profile.device:
         lines.append(f"MIG: {gpu or profile.device} has no MIG table here (A100, H100 and H200 do).")
-    return InstanceAdvice(verdict, tuple(lines), cap, peak, fit, table[0] if table else None, fits)
+    return InstanceAdvice(verdict, tuple(lines), cap, peak, fit, None if on_cpu or not table else table[0], fits, on_cpu)

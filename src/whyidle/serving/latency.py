@@ -28,7 +28,9 @@ from typing import Any
 
 import msgspec
 
+from whyidle.config import Config
 from whyidle.errors import InputError, MissingExtraError, UsageError
+from whyidle.serving.passes import Row, measure_curve, row_of
 
 __all__ = ["LatencyProfile", "load_latency", "curve_from_samples", "parse_curve", "profile_function", "profile_latency", "Z_P90", "DEFAULT_BATCH_SIZES"]
 
@@ -52,6 +54,9 @@ class LatencyProfile(msgspec.Struct, frozen=True):
     # every pass timed, per batch size (ns), when measured here or saved with the curve: the
     # simulator draws from them (``spread_table``) instead of assuming a shape for the tail
     samples_ns: tuple[tuple[float, ...], ...] | None = None
+    # what the measurement found doubtful: outliers dropped, sizes that never settled, sizes raised
+    # to keep the curve monotone (serving/passes.py); the report shows them as warnings
+    notes: tuple[str, ...] = ()
 
     @property
     def max_batch(self) -> int:
@@ -97,7 +102,7 @@ class LatencyProfile(msgspec.Struct, frozen=True):
             if self.samples_ns is not None:
                 row["samples_ns"] = list(self.samples_ns[i])
             rows.append(row)
-        return {"source": self.source, "device": self.device, "memory_bytes": self.memory_bytes, "rows": rows}
+        return {"source": self.source, "device": self.device, "memory_bytes": self.memory_bytes, "notes": list(self.notes), "rows": rows}
 
 
 def _interp(k: int, xs: Sequence[int], ys: Sequence[float]) -> float:
@@ -108,9 +113,6 @@ def _interp(k: int, xs: Sequence[int], ys: Sequence[float]) -> float:
             x0, x1 = xs[i - 1], xs[i]
             return float(ys[i - 1] + (ys[i] - ys[i - 1]) * (k - x0) / (x1 - x0))
     return float(ys[-1])
-
-
-Row = tuple[int, float, float | None, tuple[float, ...] | None]
 
 
 def _make(path: object, rows: list[Row], **meta: Any) -> LatencyProfile:
@@ -203,6 +205,8 @@ def load_latency(path: str | Path) -> LatencyProfile:
             meta["device"] = str(doc.get("device") or doc.get("model") or "")
             if isinstance(doc.get("memory_bytes"), int):
                 meta["memory_bytes"] = doc["memory_bytes"]
+            if isinstance(doc.get("notes"), list):
+                meta["notes"] = tuple(str(n) for n in doc["notes"])
             doc = doc.get("rows")
         if not isinstance(doc, list) or not all(isinstance(r, dict) for r in doc):
             raise InputError(p, "expected a JSON list of rows with batch_size and a latency, or {\"rows\": [...]}")
@@ -213,37 +217,39 @@ def load_latency(path: str | Path) -> LatencyProfile:
     return _make(p, _rows_from(p, [{k.strip(): v for k, v in r.items() if k} for r in reader]), **meta)
 
 
-def _row(bs: int, times: list[float]) -> Row:
-    times = sorted(times)
-    return (bs, times[len(times) // 2], times[min(int(len(times) * 0.9), len(times) - 1)], tuple(times))
-
-
 def curve_from_samples(samples: dict[int, list[float]], source: str = "", device: str = "") -> LatencyProfile:
     """A curve from every timed pass per batch size (ns): median, p90 and the passes themselves."""
-    return _make(source or "samples", [_row(bs, times) for bs, times in samples.items()], source=source, device=device)
+    return _make(source or "samples", [row_of(bs, times) for bs, times in samples.items()], source=source, device=device)
 
 
 def profile_function(
-    run_batch: Callable[[int], object], batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, *, warmup: int = 5, iters: int = 20, source: str = ""
+    run_batch: Callable[[int], object],
+    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+    *,
+    warmup: int = 5,
+    iters: int = 20,
+    source: str = "",
+    clock: Callable[[], int] = time.perf_counter_ns,
+    cfg: Config | None = None,
 ) -> LatencyProfile:
-    """Time ``run_batch(k)`` per batch size with ``perf_counter_ns`` after warm-up; every pass is kept.
+    """Time ``run_batch(k)`` per batch size with ``clock`` after warm-up, in windows of ``iters``
+    passes until steady, outliers dropped, the curve monotone (serving/passes.py); the kept passes
+    are in ``samples_ns`` and what was doubtful in ``notes``.
 
     For a model outside torch, or the exact function a server calls per batch (the real batcher's
     ``run_batch``), so the curve holds what the server pays: input assembly, the call, its variance.
     """
     if iters < 1 or warmup < 0 or not batch_sizes or min(batch_sizes) < 1:
         raise UsageError("profiling needs iters >= 1, warmup >= 0 and batch sizes >= 1")
-    rows = []
-    for bs in sorted(set(batch_sizes)):
-        for _ in range(warmup):
-            run_batch(bs)
-        times = []
-        for _ in range(iters):
-            t0 = time.perf_counter_ns()
-            run_batch(bs)
-            times.append(float(time.perf_counter_ns() - t0))
-        rows.append(_row(bs, times))
-    return _make("profile_function", rows, source=source or f"measured: {getattr(run_batch, '__name__', 'function')}, {iters} passes after {warmup} warm-up", device="cpu")
+
+    def time_pass(bs: int) -> float:
+        t0 = clock()
+        run_batch(bs)
+        return float(clock() - t0)
+
+    rows, notes = measure_curve(time_pass, batch_sizes, warmup=warmup, iters=iters, cfg=cfg)
+    what = source or f"measured: {getattr(run_batch, '__name__', 'function')}"
+    return _make("profile_function", rows, source=f"{what}, windows of {iters} passes until steady after {warmup} warm-up", device="cpu", notes=tuple(notes))
 
 
 def profile_latency(
@@ -255,13 +261,14 @@ def profile_latency(
     iters: int = 20,
     device: str | None = None,
 ) -> LatencyProfile:
-    """Measure one forward pass per batch size after warm-up (torch; CPU or CUDA); every pass is kept.
+    """Measure one forward pass per batch size after warm-up (torch; CPU or CUDA), until steady.
 
     ``example_input`` is one request's input with a leading batch dimension of 1; a batch of ``k``
     repeats it ``k`` times along dimension 0. On CUDA each pass is timed with CUDA events (the
     device's own clock, as tests/data/h200/measured.json's curve was); on CPU with
-    ``time.perf_counter_ns``. The model runs under ``torch.inference_mode()``. The passes' times
-    (``samples_ns``) let the simulator draw the measured spread, tail included.
+    ``time.perf_counter_ns``. The model runs under ``torch.inference_mode()``. Passes are timed in
+    windows until steady, outliers dropped and the curve kept monotone (serving/passes.py); the
+    kept passes (``samples_ns``) let the simulator draw the measured spread, tail included.
     """
     try:
         import torch
@@ -273,7 +280,7 @@ def profile_latency(
     dev = torch.device(device) if device else next((p.device for p in model.parameters()), torch.device("cpu"))
     model = model.to(dev).eval()
     x1 = example_input.to(dev)
-    source = f"measured: {type(model).__name__}, {iters} passes after {warmup} warm-up"
+    source = f"measured: {type(model).__name__}"
 
     def batch_of(bs: int) -> Any:
         return x1.repeat(bs, *([1] * (x1.dim() - 1)))
@@ -282,21 +289,22 @@ def profile_latency(
         if dev.type != "cuda":
             xs = {bs: batch_of(bs) for bs in batch_sizes}
             return profile_function(lambda bs: model(xs[bs]), batch_sizes, warmup=warmup, iters=iters, source=source)
-        rows: list[Row] = []
-        for bs in sorted(set(batch_sizes)):
-            x = batch_of(bs)
-            torch.cuda.reset_peak_memory_stats(dev)
-            for _ in range(warmup):
-                model(x)
-            times: list[float] = []
-            for _ in range(iters):
-                start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-                end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-                start.record()
-                model(x)
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) * 1e6)
-            rows.append(_row(bs, times))
-        peak = int(torch.cuda.max_memory_allocated(dev))
-    return _make("profile_latency", rows, source=source, device=torch.cuda.get_device_name(dev), memory_bytes=peak)
+        held: dict[int, Any] = {}  # one batch on the device at a time: the peak is the current size's
+
+        def time_pass(bs: int) -> float:
+            if bs not in held:
+                held.clear()
+                torch.cuda.reset_peak_memory_stats(dev)
+                held[bs] = batch_of(bs)
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            start.record()
+            model(held[bs])
+            end.record()
+            end.synchronize()
+            return float(start.elapsed_time(end) * 1e6)
+
+        rows, notes = measure_curve(time_pass, batch_sizes, warmup=warmup, iters=iters)
+        peak = int(torch.cuda.max_memory_allocated(dev))  # the largest size's, measured last
+    source += f", windows of {iters} passes until steady after {warmup} warm-up"
+    return _make("profile_latency", rows, source=source, device=torch.cuda.get_device_name(dev), memory_bytes=peak, notes=tuple(notes))

@@ -35,6 +35,7 @@ def batching_text(res: BatchingResult, profile: LatencyProfile, advice: Instance
         + (f", observed {res.rate_per_s:,.1f} requests/s" if res.rate_per_s else ""),
         f"Objective: {q} <= {_ms(res.slo_ns)}; {res.simulations} simulations of {res.requests_per_run:,} requests in {res.seconds:.2f} s",
         f"Service-time spread: {res.jitter}",
+        *(f"Warning: {n}" for n in profile.notes),
         "",
         "  max batch  delay (ms)  capacity (/s)" + (f"  {q} now  batch   busy" if res.rate_per_s else ""),
     ]
@@ -63,7 +64,7 @@ def batching_text(res: BatchingResult, profile: LatencyProfile, advice: Instance
         out += [f"    {line}" for line in text.rstrip().splitlines()]
     if advice is not None:
         out.append("")
-        out.append("Instances, MPS and MIG:")
+        out.append("Instances:" if advice.on_cpu else "Instances, MPS and MIG:")
         out += [f"  - {line}" for line in advice.lines]
     return "\n".join(out) + "\n"
 

@@ -22,19 +22,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from whyidle.analyses.steady import is_steady, median
 from whyidle.config import SweepConfig
 
-__all__ = ["is_steady", "percentile", "Measurement", "measure_workload", "cycle"]
-
-
-def is_steady(window_rates: list[float], cfg: SweepConfig) -> bool:
-    """The last ``steady_windows`` rates agree: (max - min) <= tolerance x median."""
-    n = cfg.steady_windows
-    if len(window_rates) < n:
-        return False
-    last = sorted(window_rates[-n:])
-    med = last[len(last) // 2] if n % 2 else (last[n // 2 - 1] + last[n // 2]) / 2
-    return med > 0 and (last[-1] - last[0]) <= cfg.steady_tolerance * med
+__all__ = ["is_steady", "median", "percentile", "Measurement", "measure_workload", "cycle"]  # is_steady, median: analyses/steady.py
 
 
 def percentile(values: list[int], q: float) -> int | None:
@@ -44,12 +35,6 @@ def percentile(values: list[int], q: float) -> int | None:
     s = sorted(values)
     k = max(0, min(len(s) - 1, math.ceil(q / 100 * len(s)) - 1))
     return s[k]
-
-
-def median(values: list[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 @dataclass
