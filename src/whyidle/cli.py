@@ -21,9 +21,10 @@ from whyidle.errors import MissingExtraError, OutputError, UsageError, WhyidleEr
 __all__ = ["main", "run", "COMMANDS"]
 
 # Subcommand modules, in the order `whyidle --help` lists them.
-COMMANDS = ("diagnose", "compare", "demo", "lab", "sweep", "watch", "convert", "scaling", "serving", "batching", "explain")
+COMMANDS = ("run", "diagnose", "compare", "demo", "lab", "sweep", "watch", "convert", "scaling", "serving", "batching", "explain")
 
 EXAMPLES = """\
+  whyidle run -- python train.py                 # run your program unchanged, diagnosed when it ends
   whyidle demo                                   # try it: a starved loop, diagnosed and fixed
   whyidle diagnose trace.pt.trace.json.gz        # why was the GPU idle in this profile?
   whyidle diagnose trace.pt.trace.json.gz -o report.html

@@ -1,0 +1,163 @@
+"""whyidle run [options] -- COMMAND ARGS...: run a program unchanged, diagnose it when it ends.
+
+The command's stdin, stdout and stderr are its own while it runs; whyidle prints on stderr, after
+the command has ended: what was recorded, then the report. The exit status is the command's
+(128 + N when a signal N ended it; 127 / 126 when it cannot be started). The run folder holds
+the profiler's trace, each process's record (``<worker>.steps.json``), the sampler's counters and
+the report (``report.json``, ``report.html``, ``report.txt``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from whyidle.errors import OutputError, UsageError
+
+__all__ = ["add_parser", "run", "parse_window", "parse_duration"]
+
+EXAMPLES = """\
+  whyidle run -- python train.py                      # the report after the program's own output
+  whyidle run --steps 40 -- python train.py           # stop after 40 steps (as Ctrl-C would)
+  whyidle run --window 20s+5s -- python serve.py      # a server: profile 5 s, 20 s after import torch
+  whyidle run --no-profiler -- python train.py        # the step tracker only
+  whyidle run -o runs/exp1 -- torchrun --nproc_per_node 2 train.py
+"""
+
+
+def parse_duration(text: str) -> float:
+    """'20s', '1.5m', '300ms', '20' -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(ms|s|m|min|h)?\s*", text)
+    if not m:
+        raise UsageError(f"{text!r}: expected a duration such as 20s, 1.5m or 300ms")
+    scale = {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}[m.group(2)]
+    return float(m.group(1)) * scale
+
+
+def parse_window(text: str) -> tuple[float, float]:
+    """'20s+5s' -> (20.0, 5.0): start (after ``import torch``) and length."""
+    start, sep, length = text.partition("+")
+    if not sep:
+        raise UsageError(f"--window {text!r}: expected START+LENGTH, such as 20s+5s")
+    window = (parse_duration(start), parse_duration(length))
+    if window[1] <= 0:
+        raise UsageError(f"--window {text!r}: the window's length must be more than 0")
+    return window
+
+
+def _schedule(text: str) -> tuple[int, int, int]:
+    try:
+        parts = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        parts = ()
+    if len(parts) != 3 or min(parts) < 0 or parts[2] == 0:
+        raise UsageError(f"--schedule {text!r}: expected WAIT,WARMUP,ACTIVE steps such as 5,2,3 (ACTIVE > 0)")
+    return parts  # type: ignore[return-value]
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a program unchanged (python, torchrun...) and diagnose it when it ends",
+        description="Run COMMAND unchanged; Python processes that import torch are instrumented through a "
+        "start-up hook (steps from optimizer.step() or DataLoader batches, the step tracker, a torch.profiler "
+        "session over a few steady steps); the process tree and GPUs are sampled. When it ends (or on Ctrl-C, "
+        "--duration, --steps) the diagnosis is printed on stderr and written into the run folder.",
+    )
+    p.add_argument("-o", "--output", metavar="DIR", help="run folder (default: whyidle-runs/<time>)")
+    p.add_argument("--steps", type=int, default=0, metavar="N", help="interrupt the program (SIGINT) after N steps")
+    p.add_argument("--duration", metavar="TIME", help="interrupt the program (SIGINT) after TIME (20s, 5m)")
+    p.add_argument("--window", metavar="START+LEN", help="profile a time window after `import torch` (a server without optimizer steps), e.g. 20s+5s")
+    p.add_argument("--schedule", default="5,2,3", metavar="W,U,A", help="profiler: wait, warm-up, record steps (default 5,2,3)")
+    p.add_argument("--no-profiler", action="store_true", help="no torch.profiler session (the step tracker only)")
+    p.add_argument("--no-tracker", action="store_true", help="no step tracker (the profiler's trace only)")
+    p.add_argument("--no-sampler", action="store_true", help="no NVML / process-tree sampling")
+    p.add_argument("--no-hook", action="store_true", help="inject nothing: run the command with the sampler only")
+    p.add_argument("--interval", type=float, default=0.5, metavar="SECONDS", help="sampler: time between samples (default 0.5)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
+    p.set_defaults(run=run)
+
+
+def _options(args: argparse.Namespace, run_dir: Path) -> Any:
+    from whyidle.capture.launch import LaunchOptions
+    from whyidle.capture.run_hook import HookOptions
+
+    if args.steps < 0:
+        raise UsageError(f"--steps {args.steps}: expected a positive number of steps")
+    hook = None
+    if not args.no_hook:
+        hook = HookOptions(
+            tracker=not args.no_tracker,
+            profiler=not args.no_profiler,
+            schedule=_schedule(args.schedule),
+            steps=args.steps,
+            window=parse_window(args.window) if args.window else None,
+        )
+    duration = parse_duration(args.duration) if args.duration else None
+    interval = args.interval if not args.no_sampler else 0.05  # without samples: just wait for the exit
+    return LaunchOptions(run_dir, hook, sampler=not args.no_sampler, interval_s=interval, duration_s=duration)
+
+
+def run(args: argparse.Namespace) -> int:
+    from whyidle.capture.launch import launch
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("no command to run; usage: whyidle run -- python train.py")
+    run_dir = Path(args.output or f"whyidle-runs/{time.strftime('%Y%m%d-%H%M%S')}")
+    options = _options(args, run_dir)
+    try:
+        launched = launch(cmd, options)
+    except FileNotFoundError:
+        print(f"whyidle run: {cmd[0]}: command not found", file=sys.stderr)
+        return 127
+    except PermissionError:
+        print(f"whyidle run: {cmd[0]}: permission denied", file=sys.stderr)
+        return 126
+    _report(launched, cmd)
+    rc = launched.returncode
+    return 128 - rc if rc < 0 else rc
+
+
+def _report(launched: Any, cmd: list[str]) -> None:
+    """Print what was recorded and the report (stderr), write the report files into the run folder."""
+    from whyidle.capture.run_report import diagnose_process, main_record, summary_lines
+    from whyidle.render.terminal import render_terminal
+
+    main = main_record(launched.records)
+    for line in summary_lines(launched, cmd, main):
+        print(line, file=sys.stderr)
+    if launched.sampled is not None and launched.sampled.rows:
+        _write_counters(launched, cmd)
+    if main is None:
+        return
+    found = diagnose_process(main, launched.run_dir)
+    for n in found.notes:
+        print(f"whyidle run: {n}", file=sys.stderr)
+    if found.report is None:
+        print("whyidle run: nothing to diagnose (the step tracker was off and no trace was written)", file=sys.stderr)
+        return
+    err = sys.stderr
+    err.write(render_terminal(found.report, color=bool(getattr(err, "isatty", lambda: False)())))
+    for name in ("report.json", "report.html", "report.txt"):
+        try:
+            found.report.save(launched.run_dir / name)
+        except OutputError as exc:
+            print(f"whyidle run: {exc}", file=sys.stderr)
+    print(f"whyidle run: the run folder is {launched.run_dir} (report.json, report.html, the {found.basis}'s data)", file=sys.stderr)
+
+
+def _write_counters(launched: Any, cmd: list[str]) -> None:
+    from whyidle.capture.watch import to_counter_file
+    from whyidle.output import write_atomic
+
+    try:
+        write_atomic(launched.run_dir / "counters.csv", to_counter_file(launched.sampled, cmd))
+    except OutputError as exc:
+        print(f"whyidle run: {exc}", file=sys.stderr)
