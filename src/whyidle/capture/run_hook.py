@@ -111,6 +111,7 @@ class _Overhead:
 
     outside_ns: int = 0  # steps without a profiler session (before it, after it, or --no-profiler)
     outside_steps: int = 0
+    outside_step_ns: list[int] = field(default_factory=list)  # per such step (the first 10,000)
     profiled_ns: int = 0  # steps with one, and the first step (it creates the tracker)
 
 
@@ -262,6 +263,8 @@ class Recorder:
         else:
             self.cost.outside_ns += self._step_cost
             self.cost.outside_steps += 1
+            if len(self.cost.outside_step_ns) < 10_000:
+                self.cost.outside_step_ns.append(self._step_cost)
         self._step_cost, self._profiled_step = 0, False
 
     def _user_line(self) -> str:

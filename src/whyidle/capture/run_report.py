@@ -98,19 +98,25 @@ def diagnose_process(rec: ProcessRecord, run_dir: Path, config: Config | None = 
 
 
 def overhead_line(rec: ProcessRecord) -> str:
-    """The hook's own cost outside the profiled steps, per step and against the median step."""
+    """The hook's own cost outside the profiled steps: the median per step (a preempted step on a
+    busy machine moves the mean, not the median), the mean, and the median against the median step."""
     cost = rec.data.get("overhead") or {}
     n = int(cost.get("outside_steps") or 0)
-    if not n:
+    per_step = cost.get("outside_step_ns") or ()
+    if not n or not per_step:
         return "whyidle run: overhead not measured (no step outside the profiled ones)"
-    per_step_us = cost.get("outside_ns", 0) / n / 1000
+    median_us = statistics.median(per_step) / 1000
+    mean_us = cost.get("outside_ns", 0) / n / 1000
     steps = ((rec.data.get("tracker") or {}).get("steps")) or ()
     durations = [s["end_ns"] - s["start_ns"] for s in steps if isinstance(s, dict)]
     share = ""
-    if durations:
-        median_us = statistics.median(durations) / 1000
-        share = f" = {100 * per_step_us / median_us:.3f}% of the median step ({median_us / 1000:.1f} ms)" if median_us else ""
-    return f"whyidle run: overhead outside the profiled steps {per_step_us:.1f} us per step{share}, over {n} steps (the hook's bookkeeping, timed by itself)"
+    if durations and statistics.median(durations) > 0:
+        step_us = statistics.median(durations) / 1000
+        share = f" = {100 * median_us / step_us:.3f}% of the median step ({step_us / 1000:.1f} ms)"
+    return (
+        f"whyidle run: overhead outside the profiled steps {median_us:.1f} us per step{share}; mean {mean_us:.1f} us "
+        f"over {n} steps (the hook's bookkeeping, timed by itself)"
+    )
 
 
 def nsys_command(cmd: Sequence[str]) -> str | None:

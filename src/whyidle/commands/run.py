@@ -25,6 +25,7 @@ EXAMPLES = """\
   whyidle run --steps 40 -- python train.py           # stop after 40 steps (as Ctrl-C would)
   whyidle run --window 20s+5s -- python serve.py      # a server: profile 5 s, 20 s after import torch
   whyidle run --no-profiler -- python train.py        # the step tracker only
+  whyidle run -o runs/fixed --baseline runs/starved -- python train.py --workers 4   # the gain of a fix
   whyidle run -o runs/exp1 -- torchrun --nproc_per_node 2 train.py
 """
 
@@ -77,6 +78,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-tracker", action="store_true", help="no step tracker (the profiler's trace only)")
     p.add_argument("--no-sampler", action="store_true", help="no NVML / process-tree sampling")
     p.add_argument("--no-hook", action="store_true", help="inject nothing: run the command with the sampler only")
+    p.add_argument("--baseline", metavar="RUN", help="compare with an earlier run: its run folder or report.json (shows the gain of a fix)")
     p.add_argument("--interval", type=float, default=0.5, metavar="SECONDS", help="sampler: time between samples (default 0.5)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
     p.set_defaults(run=run)
@@ -120,12 +122,12 @@ def run(args: argparse.Namespace) -> int:
     except PermissionError:
         print(f"whyidle run: {cmd[0]}: permission denied", file=sys.stderr)
         return 126
-    _report(launched, cmd)
+    _report(launched, cmd, args.baseline)
     rc = launched.returncode
     return 128 - rc if rc < 0 else rc
 
 
-def _report(launched: Any, cmd: list[str]) -> None:
+def _report(launched: Any, cmd: list[str], baseline: str | None = None) -> None:
     """Print what was recorded and the report (stderr), write the report files into the run folder."""
     from whyidle.capture.run_report import diagnose_process, main_record, summary_lines
     from whyidle.render.terminal import render_terminal
@@ -151,6 +153,25 @@ def _report(launched: Any, cmd: list[str]) -> None:
         except OutputError as exc:
             print(f"whyidle run: {exc}", file=sys.stderr)
     print(f"whyidle run: the run folder is {launched.run_dir} (report.json, report.html, the {found.basis}'s data)", file=sys.stderr)
+    if baseline:
+        _compare(baseline, found.report)
+
+
+def _compare(baseline: str, report: Any) -> None:
+    """The comparison with an earlier run (its folder's report.json, or a report or trace)."""
+    from whyidle.comparison.analysis import compare_reports, read_side
+    from whyidle.comparison.render import render_text
+    from whyidle.errors import WhyidleError
+
+    path = Path(baseline)
+    if path.is_dir():
+        path = path / "report.json"
+    try:
+        text = render_text(compare_reports(read_side(path), report))
+    except (OSError, WhyidleError) as exc:
+        print(f"whyidle run: --baseline {baseline}: cannot compare ({exc})", file=sys.stderr)
+        return
+    sys.stderr.write(text if text.endswith("\n") else text + "\n")
 
 
 def _write_counters(launched: Any, cmd: list[str]) -> None:
