@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from whyidle.capture.launch import LaunchOptions, child_env, launch
-from whyidle.capture.run_boot import ENV_DIR, ENV_OPTIONS
+from whyidle.capture.run_env import ENV_DIR, ENV_OPTIONS
 from whyidle.capture.run_hook import HookOptions, Recorder, worker_name
 from whyidle.commands.run import parse_duration, parse_window
 from whyidle.errors import UsageError

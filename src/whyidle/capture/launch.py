@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whyidle.capture.run_boot import ENV_DIR, ENV_OPTIONS, sitecustomize_source
+from whyidle.capture.run_boot import sitecustomize_source
+from whyidle.capture.run_env import ENV_DIR, ENV_OPTIONS
 from whyidle.capture.run_hook import STEPS_SUFFIX, HookOptions
 from whyidle.capture.watch import WatchResult, default_probes, watch
 
@@ -157,7 +158,7 @@ def launch(cmd: Sequence[str], options: LaunchOptions, *, popen: Callable[..., A
             return signals.proc
 
         try:
-            probes = default_probes if options.sampler else (lambda pid: ([], [], {}))
+            probes = default_probes if options.sampler else _no_probes
             sampled = watch(cmd, options.interval_s, probes=probes, popen=start)
             rc = sampled.returncode
         finally:
@@ -165,6 +166,10 @@ def launch(cmd: Sequence[str], options: LaunchOptions, *, popen: Callable[..., A
     out = Launched(rc, options.run_dir, sampled=sampled if options.sampler else None, interrupted=signals.interrupted, wall_s=time.monotonic() - t0)
     out.records, out.traces, out.notes = read_records(options.run_dir)
     return out
+
+
+def _no_probes(pid: int) -> tuple[list[Any], list[str], dict[str, dict[str, str]]]:
+    return [], [], {}
 
 
 def _interrupt(signals: _Signals) -> None:

@@ -26,10 +26,9 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["ENV_DIR", "ENV_OPTIONS", "boot", "sitecustomize_source", "note"]
+from whyidle.capture.run_env import ENV_DIR, note
 
-ENV_DIR = "WHYIDLE_RUN_DIR"  # the run folder every instrumented process writes into
-ENV_OPTIONS = "WHYIDLE_RUN_OPTIONS"  # the hook's options as JSON (run_hook.HookOptions)
+__all__ = ["boot", "sitecustomize_source"]
 
 
 def sitecustomize_source(whyidle_parent: str) -> str:
@@ -47,18 +46,6 @@ def sitecustomize_source(whyidle_parent: str) -> str:
         "except Exception:\n"
         "    pass\n"
     )
-
-
-def note(text: str) -> None:
-    """Append a line to this process's boot notes in the run folder (never to stdout/stderr)."""
-    run_dir = os.environ.get(ENV_DIR)
-    if not run_dir:
-        return
-    try:
-        with open(os.path.join(run_dir, f"boot-{os.getpid()}.txt"), "a", encoding="utf-8") as f:
-            f.write(text.rstrip("\n") + "\n")
-    except OSError:
-        pass
 
 
 def boot(site_dir: str) -> None:
@@ -113,7 +100,7 @@ class _TorchFinder(importlib.abc.MetaPathFinder):
                 real(module)
             finally:
                 try:
-                    del loader.exec_module  # type: ignore[method-assign]
+                    del loader.exec_module
                 except AttributeError:  # pragma: no cover
                     pass
             _activate(module)

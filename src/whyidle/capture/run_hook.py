@@ -39,7 +39,7 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from whyidle.capture.run_boot import ENV_DIR, ENV_OPTIONS, note
+from whyidle.capture.run_env import ENV_DIR, ENV_OPTIONS, note
 
 __all__ = ["HookOptions", "Recorder", "activate", "worker_name", "STEPS_SUFFIX"]
 
@@ -149,7 +149,6 @@ class Recorder:
         self._undo: list[Any] = []
         whyidle_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self._skip_dirs = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, whyidle_dir + os.sep)
-        self.imported_ns = time.monotonic_ns()
         self.broken = False
         self._step_cost = 0  # the hook's time in the open step
         self._profiled_step = False  # the profiler was started, stepped or stopped in it

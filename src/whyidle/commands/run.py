@@ -57,7 +57,7 @@ def _schedule(text: str) -> tuple[int, int, int]:
         parts = ()
     if len(parts) != 3 or min(parts) < 0 or parts[2] == 0:
         raise UsageError(f"--schedule {text!r}: expected WAIT,WARMUP,ACTIVE steps such as 5,2,3 (ACTIVE > 0)")
-    return parts  # type: ignore[return-value]
+    return parts[0], parts[1], parts[2]
 
 
 def add_parser(sub: Any) -> None:
