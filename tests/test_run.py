@@ -211,3 +211,21 @@ def test_steps_stops_the_program_after_n_steps(tmp_path: Path) -> None:
     record = json.loads(next((tmp_path / "run").glob("pid*.steps.json")).read_text())
     assert record["steps"] == 6 and record["profiler"] == "off"
     assert "stopped after 6 steps (--steps 6)" in p.stderr
+
+
+@needs_torch
+def test_a_queue_fed_server_gets_a_window_capture_and_a_demand_diagnosis(tmp_path: Path) -> None:
+    serve = ROOT / "examples" / "serve_queue.py"
+    p = whyidle_run(["-o", str(tmp_path / "run"), "--window", "0.3s+0.3s", "--no-sampler", "--", sys.executable, str(serve), "--requests", "60"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[-1] == "served 60 requests"
+    assert "steps from model calls" in p.stderr and "a time window (0.3 s after import torch, for 0.3 s)" in p.stderr
+    assert list((tmp_path / "run").glob("pid*.pt.trace.json.gz")), "the window's trace is in the run folder"
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["source"]["workload"] == "serving"
+    assert [f["cause"] for f in report["findings"]][:1] == ["idle_host"], report["findings"]
+    assert f"serve_queue.py:{_line_of(serve, 'out = model(request)')} in main" in p.stderr
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)

@@ -14,7 +14,10 @@
   GPU) activities, ``with_stack`` and ``record_shapes``, the schedule docs/capture.md recommends
   (wait 5, warm up 2, record 3 steps), started at the first step boundary and stopped when its
   trace is written; or, with ``--window START+LENGTH``, over a time window measured from the
-  import of torch (a process that serves requests and never steps an optimizer);
+  import of torch (a process that serves requests and never steps an optimizer). With
+  ``--window``, global module forward hooks (:mod:`whyidle.capture.run_calls`) also make each
+  top-level model call a step in a process without optimizer steps or DataLoader batches: the
+  time between two calls is the wait for a request;
 * **an exit hook** (``atexit``) that ends the profiler (a partial trace when the program ended,
   or was interrupted, while it recorded) and writes ``<worker>.steps.json`` into the run folder.
 
@@ -30,7 +33,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 import warnings
 import weakref
@@ -151,6 +153,11 @@ class Recorder:
         self._skip_dirs = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, whyidle_dir + os.sep)
         self.broken = False
         self._step_cost = 0  # the hook's time in the open step
+        self.started_ns = clock()  # import torch: --window is measured from here
+        self.loader_seen = False  # a DataLoader delivered a batch (its batches are the steps)
+        self.model_call_steps = False  # steps are top-level model calls (a serving loop)
+        self._last_call_end = 0
+        self.profiled_steps: list[int] = []  # steps the profiler slowed (left out of the tracker's figures)
         self._profiled_step = False  # the profiler was started, stepped or stopped in it
 
     # -- installing ---------------------------------------------------------------------------------
@@ -174,8 +181,10 @@ class Recorder:
         base.__next__ = __next__
         self._undo.append(lambda: setattr(base, "__next__", real_next))
         atexit.register(self.finish)
-        if self.options.profiler and self.options.window is not None:
-            self._start_window()
+        if self.options.window is not None:
+            from whyidle.capture.run_calls import install_model_calls
+
+            self._undo.append(install_model_calls(self))
 
     def uninstall(self) -> None:
         """Remove every patch (tests; the process's own exit does not need it)."""
@@ -206,6 +215,36 @@ class Recorder:
         if st.optimizer() is opt:
             self._guard(self._end_step, t0)
 
+    def call_started(self, args: Any) -> None:
+        """A top-level model call begins (run_calls): the window's clock; a step opens when the
+        process has no other steps (no optimizer stepped, no DataLoader batch)."""
+        if self.broken or os.getpid() != self.pid:
+            return
+        t0 = self.clock()
+        self._guard(self.window_tick, t0)
+        st = self.state
+        if st.optimizer is None and not self.loader_seen:
+            self._guard(self._call_started, t0, args)
+
+    def _call_started(self, t0: int, args: Any) -> None:
+        from whyidle.capture.tracker_records import batch_samples
+
+        self.model_call_steps = True
+        if self.tracker is None and self.options.tracker:
+            self._new_tracker(None)
+        if self.tracker is not None:
+            self.tracker.waited(self._last_call_end or t0, t0)
+        self.state.open = True
+        self.state.samples = batch_samples(args)
+        self._charge(t0)
+
+    def call_ended(self) -> None:
+        if self.broken or os.getpid() != self.pid or not (self.model_call_steps and self.state.open):
+            return
+        if self.state.optimizer is None and not self.loader_seen:
+            self._guard(self._end_step, self.clock())
+            self._last_call_end = self.clock()
+
     def _guard(self, fn: Any, *args: Any) -> None:
         try:
             fn(*args)
@@ -217,6 +256,7 @@ class Recorder:
     def _delivered(self, it: Any, t0: int, t1: int, batch: Any) -> None:
         from whyidle.capture.tracker_records import batch_samples
 
+        self.loader_seen = True
         if self.tracker is None and self.options.tracker:
             self._new_tracker(_loader_of(it))
         if self.tracker is not None:
@@ -243,6 +283,7 @@ class Recorder:
         st.steps += 1
         if self.options.profiler and self.options.window is None:
             self._profiler_step()
+        self.window_tick(t0)
         self._charge(t0, step=True)
         if self.options.steps and st.steps >= self.options.steps and not st.stopped:
             st.stopped = True
@@ -257,6 +298,8 @@ class Recorder:
         if not step:
             return
         profiled = self._profiled_step or self.state.profiler in ("waiting", "recording")
+        if profiled:
+            self.profiled_steps.append(self.state.steps - 1)  # the tracker's number of the step
         if profiled or self.state.steps <= 1:
             self.cost.profiled_ns += self._step_cost
         else:
@@ -310,30 +353,27 @@ class Recorder:
         except Exception as exc:
             self.state.notes.append(f"the profiler's trace could not be written ({type(exc).__name__}: {exc})")
 
-    def _start_window(self) -> None:
-        """``--window START+LENGTH``: a profiler session over a time window, for a process that
-        serves requests (no optimizer steps). A daemon thread starts and stops it."""
-        start_s, length_s = self.options.window or (0.0, 0.0)
-
-        def run() -> None:
-            time.sleep(start_s)
-            if self.state.profiler != "off" or self.broken:
-                return
-            try:
-                self.prof = self._new_profiler(None)
-                self.prof.start()
-                self.state.profiler = "recording"
-                time.sleep(length_s)
-                self._stop_window()
-            except Exception as exc:
-                self.state.notes.append(f"the window's profiler failed ({type(exc).__name__}: {exc})")
-
-        threading.Thread(target=run, name="whyidle-run-window", daemon=True).start()
+    def window_tick(self, now: int) -> None:
+        """``--window START+LENGTH``: start or stop the profiler when the window opens or closes,
+        measured from ``import torch``. Called at model calls and step ends, in the program's own
+        thread (torch.profiler records the thread that starts it: a timer thread would record
+        nothing of the program's)."""
+        if self.options.window is None or not self.options.profiler:
+            return
+        start_s, length_s = self.options.window
+        elapsed_s = (now - self.started_ns) / 1e9
+        if self.state.profiler == "off" and elapsed_s >= start_s:
+            self.prof = self._new_profiler(None)
+            self.prof.start()
+            self.state.profiler = "recording"
+            self._profiled_step = True
+        elif self.state.profiler == "recording" and elapsed_s >= start_s + length_s:
+            self._stop_window()
+            self._profiled_step = True
 
     def _stop_window(self) -> None:
         if self.state.profiler == "recording" and self.prof is not None:
-            self.prof.stop()
-            self._trace_ready(self.prof)
+            self.prof.stop()  # without a schedule, stop() hands the trace to _trace_ready
             self.prof = None
             self.state.profiler = "done"
 
@@ -370,7 +410,7 @@ class Recorder:
         if self.tracker is not None:
             import msgspec
 
-            stats = msgspec.to_builtins(self.tracker.stats(wait=True))
+            stats = msgspec.to_builtins(self._tracker_stats())
         return {
             "version": 1,
             "pid": self.pid,
@@ -379,7 +419,7 @@ class Recorder:
             "argv": list(sys.argv),
             "options": asdict(self.options),
             "steps": self.state.steps,
-            "step_source": "optimizer.step()" if self.state.optimizer is not None else ("DataLoader batches" if self.state.steps else ""),
+            "step_source": self._step_source(),
             "where": self.state.where,
             "profiler": self.state.profiler,
             "traces": list(self.state.traces),
@@ -387,6 +427,27 @@ class Recorder:
             "notes": list(self.state.notes),
             "tracker": stats,
         }
+
+    def _tracker_stats(self) -> Any:
+        """The tracker's steps without those the profiler ran in (its start-up, recording and
+        export slow them; the trace covers them), unless no other step is left."""
+        stats = self.tracker.stats(wait=True)
+        if self.model_call_steps:
+            stats = replace(stats, waits_for="request")
+        profiled = set(self.profiled_steps)
+        keep = tuple(s for s in stats.steps if s.number not in profiled)
+        if keep and len(keep) < len(stats.steps):
+            n = len(stats.steps) - len(keep)
+            note = f"{n} step(s) with the profiler on are left out of the step figures (the profiler's trace covers them)"
+            stats = replace(stats, steps=keep, notes=(*stats.notes, note))
+        return stats
+
+    def _step_source(self) -> str:
+        if self.state.optimizer is not None:
+            return "optimizer.step()"
+        if self.model_call_steps:
+            return "model calls (no optimizer step, no DataLoader: a serving loop)"
+        return "DataLoader batches" if self.state.steps else ""
 
     def write(self) -> None:
         st = self.state
