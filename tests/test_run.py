@@ -19,7 +19,8 @@ import pytest
 
 from whyidle.capture.launch import LaunchOptions, child_env, launch
 from whyidle.capture.run_env import ENV_DIR, ENV_OPTIONS
-from whyidle.capture.run_hook import HookOptions, Recorder, worker_name
+from whyidle.capture.run_env import HookOptions, worker_name
+from whyidle.capture.run_hook import Recorder
 from whyidle.commands.run import parse_duration, parse_window
 from whyidle.errors import UsageError
 
@@ -156,9 +157,9 @@ def test_a_starved_script_is_diagnosed_with_its_own_loop_line(starved: tuple[sub
     assert "steps from optimizer.step()" in p.stderr and "recorded 30 steps" in p.stderr
     m = re.search(r"overhead outside the profiled steps ([\d.]+) us per step = ([\d.]+)% of the median step", p.stderr)
     assert m and float(m.group(2)) < 5, "the hook's overhead is measured and small"
-    for name in ("report.json", "report.html", "report.txt", "pid"):
+    for name in ("report.json", "report.html", "report.txt", "pid", "traces"):
         assert any(f.name.startswith(name) for f in run.iterdir()), name
-    assert list(run.glob("pid*.pt.trace.json.gz")), "the profiler's trace of the steady steps is in the run folder"
+    assert list(run.glob("traces/pid*.pt.trace.json.gz")), "the profiler's trace of the steady steps is in the run folder"
     record = json.loads(next(run.glob("pid*.steps.json")).read_text())
     assert record["profiler"] == "done" and record["steps"] == 30
     assert p.stdout.splitlines()[-1] == "done: 30 steps", "the program's stdout is its own"
@@ -220,7 +221,7 @@ def test_a_queue_fed_server_gets_a_window_capture_and_a_demand_diagnosis(tmp_pat
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[-1] == "served 60 requests"
     assert "steps from model calls" in p.stderr and "a time window (0.3 s after import torch, for 0.3 s)" in p.stderr
-    assert list((tmp_path / "run").glob("pid*.pt.trace.json.gz")), "the window's trace is in the run folder"
+    assert list((tmp_path / "run").glob("traces/pid*.pt.trace.json.gz")), "the window's trace is in the run folder"
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["source"]["workload"] == "serving"
     assert [f["cause"] for f in report["findings"]][:1] == ["idle_host"], report["findings"]
@@ -229,3 +230,21 @@ def test_a_queue_fed_server_gets_a_window_capture_and_a_demand_diagnosis(tmp_pat
 
 def _line_of(path: Path, text: str) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+@needs_torch
+@pytest.mark.skipif(not __import__("shutil").which("torchrun"), reason="needs torchrun on the PATH")
+def test_torchrun_ranks_record_into_one_folder_and_the_straggler_is_named(tmp_path: Path) -> None:
+    example = ROOT / "examples" / "ddp_straggler.py"
+    p = whyidle_run(["-o", str(tmp_path / "run"), "--no-sampler", "--", "torchrun", "--nproc_per_node", "2", str(example), "--slow-rank", "1", "--slow-ms", "30"], tmp_path)
+    assert p.returncode == 0, p.stderr
+    run = tmp_path / "run"
+    assert sorted(f.name for f in run.glob("rank*.steps.json")) == ["rank0.steps.json", "rank1.steps.json"]
+    assert {f.name.split(".")[0] for f in run.glob("traces/*.pt.trace.json.gz")} == {"rank0", "rank1"}
+    report = json.loads((run / "report.json").read_text())
+    stragglers = report["cross_rank"]["stragglers"]
+    assert [s["rank"] for s in stragglers] == [1], stragglers
+    assert stragglers[0]["cause"]["cause"] == "compute/more_device_work"
+    assert 20e6 < stragglers[0]["cause"]["excess_ns_per_step"] < 60e6, "about the 30 ms injected per step"
+    assert "rank 1: last at" in p.stderr
+    assert p.stdout.splitlines()[-1] == "done: 30 steps on 2 ranks"

@@ -29,7 +29,7 @@ from typing import Any
 
 from whyidle.capture.run_boot import sitecustomize_source
 from whyidle.capture.run_env import ENV_DIR, ENV_OPTIONS
-from whyidle.capture.run_hook import STEPS_SUFFIX, HookOptions
+from whyidle.capture.run_env import STEPS_SUFFIX, HookOptions
 from whyidle.capture.watch import WatchResult, default_probes, watch
 
 __all__ = ["LaunchOptions", "Launched", "ProcessRecord", "launch", "read_records", "FORWARDED"]
@@ -188,5 +188,5 @@ def read_records(run_dir: Path) -> tuple[list[ProcessRecord], list[Path], list[s
             notes.append(f"{p.name} could not be read ({exc})")
     for p in sorted(run_dir.glob("boot-*.txt")):
         notes += [f"{p.stem[5:]}: {line}" for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
-    traces = sorted(run_dir.glob("*.pt.trace.json.gz"))
+    traces = sorted(run_dir.glob("traces/*.pt.trace.json.gz"))
     return records, traces, notes

@@ -41,44 +41,11 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-from whyidle.capture.run_env import ENV_DIR, ENV_OPTIONS, note
+from whyidle.capture.run_env import ENV_DIR, ENV_OPTIONS, STEPS_SUFFIX, HookOptions, note, worker_name
 
-__all__ = ["HookOptions", "Recorder", "activate", "worker_name", "STEPS_SUFFIX"]
+__all__ = ["Recorder", "activate"]
 
-STEPS_SUFFIX = ".steps.json"
 _ACTIVE: list[Recorder] = []  # the process's recorder (one; tests reset it)
-
-
-@dataclass(frozen=True)
-class HookOptions:
-    """What ``whyidle run`` switches on in its children (``WHYIDLE_RUN_OPTIONS``, JSON)."""
-
-    tracker: bool = True
-    profiler: bool = True
-    schedule: tuple[int, int, int] = (5, 2, 3)  # wait, warm-up, active steps (capture.profiler.DEFAULT_SCHEDULE)
-    steps: int = 0  # interrupt the program (SIGINT) after this many steps; 0: never
-    window: tuple[float, float] | None = None  # profile from START s after `import torch`, for LENGTH s
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> HookOptions:
-        d = json.loads(text) if text else {}
-        window = d.get("window")
-        return cls(
-            tracker=bool(d.get("tracker", True)),
-            profiler=bool(d.get("profiler", True)),
-            schedule=tuple(int(v) for v in d.get("schedule", (5, 2, 3)))[:3],  # type: ignore[arg-type]
-            steps=int(d.get("steps", 0)),
-            window=(float(window[0]), float(window[1])) if window else None,
-        )
-
-
-def worker_name(rank: int | None, pid: int) -> str:
-    """The name of a process's files in the run folder: ``rank<R>`` under torch.distributed
-    (``ranks.run.rank_from_name`` reads it back), else ``pid<pid>``."""
-    return f"rank{rank}" if rank is not None else f"pid{pid}"
 
 
 def _is_launcher(argv: list[str]) -> bool:
@@ -157,6 +124,7 @@ class Recorder:
         self.loader_seen = False  # a DataLoader delivered a batch (its batches are the steps)
         self.model_call_steps = False  # steps are top-level model calls (a serving loop)
         self._last_call_end = 0
+        self.backward_ns: dict[int, tuple[int, int]] = {}  # step -> (start, duration) of its last backward
         self.profiled_steps: list[int] = []  # steps the profiler slowed (left out of the tracker's figures)
         self._profiled_step = False  # the profiler was started, stepped or stopped in it
 
@@ -180,11 +148,30 @@ class Recorder:
 
         base.__next__ = __next__
         self._undo.append(lambda: setattr(base, "__next__", real_next))
+        if (self.world_size or 1) > 1:
+            self._time_backward()
         atexit.register(self.finish)
         if self.options.window is not None:
             from whyidle.capture.run_calls import install_model_calls
 
             self._undo.append(install_model_calls(self))
+
+    def _time_backward(self) -> None:
+        """Under torch.distributed: time each step's (last) backward call, which holds DDP's
+        gradient all-reduce. The last rank to reach it waits least: the cross-rank report reads
+        the straggler from these durations (as ranks.analysis does from collective kernels)."""
+        autograd, real, rec = self.torch.autograd, self.torch.autograd.backward, self
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            t0 = rec.clock()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                if os.getpid() == rec.pid and len(rec.backward_ns) < 100_000:
+                    rec.backward_ns[rec.state.steps] = (t0, rec.clock() - t0)
+
+        autograd.backward = backward
+        self._undo.append(lambda: setattr(autograd, "backward", real))
 
     def uninstall(self) -> None:
         """Remove every patch (tests; the process's own exit does not need it)."""
@@ -346,10 +333,11 @@ class Recorder:
             st.profiler = "done"
 
     def _trace_ready(self, prof: Any) -> None:
-        path = self.run_dir / f"{self.name}.{time.time_ns() // 1_000_000}.pt.trace.json.gz"
+        path = self.run_dir / "traces" / f"{self.name}.{time.time_ns() // 1_000_000}.pt.trace.json.gz"
         try:
+            path.parent.mkdir(exist_ok=True)
             prof.export_chrome_trace(str(path))  # gzipped: the name ends in .gz
-            self.state.traces.append(path.name)
+            self.state.traces.append(f"traces/{path.name}")
         except Exception as exc:
             self.state.notes.append(f"the profiler's trace could not be written ({type(exc).__name__}: {exc})")
 
@@ -426,6 +414,7 @@ class Recorder:
             "overhead": asdict(self.cost),
             "notes": list(self.state.notes),
             "tracker": stats,
+            "backward": [[k, *v] for k, v in sorted(self.backward_ns.items())],
         }
 
     def _tracker_stats(self) -> Any:

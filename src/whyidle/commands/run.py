@@ -86,7 +86,7 @@ def add_parser(sub: Any) -> None:
 
 def _options(args: argparse.Namespace, run_dir: Path) -> Any:
     from whyidle.capture.launch import LaunchOptions
-    from whyidle.capture.run_hook import HookOptions
+    from whyidle.capture.run_env import HookOptions
 
     if args.steps < 0:
         raise UsageError(f"--steps {args.steps}: expected a positive number of steps")
@@ -130,7 +130,6 @@ def run(args: argparse.Namespace) -> int:
 def _report(launched: Any, cmd: list[str], baseline: str | None = None) -> None:
     """Print what was recorded and the report (stderr), write the report files into the run folder."""
     from whyidle.capture.run_report import diagnose_process, main_record, summary_lines
-    from whyidle.render.terminal import render_terminal
 
     main = main_record(launched.records)
     for line in summary_lines(launched, cmd, main):
@@ -139,22 +138,54 @@ def _report(launched: Any, cmd: list[str], baseline: str | None = None) -> None:
         _write_counters(launched, cmd)
     if main is None:
         return
+    ranked = [r for r in launched.records if r.rank is not None]
+    if len({r.rank for r in ranked}) >= 2:
+        _show(_multi_rank(launched, ranked), launched.run_dir, "each rank's record and trace")
+        return
     found = diagnose_process(main, launched.run_dir)
     for n in found.notes:
         print(f"whyidle run: {n}", file=sys.stderr)
     if found.report is None:
         print("whyidle run: nothing to diagnose (the step tracker was off and no trace was written)", file=sys.stderr)
         return
-    err = sys.stderr
-    err.write(render_terminal(found.report, color=bool(getattr(err, "isatty", lambda: False)())))
-    for name in ("report.json", "report.html", "report.txt"):
-        try:
-            found.report.save(launched.run_dir / name)
-        except OutputError as exc:
-            print(f"whyidle run: {exc}", file=sys.stderr)
-    print(f"whyidle run: the run folder is {launched.run_dir} (report.json, report.html, the {found.basis}'s data)", file=sys.stderr)
+    _show(found.report, launched.run_dir, f"the {found.basis}'s data")
     if baseline:
         _compare(baseline, found.report)
+
+
+def _show(report: Any, run_dir: Path, holds: str) -> None:
+    """Print the report on stderr and save it as report.json, report.html, report.txt."""
+    from whyidle.render.terminal import render_terminal
+
+    err = sys.stderr
+    text = render_terminal(report, color=bool(getattr(err, "isatty", lambda: False)())) if not hasattr(report, "cross_rank") else str(report)
+    err.write(text if text.endswith("\n") else text + "\n")
+    for name in ("report.json", "report.html", "report.txt"):
+        try:
+            report.save(run_dir / name)
+        except OutputError as exc:
+            print(f"whyidle run: {exc}", file=sys.stderr)
+    print(f"whyidle run: the run folder is {run_dir} (report.json, report.html, {holds})", file=sys.stderr)
+
+
+def _multi_rank(launched: Any, ranked: list[Any]) -> Any:
+    """The multi-rank report: from the ranks' traces when their devices were busy (a GPU job),
+    else from their step reports and per-step backward calls (ranks.steps)."""
+    from whyidle.capture.run_report import diagnose_process
+    from whyidle.ranks.steps import RankSteps, multi_rank_from_steps
+
+    found = [diagnose_process(r, launched.run_dir) for r in ranked]
+    if all(f.basis == "trace" for f in found):
+        from whyidle.ranks.run import diagnose_ranks
+
+        return diagnose_ranks(launched.run_dir / "traces")
+    entries = [
+        RankSteps(r.rank, r.path.name, f.report, tuple((int(a), int(b), int(c)) for a, b, c in r.data.get("backward") or ()))
+        for r, f in zip(ranked, found)
+        if f.report is not None
+    ]
+    world = max((int(r.data.get("world_size") or 0) for r in ranked), default=0) or None
+    return multi_rank_from_steps(str(launched.run_dir), entries, world, "the RANK environment variable of each process")
 
 
 def _compare(baseline: str, report: Any) -> None:
