@@ -106,6 +106,21 @@ def test_a_non_pytorch_command_keeps_its_output_and_status_and_is_offered_nsys(t
     assert p2.returncode == 127 and "command not found" in p2.stderr
 
 
+def test_sigterm_to_whyidle_is_sent_on_to_the_program(tmp_path: Path) -> None:
+    code = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (print('got SIGTERM', flush=True), sys.exit(5)))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    cmd = [sys.executable, "-m", "whyidle", "run", "-o", str(tmp_path / "run"), "--no-sampler", "--", sys.executable, "-c", code]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 5 and out == "got SIGTERM\n", err
+
+
 # -- torch: the hook in this process ----------------------------------------------------------------
 
 
@@ -189,7 +204,8 @@ def test_outputs_losses_and_status_are_the_same_with_and_without_whyidle_run(sta
 
 @needs_torch
 def test_ctrl_c_ends_the_program_and_leaves_a_report_of_what_was_recorded(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "whyidle", "run", "-o", str(tmp_path / "run"), "--no-sampler", "--", sys.executable, "-u", str(EXAMPLE), "--steps", "100000"]
+    # the profiler records from step 3 on: the interrupt comes while it records
+    cmd = [sys.executable, "-m", "whyidle", "run", "-o", str(tmp_path / "run"), "--no-sampler", "--schedule", "1,1,100000", "--", sys.executable, "-u", str(EXAMPLE), "--steps", "100000"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -203,6 +219,7 @@ def test_ctrl_c_ends_the_program_and_leaves_a_report_of_what_was_recorded(tmp_pa
     assert steps >= 15
     assert json.loads((tmp_path / "run" / "report.json").read_text())["steps"]
     assert "Input starvation" in err
+    assert list((tmp_path / "run").glob("traces/pid*.pt.trace.json.gz")), "the interrupted profiler's trace of what it recorded"
 
 
 @needs_torch
