@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from whyidle.commands._command import cannot_start, command_words
 from whyidle.errors import OutputError, UsageError
 
 __all__ = ["add_parser", "run", "parse_window", "parse_duration"]
@@ -107,21 +108,13 @@ def _options(args: argparse.Namespace, run_dir: Path) -> Any:
 def run(args: argparse.Namespace) -> int:
     from whyidle.capture.launch import launch
 
-    cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    if not cmd:
-        raise UsageError("no command to run; usage: whyidle run -- python train.py")
+    cmd = command_words(args.cmd, "no command to run; usage: whyidle run -- python train.py")
     run_dir = Path(args.output or f"whyidle-runs/{time.strftime('%Y%m%d-%H%M%S')}")
     options = _options(args, run_dir)
     try:
         launched = launch(cmd, options)
-    except FileNotFoundError:
-        print(f"whyidle run: {cmd[0]}: command not found", file=sys.stderr)
-        return 127
-    except PermissionError:
-        print(f"whyidle run: {cmd[0]}: permission denied", file=sys.stderr)
-        return 126
+    except (FileNotFoundError, PermissionError) as exc:
+        return cannot_start("whyidle run", cmd, exc)
     _report(launched, cmd, args.baseline)
     rc = launched.returncode
     return 128 - rc if rc < 0 else rc
