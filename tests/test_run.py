@@ -20,7 +20,7 @@ import pytest
 from whyidle.capture.launch import LaunchOptions, child_env, launch
 from whyidle.capture.run_env import ENV_DIR, ENV_OPTIONS
 from whyidle.capture.run_env import HookOptions, worker_name
-from whyidle.capture.run_hook import Recorder
+from whyidle.capture.run_hook import Recorder, is_launcher
 from whyidle.commands.run import parse_duration, parse_window
 from whyidle.errors import UsageError
 
@@ -69,6 +69,12 @@ def test_hook_options_travel_as_json() -> None:
     assert worker_name(3, 99) == "rank3" and worker_name(None, 99) == "pid99"
 
 
+def test_the_torchrun_launcher_is_not_recorded_its_ranks_are() -> None:
+    assert is_launcher(["/venv/bin/torchrun", "--nproc_per_node", "2", "train.py"])
+    assert is_launcher(["/lib/python3.11/site-packages/torch/distributed/run.py", "train.py"])
+    assert not is_launcher(["train.py"]) and not is_launcher([]) and not is_launcher(["/home/me/torchrun_notes.py"])
+
+
 def test_the_hook_is_first_on_pythonpath_and_the_env_says_where_to_write(tmp_path: Path) -> None:
     env = child_env(LaunchOptions(tmp_path / "run"), tmp_path / "site", base={"PYTHONPATH": "/user/lib"})
     assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "site"), "/user/lib"]
@@ -100,7 +106,7 @@ def test_a_non_pytorch_command_keeps_its_output_and_status_and_is_offered_nsys(t
     cmd = [sys.executable, "-m", "whyidle", "run", "-o", str(tmp_path / "run"), "--", sys.executable, "-c", "import sys; print('hello'); sys.exit(3)"]
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 3 and p.stdout == "hello\n"
-    assert "the start-up hook recorded nothing" in p.stderr
+    assert "the start-up hook recorded nothing" in p.stderr and "whyidle run: sampler: " in p.stderr
     assert "nsys profile -t cuda,nvtx,osrt -o whyidle-run --" in p.stderr and "whyidle diagnose whyidle-run.nsys-rep" in p.stderr
     p2 = subprocess.run([sys.executable, "-m", "whyidle", "run", "--", "no-such-command-xyz"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60)
     assert p2.returncode == 127 and "command not found" in p2.stderr

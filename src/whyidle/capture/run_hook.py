@@ -43,15 +43,17 @@ from typing import Any
 
 from whyidle.capture.run_env import ENV_DIR, ENV_OPTIONS, STEPS_SUFFIX, HookOptions, note, worker_name
 
-__all__ = ["Recorder", "activate"]
+__all__ = ["Recorder", "activate", "is_launcher"]
 
-_ACTIVE: list[Recorder] = []  # the process's recorder (one; tests reset it)
+_ACTIVE: list[Recorder] = []  # the process's recorder: one at most
 
 
-def _is_launcher(argv: list[str]) -> bool:
+def is_launcher(argv: list[str]) -> bool:
     """torchrun (or ``python -m torch.distributed.run/launch``) starts the ranks: not a rank itself."""
-    first = os.path.basename(argv[0]) if argv else ""
-    return first in ("torchrun", "torch-distributed-run") or any(argv[0].endswith(p) for p in ("distributed/run.py", "distributed/launch.py")) if argv else False
+    if not argv:
+        return False
+    first = argv[0].replace(os.sep, "/")
+    return os.path.basename(first) == "torchrun" or first.endswith(("distributed/run.py", "distributed/launch.py"))
 
 
 def _in_worker_process() -> bool:
@@ -66,7 +68,7 @@ def _in_worker_process() -> bool:
 def activate(torch: ModuleType) -> Recorder | None:
     """Instrument this process (see the module docstring); None when it is not one to record."""
     run_dir = os.environ.get(ENV_DIR)
-    if not run_dir or _ACTIVE or _is_launcher(sys.argv) or _in_worker_process():
+    if not run_dir or _ACTIVE or is_launcher(sys.argv) or _in_worker_process():
         return None
     rec = Recorder(torch, HookOptions.from_json(os.environ.get(ENV_OPTIONS, "")), Path(run_dir))
     rec.install()

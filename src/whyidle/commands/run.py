@@ -129,7 +129,12 @@ def _report(launched: Any, cmd: list[str], baseline: str | None = None) -> None:
         print(line, file=sys.stderr)
     if launched.sampled is not None and launched.sampled.rows:
         _write_counters(launched, cmd)
-    if main is None:
+    if main is None:  # nothing from the hook: what the sampler saw is all there is
+        if launched.sampled is not None:
+            from whyidle.capture.watch import summarize
+
+            for line in summarize(launched.sampled, cmd)[1:]:  # after its first line (the exit status, said above)
+                print(f"whyidle run: sampler: {line.strip()}", file=sys.stderr)
         return
     ranked = [r for r in launched.records if r.rank is not None]
     if len({r.rank for r in ranked}) >= 2:
