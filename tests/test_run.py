@@ -127,6 +127,14 @@ def test_sigterm_to_whyidle_is_sent_on_to_the_program(tmp_path: Path) -> None:
     assert proc.returncode == 5 and out == "got SIGTERM\n", err
 
 
+def test_duration_interrupts_the_program_as_ctrl_c_would(tmp_path: Path) -> None:
+    code = "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('interrupted')\n    raise\n"
+    t0 = time.monotonic()
+    p = whyidle_run(["-o", str(tmp_path / "run"), "--duration", "0.5s", "--no-sampler", "--", sys.executable, "-c", code], tmp_path)
+    assert p.returncode == 130 and p.stdout == "interrupted\n", p.stderr
+    assert "(interrupted)" in p.stderr and time.monotonic() - t0 < 30
+
+
 # -- torch: the hook in this process ----------------------------------------------------------------
 
 

@@ -100,6 +100,8 @@ def _options(args: argparse.Namespace, run_dir: Path) -> Any:
             steps=args.steps,
             window=parse_window(args.window) if args.window else None,
         )
+    if not 0.01 <= args.interval <= 60:
+        raise UsageError(f"--interval {args.interval}: expected between 0.01 and 60 seconds")
     duration = parse_duration(args.duration) if args.duration else None
     interval = args.interval if not args.no_sampler else 0.05  # without samples: just wait for the exit
     return LaunchOptions(run_dir, hook, sampler=not args.no_sampler, interval_s=interval, duration_s=duration)
