@@ -74,3 +74,10 @@ _.ph
 _.binary
 # _Thread.tops_overlapping: the per-gap lookup tests/test_evidence_index.py checks the all-gap index against
 _.tops_overlapping
+# whyidle run's hook (capture/run_hook.py): the overhead's fields are written into the process
+# record with dataclasses.asdict and read by capture/run_report.py by name; uninstall() is what
+# tests call to take the hook out of their own process
+outside_ns
+outside_steps
+profiled_ns
+_.uninstall

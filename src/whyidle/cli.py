@@ -21,10 +21,11 @@ from whyidle.errors import MissingExtraError, OutputError, UsageError, WhyidleEr
 __all__ = ["main", "run", "COMMANDS"]
 
 # Subcommand modules, in the order `whyidle --help` lists them.
-COMMANDS = ("diagnose", "compare", "demo", "lab", "sweep", "watch", "convert", "scaling", "serving", "batching", "explain")
+COMMANDS = ("run", "diagnose", "compare", "demo", "lab", "sweep", "watch", "convert", "scaling", "serving", "batching", "explain")
 
 EXAMPLES = """\
   whyidle demo                                   # try it: a starved loop, diagnosed and fixed
+  whyidle run -- python train.py                 # your program, unchanged, diagnosed when it ends
   whyidle diagnose trace.pt.trace.json.gz        # why was the GPU idle in this profile?
   whyidle diagnose trace.pt.trace.json.gz -o report.html
   whyidle compare before.json after.json --max-regression 5%

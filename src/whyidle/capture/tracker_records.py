@@ -76,6 +76,9 @@ class TrackerStats:
     loop_line: str  # "train.py:42 in train": the line of the for-loop, when known
     skip_first: int  # steps the report drops (worker start-up, first calls)
     notes: tuple[str, ...] = ()
+    # What the loop waited for before each step: "batch" (a DataLoader's), or "request" (a
+    # serving loop's steps are its model calls; the wait between them is time without a request)
+    waits_for: str = "batch"
 
     @property
     def total_ns(self) -> int:

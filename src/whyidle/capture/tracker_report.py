@@ -47,8 +47,9 @@ __all__ = ["report_from_tracker", "SOURCE_FORMAT"]
 _ATTRIBUTED = (C.INPUT_PIPELINE, C.H2D_COPY, C.UNTRACED_HOST)
 
 
-def _split(s: StepRecord, device_timing: bool) -> tuple[int, dict[C.Cause, int]]:
-    """(busy ns, idle ns by cause) of one step."""
+def _split(s: StepRecord, device_timing: bool, wait_cause: C.Cause = C.INPUT_PIPELINE) -> tuple[int, dict[C.Cause, int]]:
+    """(busy ns, idle ns by cause) of one step; the wait is ``wait_cause``'s (the input pipeline,
+    or for a serving loop no request to serve)."""
     dur = max(s.duration_ns, 0)
     if device_timing and s.device_ns is not None:
         busy = min(max(s.device_ns, 0), dur)
@@ -57,7 +58,7 @@ def _split(s: StepRecord, device_timing: bool) -> tuple[int, dict[C.Cause, int]]
     idle = dur - busy
     wait = min(max(s.data_wait_ns, 0), idle)
     copy = min(max(s.copy_ns, 0), idle - wait)
-    return busy, {C.INPUT_PIPELINE: wait, C.H2D_COPY: copy, C.UNTRACED_HOST: idle - wait - copy}
+    return busy, {wait_cause: wait, C.H2D_COPY: copy, C.UNTRACED_HOST: idle - wait - copy}
 
 
 def _empty_kernels() -> KernelStats:
@@ -93,6 +94,8 @@ def _seen_here(cause: C.Cause, st: TrackerStats, per_step_ns: float, mean_step_n
                 f"{format_ms(per_step_ns)} per step (step {format_ms(mean_step_ns)}).",
             )
         return (f"Seen here: the loop waited {format_ms(per_step_ns)} per step for the next batch (step {format_ms(mean_step_ns)}).",)
+    if cause is C.IDLE_HOST:
+        return (f"Seen here: the model waited {format_ms(per_step_ns)} per call for a request (call {format_ms(mean_step_ns)} with the wait).",)
     if cause is C.H2D_COPY and li.pin_memory is False:
         return ("Seen here: the DataLoader does not pin memory (pin_memory=False), so copies cannot run asynchronously.",)
     return ()
@@ -112,13 +115,17 @@ def _quality(st: TrackerStats, steps: tuple[StepRecord, ...]) -> list[str]:
     return quality
 
 
-def _figures(steps: tuple[StepRecord, ...], device_timing: bool) -> tuple[list[StepFigures], dict[C.Cause, int], int]:
+def _wait_cause(st: TrackerStats) -> C.Cause:
+    return C.IDLE_HOST if st.waits_for == "request" else C.INPUT_PIPELINE
+
+
+def _figures(steps: tuple[StepRecord, ...], device_timing: bool, wait_cause: C.Cause = C.INPUT_PIPELINE) -> tuple[list[StepFigures], dict[C.Cause, int], int]:
     """(per-step figures, idle ns by cause over the steps, busy ns over the steps)."""
     figures: list[StepFigures] = []
     totals = {c: 0 for c in C.CAUSES}
     busy_total = 0
     for s in steps:
-        busy, by_cause = _split(s, device_timing)
+        busy, by_cause = _split(s, device_timing, wait_cause)
         busy_total += busy
         for c, ns in by_cause.items():
             totals[c] += ns
@@ -161,7 +168,7 @@ def _finding(run: _Run, cause: C.Cause, ns: int, cfg: Config) -> Finding:
     per_step = float(np.mean(per))
     variant = _variant(st) if cause is C.INPUT_PIPELINE else ""
     lever = lever_for(cause.cause, variant)
-    label = "DataLoader.__next__ (measured by whyidle.track)" if cause is C.INPUT_PIPELINE else "tracker.copy() blocks"
+    label = {C.INPUT_PIPELINE: "DataLoader.__next__ (measured by whyidle.track)", C.IDLE_HOST: "no request: between model calls (measured by whyidle run)"}.get(cause, "tracker.copy() blocks")
     n_steps = sum(1 for v in per if v > 0)
     li = st.loader
     facts: list[tuple[str, Any]] = [
@@ -193,7 +200,7 @@ def _finding(run: _Run, cause: C.Cause, ns: int, cfg: Config) -> Finding:
     finding = cause_finding(cause, lever, variant, ns, run.idle_ns, run.window_ns, ev, fix)
     # Workers are predicted only where the loader ran in the training process (its wait is
     # then the whole per-batch production cost).
-    if cause is not C.INPUT_PIPELINE or not li.num_workers:
+    if cause is C.H2D_COPY or (cause is C.INPUT_PIPELINE and not li.num_workers):
         waits = [s.data_wait_ns if cause is C.INPUT_PIPELINE else s.copy_ns for s in steps]
         pred = predict_from_steps([s.duration_ns for s in steps], waits, cause.cause, cfg, run.batch)
         finding = msgspec.structs.replace(finding, prediction=pred)
@@ -205,7 +212,7 @@ def report_from_tracker(st: TrackerStats, config: Config | None = None) -> Diagn
     cfg = config or Config()
     steps = st.selected()
     quality = _quality(st, steps)
-    figures, totals, busy_total = _figures(steps, st.device_timing)
+    figures, totals, busy_total = _figures(steps, st.device_timing, _wait_cause(st))
     window_ns = sum(s.duration_ns for s in steps)
     batch = _batch(steps)
     util = Utilization.busy_only(
@@ -214,7 +221,7 @@ def report_from_tracker(st: TrackerStats, config: Config | None = None) -> Diagn
     run = _Run(st, steps, tuple(figures), window_ns, util.idle_ns, batch)
     threshold = cfg.min_finding_share_of_window * window_ns
     findings = [
-        _finding(run, cause, totals[cause], cfg) for cause in (C.INPUT_PIPELINE, C.H2D_COPY) if not (totals[cause] <= 0 or totals[cause] < threshold)
+        _finding(run, cause, totals[cause], cfg) for cause in (_wait_cause(st), C.H2D_COPY) if not (totals[cause] <= 0 or totals[cause] < threshold)
     ]
     findings.sort(key=lambda f: -f.idle_ns)
     skipped = (
@@ -235,7 +242,9 @@ def report_from_tracker(st: TrackerStats, config: Config | None = None) -> Diagn
             devices=(st.device,),
             rank=None,
             world_size=None,
-            training=True,
+            training=st.waits_for != "request",
+            workload="serving" if st.waits_for == "request" else "",
+            workload_evidence=("steps are model calls with no optimizer step (whyidle run --window)",) if st.waits_for == "request" else (),
         ),
         window=WindowInfo(
             start_ns=start,

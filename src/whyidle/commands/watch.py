@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any
 
+from whyidle.commands._command import cannot_start, command_words
 from whyidle.errors import OutputError, UsageError
 from whyidle.output import write_atomic
 
@@ -42,22 +43,14 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from whyidle.capture.watch import default_probes, summarize, to_counter_file, watch
 
-    cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    if not cmd:
-        raise UsageError("no command to watch; usage: whyidle watch -- python train.py")
+    cmd = command_words(args.cmd, "no command to watch; usage: whyidle watch -- python train.py")
     if not 0.01 <= args.interval <= 60:
         raise UsageError(f"--interval {args.interval}: expected between 0.01 and 60 seconds")
     out = args.output or f"watch.{time.strftime('%Y%m%d-%H%M%S')}.counters.csv"
     try:
         result = watch(cmd, args.interval, probes=lambda pid: default_probes(pid, pcie=not args.no_pcie))
-    except FileNotFoundError:
-        print(f"whyidle watch: {cmd[0]}: command not found", file=sys.stderr)
-        return 127
-    except PermissionError:
-        print(f"whyidle watch: {cmd[0]}: permission denied", file=sys.stderr)
-        return 126
+    except (FileNotFoundError, PermissionError) as exc:
+        return cannot_start("whyidle watch", cmd, exc)
     for line in summarize(result, cmd):
         print(line, file=sys.stderr)
     if result.rows:
