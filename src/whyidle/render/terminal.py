@@ -15,6 +15,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from whyidle.catalogue import warmup_capture
 from whyidle.findings.labels import cause_label
 from whyidle.findings.model import Finding, DiagnosisData
 from whyidle.output import clean
@@ -78,7 +79,7 @@ def _headline(r: DiagnosisData) -> Table:
         t.add_row(
             "Capture",
             f"{format_ns(total)} ({total / (r.window.duration_ns * max(u.n_devices, 1)):.0%} of the window) is capture "
-            f"artifacts, not the job's idle: {what}. Capture after warm-up (torch.profiler.schedule(wait=1, warmup=2, active=3)).",
+            f"artifacts, not the job's idle: {what}. Capture after warm-up ({warmup_capture(r.advice.framework if r.advice else '')}).",
         )
     groups = r.idle_by_group_ns
     if u.idle_ns > 0 and any(groups.values()):

@@ -111,7 +111,7 @@ def devices_of(space: Space) -> list[dict[str, object]]:
         major, minor, cores = (st.get(k) for k in ("compute_cap_major", "compute_cap_minor", "core_count"))
         d: dict[str, object] = {"id": int(m.group(2)), "plane": p.name}
         if vendor.upper() == "AMD":
-            model = _AMD_MODELS.get((major, minor, cores)) if isinstance(major, int) and isinstance(minor, int) else None
+            model = _AMD_MODELS.get((major, minor, cores)) if isinstance(major, int) and isinstance(minor, int) and isinstance(cores, int) else None
             cap = f" (ISA {major}.{minor})" if isinstance(major, int) else ""
             d["name"] = f"{model or 'AMD GPU'}{cap}"
             if isinstance(cores, int):
@@ -202,11 +202,12 @@ def _host_line(b: TimelineBuilder, p: Plane, line: Line, host: str) -> None:
     lane = b.lane_id(LaneKind.CPU_THREAD, -1, host, str(line.id), line.name)
     b.add_columns(start_ns=start, end_ns=end, lane=np.full(start.size, lane, dtype=np.int32), kind=kind, name=name_ids, corr=corr)
     syncs = np.flatnonzero(np.array([bool(_JAX_SYNC.search(s)) for s in names], dtype=np.bool_)[which])
-    if syncs.size:  # the Python frames that wait for the device: also a sync record each
+    if syncs.size:  # the Python frames that wait for the device: also a sync record each, named as XLA names the wait
         n = syncs.size
+        sync_names = b.intern_many([f"BlockHostUntilReady ({names[int(which[i])]})" for i in syncs.tolist()])
         b.add_columns(
             start_ns=start[syncs], end_ns=end[syncs], lane=np.full(n, lane, dtype=np.int32),
-            kind=np.full(n, int(Kind.SYNC), dtype=np.int8), name=name_ids[syncs],
+            kind=np.full(n, int(Kind.SYNC), dtype=np.int8), name=sync_names,
         )  # fmt: skip
 
 

@@ -104,7 +104,7 @@ def _add_rows(tl: Timeline, start: np.ndarray, end: np.ndarray, lane: int, names
     n = start.size
     base = len(tl.strings)
     strings = [*tl.strings, *names]
-    extra = {
+    extra: dict[str, np.ndarray] = {
         "start_ns": start.astype(np.int64),
         "end_ns": end.astype(np.int64),
         "lane": np.full(n, lane, dtype=np.int32),
