@@ -7,7 +7,8 @@ or one clear WhyidleError; any other exception is a bug, printed with its input 
 Families (tests/hostile.py): ``kineto`` (structure-aware mutations of a Kineto trace, read by the
 public API, and again by the out-of-core reader with small batches: both must agree),
 ``bytes`` (byte-level damage, plain and gzip), ``counters`` (nvidia-smi / dcgmi logs), ``nsys``
-(Nsight exports with odd cell values), ``report`` (saved JSON reports given to ``compare``).
+(Nsight exports with odd cell values), ``report`` (saved JSON reports given to ``compare``),
+``xplane`` (JAX XPlane captures with odd planes and byte damage).
 Prints one JSON line per family: inputs run, reports, clear errors, readers that disagreed, and
 escaped exceptions (type and place).
 """
@@ -35,7 +36,7 @@ import hostile  # noqa: E402
 import whyidle  # noqa: E402
 from whyidle.errors import WhyidleError  # noqa: E402
 
-FAMILIES = ("kineto", "bytes", "counters", "nsys", "report")
+FAMILIES = ("kineto", "bytes", "counters", "nsys", "report", "xplane")
 
 
 def _where(exc: BaseException) -> str:
@@ -73,7 +74,10 @@ def run_family(family: str, n: int, seed: int, budget_s: float, work: Path, keep
             if family == "nsys":
                 p = hostile.nsys_input(rng, work)
             else:
-                gen = {"kineto": hostile.kineto_input, "bytes": hostile.bytes_input, "counters": hostile.counters_input, "report": hostile.report_input}[family]
+                gen = {
+                    "kineto": hostile.kineto_input, "bytes": hostile.bytes_input, "counters": hostile.counters_input,
+                    "report": hostile.report_input, "xplane": hostile.xplane_input,
+                }[family]  # fmt: skip
                 name, data = gen(rng, report_doc if family == "report" else doc)
                 p = work / f"{i}_{name}"
                 p.write_bytes(data)

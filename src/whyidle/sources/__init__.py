@@ -36,9 +36,11 @@ def _profile_run(folder: Path) -> Path:
 
 def find_traces(folder: Path) -> list[Path]:
     """Trace files directly inside ``folder``, sorted by name (a JAX log folder: its newest
-    profile run's, one XPlane file per host)."""
+    profile run's XPlane files, one per host)."""
     folder = _profile_run(folder)
-    return sorted(p for p in folder.iterdir() if p.name.endswith(_TRACE_SUFFIXES) and p.is_file())
+    found = sorted(p for p in folder.iterdir() if p.name.endswith(_TRACE_SUFFIXES) and p.is_file())
+    xplane = [p for p in found if p.name.endswith(XPLANE_SUFFIXES)]
+    return xplane or found  # jax writes <host>.trace.json.gz beside <host>.xplane.pb: the same capture, less of it
 
 
 def load(

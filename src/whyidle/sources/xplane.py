@@ -46,7 +46,7 @@ from whyidle.timeline.model import Kind, LaneKind, Timeline, TimelineMeta
 
 __all__ = ["load_xplane", "parse_xplane", "is_xplane", "XPLANE_SUFFIXES", "devices_of"]
 
-_DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU|CUSTOM):(\d+)")
+_DEVICE_PLANE = re.compile(r"^/device:(GPU|TPU|CUSTOM):(\d{1,6})$")
 _DERIVED_LINES = frozenset(
     {"XLA Ops", "XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "TensorFlow Ops", "Source code",
      "XLA TraceMe", "Launch Stats", "Async XLA Ops", "TensorFlow Name Scope", "SparseCore Steps"}
@@ -136,6 +136,9 @@ def parse_xplane(space: Space, path: str = "", host: str = "host") -> Timeline:
     aggregated = 0
     for p in space.planes:
         m = _DEVICE_PLANE.match(p.name)
+        if not m and p.name.startswith("/device:"):
+            b.meta.quality.append(f"a device plane named {p.name[:60]!r} (not /device:GPU:<n>) was left out")
+            continue
         for line in p.lines:
             aggregated += line.aggregated
             if line.metadata_id.size == 0:

@@ -171,7 +171,7 @@ def _line(buf: bytes, start: int, end: int, wanted: dict[int, str]) -> Line:
     for num, wt, a, b in fields(buf, start, end):
         if num == 4 and wt == LEN:
             m, o, d, st = _event(buf, a, b, wanted)
-            if o < 0:
+            if o is None:
                 aggregated += 1
                 continue
             meta.append(m)
@@ -201,12 +201,13 @@ def _ps(values: list[int]) -> npt.NDArray[np.int64]:
         raise WireError("an event's offset or duration does not fit in 64 bits") from None
 
 
-def _event(buf: bytes, start: int, end: int, wanted: dict[int, str]) -> tuple[int, int, int, dict[str, int]]:
-    """(metadata id, offset in ps or -1 when aggregated, duration in ps, wanted stats).
+def _event(buf: bytes, start: int, end: int, wanted: dict[int, str]) -> tuple[int, int | None, int, dict[str, int]]:
+    """(metadata id, offset in ps or None when aggregated, duration in ps, wanted stats).
 
     proto3 leaves out a field at its default: an absent offset is 0, not aggregated; an event is
     aggregated (``num_occurrences``, no time) when that field is there."""
-    meta, off, dur = 0, 0, 0
+    meta, dur = 0, 0
+    off: int | None = 0
     st: dict[str, int] = {}
     for num, wt, a, b in fields(buf, start, end):
         if wt == 0:
@@ -217,7 +218,7 @@ def _event(buf: bytes, start: int, end: int, wanted: dict[int, str]) -> tuple[in
             elif num == 3:
                 dur = as_signed(a)
             elif num == 5:
-                off = -1
+                off = None
         elif num == 4 and wt == LEN and wanted:
             _event_stat(buf, a, b, wanted, st)
     return meta, off, dur, st
