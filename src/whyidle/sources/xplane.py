@@ -39,7 +39,7 @@ import numpy.typing as npt
 
 from whyidle.errors import TraceFormatError
 from whyidle.sources.xplane_decode import Line, Plane, Space, decode_space, walk_space
-from whyidle.sources.xplane_derive import join_executors, join_runtime_threads, name_copies, with_steps
+from whyidle.sources.xplane_derive import join_executors, join_runtime_threads, link_cpu_runs, name_copies, with_steps
 from whyidle.sources.xplane_wire import XPLANE_SUFFIXES, WireError, looks_like_xspace
 from whyidle.timeline.build import TimelineBuilder
 from whyidle.timeline.model import Kind, LaneKind, Timeline, TimelineMeta
@@ -134,6 +134,8 @@ def parse_xplane(space: Space, path: str = "", host: str = "host") -> Timeline:
     quality = [f"profiler error: {e}" for e in space.errors] + [f"profiler warning: {w}" for w in space.warnings]
     b = TimelineBuilder(TimelineMeta(source_format="xplane", source_version="XSpace", path=path, devices=devices, quality=quality))
     aggregated = 0
+    cpu_device = not devices  # XLA's CPU backend: the compiled program runs on host threads
+    cpu_ops = 0
     for p in space.planes:
         m = _DEVICE_PLANE.match(p.name)
         if not m and p.name.startswith("/device:"):
@@ -146,10 +148,14 @@ def parse_xplane(space: Space, path: str = "", host: str = "host") -> Timeline:
             if m:
                 _device_line(b, p, line, int(m.group(2)))
             elif p.name != "/host:metadata":
-                _host_line(b, p, line, host)
+                cpu_ops += _host_line(b, p, line, host, cpu_device)
+    if cpu_ops:
+        b.meta.devices.append({"id": 0, "name": "XLA CPU device (the compiled program's ops on host threads)"})
+        b.meta.quality.append("no GPU planes: the XLA ops that the CPU backend ran on host threads are the device's work")
     if aggregated:
         b.meta.quality.append(f"{aggregated} aggregated events (counts without times) were left out")
-    return with_steps(name_copies(join_executors(join_runtime_threads(b.build(consume=True)))))
+    tl = join_executors(join_runtime_threads(b.build(consume=True)))
+    return with_steps(name_copies(link_cpu_runs(tl) if cpu_device else tl))
 
 
 def _times(line: Line) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -191,7 +197,8 @@ def _device_kind(name: str) -> int:
     return int(Kind.KERNEL)
 
 
-def _host_line(b: TimelineBuilder, p: Plane, line: Line, host: str) -> None:
+def _host_line(b: TimelineBuilder, p: Plane, line: Line, host: str, cpu_device: bool) -> int:
+    """Add one host thread's events; the number of them that are XLA ops run as the CPU device's work."""
     start, end = _times(line)
     name_ids, names = _names(b, p, line, _python_name)
     which = np.unique(line.metadata_id, return_inverse=True)[1].reshape(-1)
@@ -202,16 +209,24 @@ def _host_line(b: TimelineBuilder, p: Plane, line: Line, host: str) -> None:
         kind[at] = int(Kind.STEP)
         name_ids[at] = b.intern_many([f"{names[int(which[i])]} {int(step_num[i])}" for i in at.tolist()])
     corr = line.stats["correlation_id"]
-    lane = b.lane_id(LaneKind.CPU_THREAD, -1, host, str(line.id), line.name)
-    b.add_columns(start_ns=start, end_ns=end, lane=np.full(start.size, lane, dtype=np.int32), kind=kind, name=name_ids, corr=corr)
+    lane = np.full(start.size, b.lane_id(LaneKind.CPU_THREAD, -1, host, str(line.id), line.name), dtype=np.int32)
+    op = np.zeros(start.size, dtype=np.bool_)
+    if cpu_device:  # an XLA op (it names its HLO op; not its "end: op" marker): the device's work
+        op = (line.stats["hlo_op"] >= 0) & ~np.array([s.startswith("end: ") for s in names], dtype=np.bool_)[which]
+        if op.any():
+            kind[op] = int(Kind.KERNEL)
+            lane[op] = b.lane_id(LaneKind.GPU_STREAM, 0, "0", str(line.id), f"XLA CPU ops on {line.name}")
+            corr = np.where(op, line.stats["run_id"], corr)  # one program run: linked to its dispatch later
+    b.add_columns(start_ns=start, end_ns=end, lane=lane, kind=kind, name=name_ids, corr=corr)
     syncs = np.flatnonzero(np.array([bool(_JAX_SYNC.search(s)) for s in names], dtype=np.bool_)[which])
     if syncs.size:  # the Python frames that wait for the device: also a sync record each, named as XLA names the wait
         n = syncs.size
         sync_names = b.intern_many([f"BlockHostUntilReady ({names[int(which[i])]})" for i in syncs.tolist()])
         b.add_columns(
-            start_ns=start[syncs], end_ns=end[syncs], lane=np.full(n, lane, dtype=np.int32),
+            start_ns=start[syncs], end_ns=end[syncs], lane=lane[syncs],
             kind=np.full(n, int(Kind.SYNC), dtype=np.int8), name=sync_names,
         )  # fmt: skip
+    return int(op.sum())
 
 
 def _python_name(name: str) -> str:

@@ -8,7 +8,7 @@ The fields read, from ``tsl/profiler/protobuf/xplane.proto`` (any other field is
     XLine           id=1, name=2, timestamp_ns=3, events=4, display_name=11
     XEvent          metadata_id=1, offset_ps=2 (oneof num_occurrences=5), duration_ps=3, stats=4
     XStat           metadata_id=1, double_value=2, uint64_value=3, int64_value=4, str_value=5,
-                    ref_value=7 (the id of a stat metadata whose name is the value)
+                    bytes_value=6, ref_value=7 (the id of a stat metadata whose name is the value)
     XEventMetadata  id=1, name=2, display_name=4
     XStatMetadata   id=1, name=2
 
@@ -27,8 +27,10 @@ from whyidle.sources.xplane_wire import FIXED64, LEN, WireError, as_double, as_s
 
 __all__ = ["Space", "Plane", "Line", "decode_space", "EVENT_STATS", "walk_space"]
 
-# Per-event stats kept, by name: the launch <-> kernel link, a step's number, the XLA module.
-EVENT_STATS = ("correlation_id", "step_num", "group_id")
+# Per-event stats kept, by name: the launch <-> kernel link, a step's number, and on XLA's CPU
+# backend the op an event runs (its presence: a string's id) and the program run it belongs to.
+EVENT_STATS = ("correlation_id", "step_num", "hlo_op", "run_id")
+_I63 = (1 << 63) - 1
 Value = int | float | str
 
 
@@ -232,7 +234,7 @@ def _event_stat(buf: bytes, start: int, end: int, wanted: dict[int, str], out: d
             sid = a
             if sid not in wanted:
                 return
-        elif num in (3, 4) and wt == 0:
-            value = as_signed(a) if num == 4 else a
+        elif num in (3, 4, 7) and wt == 0:
+            value = a & _I63  # ids that use all 64 bits (run ids, as uint64 or int64): kept as int64 >= 0
     if sid in wanted and value >= 0:
         out[wanted[sid]] = value

@@ -16,6 +16,10 @@ on, copies' directions, and repeated programs as steps.
   the launches. Those threads only carry out what the Python thread dispatched, so they are read
   as that thread: a device's gap is then explained by what the Python thread was doing (waiting
   in ``block_until_ready``, preparing the next batch), not by an executor idling for work.
+* On XLA's CPU backend the program's ops run on host threads and no call carries a correlation
+  id: each program run (the ops sharing a ``run_id``) is linked to the dispatch that started it,
+  the last ``...LoadedExecutable::Execute...`` call to begin before its first op, by a launch
+  record over that call (the Python thread's, so its gaps are explained by what it did).
 * A device copy (a ``copyBuffer`` or ``memcpy`` kernel) says nothing of its direction; its
   launch call (``hipMemcpyDtoDAsync``, ``cuMemcpyHtoDAsync``), linked by ``correlation_id``,
   does. The copy is named as Kineto names copies, ``Memcpy DtoD (Device -> Device)``, so that
@@ -39,12 +43,13 @@ import numpy as np
 from whyidle.timeline.build import start_order
 from whyidle.timeline.model import Kind, Timeline
 
-__all__ = ["name_copies", "with_steps", "join_runtime_threads", "join_executors"]
+__all__ = ["name_copies", "with_steps", "join_runtime_threads", "join_executors", "link_cpu_runs"]
 
 _DIRECTION = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP)")
 _MEMORY = {"H": "Pinned", "D": "Device", "P": "Device"}
 _PJIT = re.compile(r"^PjitFunction\((.+)\)$")
 _EXECUTOR = "py_xla_execute"
+_DISPATCH = re.compile(r"LoadedExecutable::Execute")
 
 
 def name_copies(tl: Timeline) -> Timeline:
@@ -97,20 +102,29 @@ def with_steps(tl: Timeline) -> Timeline:
     tl.meta.quality.append(
         f"no step markers: the {calls.size} calls of the jitted function {label} on the Python thread are the steps"
     )
-    return _add_rows(tl, s, ends, int(tl.lane[calls[0]]), [f"{label} step #{i}" for i in range(1, calls.size + 1)])
+    lanes = np.full(calls.size, tl.lane[calls[0]], dtype=np.int32)
+    return _add_rows(tl, s, ends, lanes, [f"{label} step #{i}" for i in range(1, calls.size + 1)], Kind.STEP)
 
 
-def _add_rows(tl: Timeline, start: np.ndarray, end: np.ndarray, lane: int, names: list[str]) -> Timeline:
+def _add_rows(tl: Timeline, start: np.ndarray, end: np.ndarray, lane: np.ndarray, names: list[str], kind: Kind, corr: np.ndarray | None = None) -> Timeline:
     n = start.size
-    base = len(tl.strings)
-    strings = [*tl.strings, *names]
+    ids: dict[str, int] = {s: i for i, s in enumerate(tl.strings)}
+    strings = list(tl.strings)
+    name_ids = np.empty(n, dtype=np.int32)
+    for j, s in enumerate(names):
+        if s not in ids:
+            ids[s] = len(strings)
+            strings.append(s)
+        name_ids[j] = ids[s]
     extra: dict[str, np.ndarray] = {
         "start_ns": start.astype(np.int64),
         "end_ns": end.astype(np.int64),
-        "lane": np.full(n, lane, dtype=np.int32),
-        "kind": np.full(n, int(Kind.STEP), dtype=np.int8),
-        "name": np.arange(base, base + n, dtype=np.int32),
+        "lane": lane.astype(np.int32),
+        "kind": np.full(n, int(kind), dtype=np.int8),
+        "name": name_ids,
     }
+    if corr is not None:
+        extra["corr"] = corr.astype(np.int64)
     cols: dict[str, np.ndarray] = {}
     for c in Timeline.COLUMNS:
         old = getattr(tl, c)
@@ -136,6 +150,25 @@ def join_executors(tl: Timeline) -> Timeline:
             f"({tl.lanes[python].label}), which dispatched it"
         )
     return tl
+
+
+def link_cpu_runs(tl: Timeline) -> Timeline:
+    """``tl`` with a launch record per XLA CPU program run, over the call that dispatched it."""
+    work = np.flatnonzero((tl.kind == int(Kind.KERNEL)) & (tl.corr >= 0))
+    ops = np.flatnonzero(tl.kind == int(Kind.CPU_OP))
+    calls = ops[tl.name_mask(lambda s: bool(_DISPATCH.search(s)), ops)]  # in start order
+    if work.size == 0 or calls.size == 0:
+        return tl
+    runs, first = np.unique(tl.corr[work], return_index=True)  # rows are in start order: first op of each run
+    at = np.searchsorted(tl.start_ns[calls], tl.start_ns[work[first]], side="right") - 1
+    ok = at >= 0
+    if not ok.any():
+        return tl
+    rows = calls[at[ok]]
+    return _add_rows(
+        tl, tl.start_ns[rows], tl.end_ns[rows], tl.lane[rows], [f"XLA CPU dispatch ({tl.strings[int(n)]})" for n in tl.name[rows]],
+        Kind.RUNTIME, runs[ok],
+    )  # fmt: skip
 
 
 def join_runtime_threads(tl: Timeline) -> Timeline:
