@@ -67,7 +67,10 @@ LEVERS = ("input_pipeline", "loader_speedup", "h2d_copy", "host_sync", "host_ove
 # The fp32 finding's variants name a different fix; the prediction's lever names the same one.
 _VARIANT_LABEL = {("fp32_math", "fp16_only"): "tensor cores for FP32 GEMM/convolution (float16 autocast with a GradScaler)"}
 # A lever's name in a framework whose words differ from PyTorch's (the advice context's framework).
-_IDIOM_LABEL = {("host_sync", "jax"): "values kept on the device (no per-step block_until_ready, jax.device_get or printed arrays)"}
+_IDIOM_LABEL = {
+    ("host_sync", "jax"): "values kept on the device (no per-step block_until_ready, jax.device_get or printed arrays)",
+    ("host_overhead", "jax"): "more work per dispatch (the whole step jitted, loops in lax.scan): host cost per call cut",
+}
 
 
 def lever_of(f: Finding) -> str | None:

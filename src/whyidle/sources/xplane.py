@@ -164,25 +164,22 @@ def _times(line: Line) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     return start.astype(np.int64), np.maximum(end, start).astype(np.int64)
 
 
-def _names(b: TimelineBuilder, p: Plane, line: Line, rename: object = None) -> tuple[npt.NDArray[np.int32], list[str]]:
-    """String ids of the line's event names, and the distinct names by metadata id order."""
+def _distinct(p: Plane, line: Line) -> tuple[list[str], npt.NDArray[np.int64]]:
+    """The line's distinct event names (by metadata id), and which of them each event has."""
     ids, inv = np.unique(line.metadata_id, return_inverse=True)
-    names = [p.event_names.get(int(i), f"<event {int(i)}>") for i in ids.tolist()]
-    if callable(rename):
-        names = [rename(n) for n in names]
-    return b.intern_many(names)[inv.reshape(-1)], names
+    return [p.event_names.get(int(i), f"<event {int(i)}>") for i in ids.tolist()], inv.reshape(-1)
 
 
 def _device_line(b: TimelineBuilder, p: Plane, line: Line, device: int) -> None:
     start, end = _times(line)
-    name_ids, names = _names(b, p, line)
+    names, which = _distinct(p, line)
+    name_ids = b.intern_many(names)[which]
     lane = b.lane_id(LaneKind.GPU_STREAM, device, str(device), str(line.id), line.name)
     n = start.size
     if line.name in _DERIVED_LINES:
         kind = np.full(n, int(Kind.GPU_ANNOTATION), dtype=np.int8)
     else:
-        table = np.array([_device_kind(s) for s in names], dtype=np.int8)
-        kind = table[np.unique(line.metadata_id, return_inverse=True)[1].reshape(-1)]
+        kind = np.array([_device_kind(s) for s in names], dtype=np.int8)[which]
     corr = line.stats["correlation_id"]
     b.add_columns(start_ns=start, end_ns=end, lane=np.full(n, lane, dtype=np.int32), kind=kind, name=name_ids, corr=corr)
 
@@ -200,9 +197,10 @@ def _device_kind(name: str) -> int:
 def _host_line(b: TimelineBuilder, p: Plane, line: Line, host: str, cpu_device: bool) -> int:
     """Add one host thread's events; the number of them that are XLA ops run as the CPU device's work."""
     start, end = _times(line)
-    name_ids, names = _names(b, p, line, _python_name)
-    which = np.unique(line.metadata_id, return_inverse=True)[1].reshape(-1)
-    kind = np.array([_host_kind(s) for s in names], dtype=np.int8)[which]
+    raw, which = _distinct(p, line)
+    kind = np.array([_host_kind(s) for s in raw], dtype=np.int8)[which]
+    names = [_python_name(s) for s in raw]
+    name_ids = b.intern_many(names)[which]
     step_num = line.stats["step_num"]
     at = np.flatnonzero(step_num >= 0)
     if at.size:  # "train 12": the number the window reads
@@ -231,22 +229,24 @@ def _host_line(b: TimelineBuilder, p: Plane, line: Line, host: str, cpu_device: 
 
 def _python_name(name: str) -> str:
     """The Python tracer's "$array.py:268 sharding" in Kineto's form, "array.py(268): sharding";
-    "$builtins len" as "<built-in function len>", "$<unknown> append" as "<built-in method append>"."""
+    a C function, "$builtins len" or "$time sleep", as "<built-in function len>" or "time.sleep"
+    (no line: never the Python line of a gap); "$<unknown> append" as "<built-in method append>"."""
     if not name.startswith("$"):
         return name
     m = _PY_EVENT.match(name)
     if m:
         return f"{m.group(1)}({m.group(2)}): {m.group(3)}"
     module, _, func = name[1:].partition(" ")
-    if module == "builtins":
-        return f"<built-in function {func}>"
+    if not func:
+        return name[1:]
     if module == "<unknown>":
         return f"<built-in method {func}>"
-    return f"{module.replace('.', '/')}.py(0): {func}" if func else name[1:]
+    return f"<built-in function {func}>" if module == "builtins" else f"{module}.{func}"
 
 
 def _host_kind(name: str) -> int:
-    if name.endswith(">") and name.startswith("<built-in") or re.search(r"\.py\(\d+\): ", name):
+    """The kind of a host event, from its name as recorded ("$..." is the Python tracer's)."""
+    if name.startswith("$"):
         return int(Kind.PYTHON)
     if _RUNTIME.match(name):
         return int(Kind.RUNTIME)
