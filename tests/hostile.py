@@ -91,20 +91,27 @@ def kineto_input(rng: random.Random, doc: dict[str, Any]) -> tuple[str, bytes]:
 def bytes_input(rng: random.Random, doc: dict[str, Any]) -> tuple[str, bytes]:
     text = json.dumps(doc).encode()
     blob = gzip.compress(text, 1) if rng.random() < 0.5 else text
-    b = bytearray(blob)
-    for _ in range(rng.randint(1, 8)):
+    b = damage(rng, bytearray(blob), rng.randint(1, 8), 64, 16)
+    name = "b.json.gz" if blob[:2] == b"\x1f\x8b" else "b.json"
+    return name, bytes(b)
+
+
+def damage(rng: random.Random, b: bytearray, times: int, max_cut: int, max_insert: int) -> bytearray:
+    """``b`` damaged ``times`` times in place: a byte changed, a run cut or inserted, the end cut off."""
+    for _ in range(times):
+        if not b:
+            break
         op = rng.random()
         i = rng.randrange(len(b))
         if op < 0.5:
             b[i] = rng.randrange(256)
         elif op < 0.7:
-            del b[i : i + rng.randint(1, 64)]
+            del b[i : i + rng.randint(1, max_cut)]
         elif op < 0.85:
-            b[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
+            b[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, max_insert)))
         else:
             del b[i:]
-    name = "b.json.gz" if blob[:2] == b"\x1f\x8b" else "b.json"
-    return name, bytes(b)
+    return b
 
 
 _SMI = """# gpu    pwr  gtemp  mtemp     sm    mem    enc    dec    jpg    ofa   mclk   pclk
@@ -189,19 +196,7 @@ def xplane_input(rng: random.Random, _doc: Any = None) -> tuple[str, bytes]:
     for _ in range(rng.randint(0, 2)):
         raw += f_bytes(1, _odd_plane(rng))
     if rng.random() < 0.6:
-        for _ in range(rng.randint(1, 6)):
-            if not raw:
-                break
-            i = rng.randrange(len(raw))
-            op = rng.random()
-            if op < 0.5:
-                raw[i] = rng.randrange(256)
-            elif op < 0.7:
-                del raw[i : i + rng.randint(1, 32)]
-            elif op < 0.85:
-                raw[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 12)))
-            else:
-                del raw[i:]
+        damage(rng, raw, rng.randint(1, 6), 32, 12)
     if rng.random() < 0.2:
         return "x.xplane.pb.gz", gzip.compress(bytes(raw), 1)
     return rng.choice(["x.xplane.pb", "x.xplane.pb", "capture.bin"]), bytes(raw)
