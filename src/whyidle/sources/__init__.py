@@ -2,7 +2,9 @@
 
 One module per format, the larger ones split by what they read (``nsys`` with ``nsys_schema``,
 ``nsys_context``, ``nsys_device``, ``nsys_host``; ``counters`` with one ``counters_*`` module per
-log format); these are the only modules that know a raw format.
+log format; ``xplane`` with ``xplane_wire`` (the protobuf wire format), ``xplane_decode`` (the
+XSpace schema) and ``xplane_derive`` (threads, copies and steps across lines)); these are the only
+modules that know a raw format.
 """
 
 from __future__ import annotations
