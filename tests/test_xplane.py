@@ -271,3 +271,14 @@ def test_xplane_lanes_are_streams_and_threads(capture: Path) -> None:
     tl = load(capture)
     kinds = {ln.kind for ln in tl.lanes}
     assert kinds == {LaneKind.GPU_STREAM, LaneKind.CPU_THREAD}
+
+
+def test_derived_lines_are_marks_beside_streams_and_work_alone(tmp_path: Path) -> None:
+    ops = Ln(2, "XLA Ops", [Ev("fusion", 1_000, 500)])
+    stream = Ln(3, "Stream #3", [Ev("fusion_kernel", 1_100, 300)])
+    beside, alone = tmp_path / "beside.xplane.pb", tmp_path / "alone.xplane.pb"
+    beside.write_bytes(space([plane(1, "/device:GPU:0", [ops, stream])]))
+    alone.write_bytes(space([plane(1, "/device:TPU:0", [ops])]))
+    a, b = load(beside), load(alone)
+    assert sorted(Kind(k).name for k in a.kind.tolist()) == ["GPU_ANNOTATION", "KERNEL"]
+    assert [Kind(k).name for k in b.kind.tolist()] == ["KERNEL"]

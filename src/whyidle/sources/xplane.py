@@ -14,15 +14,20 @@ gzipped. It is read without the ``protobuf`` package or TensorFlow (:mod:`xplane
         a collective (nccl, rccl, all-reduce)   Kind.COLLECTIVE
         any other kernel                        Kind.KERNEL
       derived lines ("XLA Ops", "XLA Modules",
-      "Steps", ...)                          -> Kind.GPU_ANNOTATION (not work: the kernels are)
+      "Steps", ...) beside stream lines      -> Kind.GPU_ANNOTATION (not work: the kernels are;
+                                                a plane with only "XLA Ops", a TPU's, is work)
     /host:CPU plane, a line per thread       -> CPU-thread lanes:
-        "$file.py:12 func" (the Python tracer)  Kind.PYTHON, named "file.py(12): func"
+        "$file.py:12 func" (the Python tracer)  Kind.PYTHON, named "file.py(12): func"; a C
+                                                function "$time sleep" as "time.sleep"; a
+                                                frame that waits for the device (block_until_ready,
+                                                device_get, printing an array) also Kind.SYNC
         cuda*/cu*/hip* calls                    Kind.RUNTIME (launches; correlation_id links
                                                 them to their kernels)
         an event with a step_num stat,
         StepMarker, train_step                  Kind.STEP
         anything else (TraceMe: PjitFunction,
         ExecuteSharded, the PjRt client)        Kind.CPU_OP
+        with no GPU plane, an XLA op (hlo_op)   Kind.KERNEL on the XLA CPU device's lanes
 
 Steps: the step markers where the capture has them; otherwise, when the Python thread calls one
 jitted function (``PjitFunction(f)``) two or more times, each call up to the next one's start
@@ -141,12 +146,13 @@ def parse_xplane(space: Space, path: str = "", host: str = "host") -> Timeline:
         if not m and p.name.startswith("/device:"):
             b.meta.quality.append(f"a device plane named {p.name[:60]!r} (not /device:GPU:<n>) was left out")
             continue
+        marks = any(ln.name not in _DERIVED_LINES for ln in p.lines if ln.metadata_id.size)
         for line in p.lines:
             aggregated += line.aggregated
             if line.metadata_id.size == 0:
                 continue
             if m:
-                _device_line(b, p, line, int(m.group(2)))
+                _device_line(b, p, line, int(m.group(2)), marks)
             elif p.name != "/host:metadata":
                 cpu_ops += _host_line(b, p, line, host, cpu_device)
     if cpu_ops:
@@ -170,13 +176,13 @@ def _distinct(p: Plane, line: Line) -> tuple[list[str], npt.NDArray[np.int64]]:
     return [p.event_names.get(int(i), f"<event {int(i)}>") for i in ids.tolist()], inv.reshape(-1)
 
 
-def _device_line(b: TimelineBuilder, p: Plane, line: Line, device: int) -> None:
+def _device_line(b: TimelineBuilder, p: Plane, line: Line, device: int, derived_are_marks: bool) -> None:
     start, end = _times(line)
     names, which = _distinct(p, line)
     name_ids = b.intern_many(names)[which]
     lane = b.lane_id(LaneKind.GPU_STREAM, device, str(device), str(line.id), line.name)
     n = start.size
-    if line.name in _DERIVED_LINES:
+    if derived_are_marks and line.name in _DERIVED_LINES:
         kind = np.full(n, int(Kind.GPU_ANNOTATION), dtype=np.int8)
     else:
         kind = np.array([_device_kind(s) for s in names], dtype=np.int8)[which]
