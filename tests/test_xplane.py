@@ -282,3 +282,13 @@ def test_derived_lines_are_marks_beside_streams_and_work_alone(tmp_path: Path) -
     a, b = load(beside), load(alone)
     assert sorted(Kind(k).name for k in a.kind.tolist()) == ["GPU_ANNOTATION", "KERNEL"]
     assert [Kind(k).name for k in b.kind.tolist()] == ["KERNEL"]
+
+
+def test_a_run_folder_with_one_file_per_host_is_read_rank_by_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "plugins" / "profile" / "2026_01_01_10_00_00"
+    run.mkdir(parents=True)
+    (run / "hostA.xplane.pb").write_bytes(jax_gpu_capture(steps=3))
+    (run / "hostB.xplane.pb").write_bytes(jax_gpu_capture(steps=3, sync_ns=3_000_000))
+    assert main(["diagnose", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "2 traces" in out and "rank" in out
