@@ -134,7 +134,8 @@ def devices_of(space: Space) -> list[dict[str, object]]:
 
 
 def parse_xplane(space: Space, path: str = "", host: str = "host") -> Timeline:
-    """The Timeline of a decoded XSpace (device planes, then host planes)."""
+    """The Timeline of a decoded XSpace (device planes, then host planes); each plane's lines are
+    let go once added, so ``space`` is spent afterwards."""
     devices = devices_of(space)
     quality = [f"profiler error: {e}" for e in space.errors] + [f"profiler warning: {w}" for w in space.warnings]
     b = TimelineBuilder(TimelineMeta(source_format="xplane", source_version="XSpace", path=path, devices=devices, quality=quality))
@@ -155,6 +156,7 @@ def parse_xplane(space: Space, path: str = "", host: str = "host") -> Timeline:
                 _device_line(b, p, line, int(m.group(2)), marks)
             elif p.name != "/host:metadata":
                 cpu_ops += _host_line(b, p, line, host, cpu_device)
+        p.lines = []  # its columns are in the builder now: not held twice
     if cpu_ops:
         b.meta.devices.append({"id": 0, "name": "XLA CPU device (the compiled program's ops on host threads)"})
         b.meta.quality.append("no GPU planes: the XLA ops that the CPU backend ran on host threads are the device's work")

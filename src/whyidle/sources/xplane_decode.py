@@ -19,6 +19,8 @@ Of the events' stats only those the Timeline uses are kept (:data:`EVENT_STATS`)
 
 from __future__ import annotations
 
+from array import array
+
 import msgspec
 import numpy as np
 import numpy.typing as npt
@@ -164,11 +166,10 @@ def _stat(buf: bytes, start: int, end: int, stat_names: dict[int, str]) -> tuple
 
 
 def _line(buf: bytes, start: int, end: int, wanted: dict[int, str]) -> Line:
+    """One XLine; its events' columns grow as int64 arrays (8 bytes a value, not a Python int's 36)."""
     lid, name, display, ts = 0, "", "", 0
-    meta: list[int] = []
-    off: list[int] = []
-    dur: list[int] = []
-    kept: dict[str, list[int]] = {n: [] for n in EVENT_STATS}
+    meta, off, dur = array("q"), array("q"), array("q")
+    kept = {n: array("q") for n in EVENT_STATS}
     aggregated = 0
     for num, wt, a, b in fields(buf, start, end):
         if num == 4 and wt == LEN:
@@ -190,17 +191,12 @@ def _line(buf: bytes, start: int, end: int, wanted: dict[int, str]) -> Line:
             lid = a
         elif num == 3:
             ts = as_signed(a)
-    cols = {n: np.array(v, dtype=np.int64) for n, v in kept.items()}
-    return Line(
-        lid, display or name, ts, np.array(meta, dtype=np.int64), _ps(off), _ps(dur), cols, aggregated
-    )
+    cols = {n: _column(v) for n, v in kept.items()}
+    return Line(lid, display or name, ts, _column(meta), _column(off), _column(dur), cols, aggregated)
 
 
-def _ps(values: list[int]) -> npt.NDArray[np.int64]:
-    try:
-        return np.array(values, dtype=np.int64)
-    except OverflowError:
-        raise WireError("an event's offset or duration does not fit in 64 bits") from None
+def _column(values: array[int]) -> npt.NDArray[np.int64]:
+    return np.frombuffer(values, dtype=np.int64) if len(values) else np.empty(0, dtype=np.int64)
 
 
 def _event(buf: bytes, start: int, end: int, wanted: dict[int, str]) -> tuple[int, int | None, int, dict[str, int]]:
@@ -230,7 +226,7 @@ def _event(buf: bytes, start: int, end: int, wanted: dict[int, str]) -> tuple[in
                 v, i = varint(buf, i, end)
             num = key >> 3
             if num == 1:
-                meta = v
+                meta = as_signed(v)
             elif num == 2:
                 off = as_signed(v)
             elif num == 3:

@@ -125,13 +125,18 @@ def _add_rows(tl: Timeline, start: np.ndarray, end: np.ndarray, lane: np.ndarray
     }
     if corr is not None:
         extra["corr"] = corr.astype(np.int64)
-    cols: dict[str, np.ndarray] = {}
-    for c in Timeline.COLUMNS:
+    def joined(c: str) -> np.ndarray:
         old = getattr(tl, c)
         add = extra[c] if c in extra else np.full(n, np.nan if old.dtype.kind == "f" else -1, dtype=old.dtype)
-        cols[c] = np.concatenate([old, add.astype(old.dtype, copy=False)])
-    order = start_order(cols["start_ns"], cols["end_ns"])
-    return Timeline(**{c: v[order] for c, v in cols.items()}, lanes=tl.lanes, strings=strings, meta=tl.meta)
+        return np.concatenate([old, add.astype(old.dtype, copy=False)])
+
+    start, end = joined("start_ns"), joined("end_ns")
+    order = start_order(start, end)
+    cols = {"start_ns": start[order], "end_ns": end[order]}
+    del start, end
+    for c in Timeline.COLUMNS[2:]:  # one column joined and reordered at a time
+        cols[c] = joined(c)[order]
+    return Timeline(**cols, lanes=tl.lanes, strings=strings, meta=tl.meta)
 
 
 def join_executors(tl: Timeline) -> Timeline:

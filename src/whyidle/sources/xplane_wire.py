@@ -86,7 +86,9 @@ def fields(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, in
 
 
 def as_signed(v: int) -> int:
-    """An int64 field's varint (two's complement in 64 bits) as a Python int."""
+    """An int64 field's varint (two's complement in 64 bits; a 10-byte varint's bits past 64
+    dropped, as protobuf drops them) as a Python int."""
+    v &= (1 << 64) - 1
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
