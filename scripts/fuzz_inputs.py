@@ -8,7 +8,8 @@ Families (tests/hostile.py): ``kineto`` (structure-aware mutations of a Kineto t
 public API, and again by the out-of-core reader with small batches: both must agree),
 ``bytes`` (byte-level damage, plain and gzip), ``counters`` (nvidia-smi / dcgmi logs), ``nsys``
 (Nsight exports with odd cell values), ``report`` (saved JSON reports given to ``compare``),
-``rocprof`` (rocprofv3 JSON output with odd values, types, missing fields and truncations).
+``rocprof`` (rocprofv3 JSON output with odd values, types, missing fields and truncations),
+``xplane`` (JAX XPlane captures with odd planes and byte damage).
 Prints one JSON line per family: inputs run, reports, clear errors, readers that disagreed, and
 escaped exceptions (type and place).
 """
@@ -36,7 +37,7 @@ import hostile  # noqa: E402
 import whyidle  # noqa: E402
 from whyidle.errors import WhyidleError  # noqa: E402
 
-FAMILIES = ("kineto", "bytes", "counters", "nsys", "report", "rocprof")
+FAMILIES = ("kineto", "bytes", "counters", "nsys", "report", "rocprof", "xplane")
 
 
 def _where(exc: BaseException) -> str:
@@ -74,8 +75,10 @@ def run_family(family: str, n: int, seed: int, budget_s: float, work: Path, keep
             if family == "nsys":
                 p = hostile.nsys_input(rng, work)
             else:
-                gen = {"kineto": hostile.kineto_input, "bytes": hostile.bytes_input, "counters": hostile.counters_input, "report": hostile.report_input,
-                       "rocprof": hostile.rocprof_input}[family]
+                gen = {
+                    "kineto": hostile.kineto_input, "bytes": hostile.bytes_input, "counters": hostile.counters_input,
+                    "report": hostile.report_input, "rocprof": hostile.rocprof_input, "xplane": hostile.xplane_input,
+                }[family]  # fmt: skip
                 name, data = gen(rng, report_doc if family == "report" else doc)
                 p = work / f"{i}_{name}"
                 p.write_bytes(data)

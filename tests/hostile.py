@@ -3,6 +3,7 @@
 Families: ``kineto`` (structure-aware mutations of a Kineto trace: odd numbers, types, nesting,
 control characters), ``bytes`` (byte-level damage of a gzip or plain trace), ``counters``
 (nvidia-smi / dcgmi logs with odd rows and times), ``nsys`` (an Nsight export with odd values),
+``xplane`` (a JAX XPlane capture with odd planes and byte damage),
 ``report`` (saved JSON reports with odd fields, for ``compare``), ``rocprof`` (rocprofv3 JSON output
 with odd values, types, missing fields and truncations). Each generator returns the
 file's name and bytes; the caller writes it.
@@ -91,20 +92,27 @@ def kineto_input(rng: random.Random, doc: dict[str, Any]) -> tuple[str, bytes]:
 def bytes_input(rng: random.Random, doc: dict[str, Any]) -> tuple[str, bytes]:
     text = json.dumps(doc).encode()
     blob = gzip.compress(text, 1) if rng.random() < 0.5 else text
-    b = bytearray(blob)
-    for _ in range(rng.randint(1, 8)):
+    b = damage(rng, bytearray(blob), rng.randint(1, 8), 64, 16)
+    name = "b.json.gz" if blob[:2] == b"\x1f\x8b" else "b.json"
+    return name, bytes(b)
+
+
+def damage(rng: random.Random, b: bytearray, times: int, max_cut: int, max_insert: int) -> bytearray:
+    """``b`` damaged ``times`` times in place: a byte changed, a run cut or inserted, the end cut off."""
+    for _ in range(times):
+        if not b:
+            break
         op = rng.random()
         i = rng.randrange(len(b))
         if op < 0.5:
             b[i] = rng.randrange(256)
         elif op < 0.7:
-            del b[i : i + rng.randint(1, 64)]
+            del b[i : i + rng.randint(1, max_cut)]
         elif op < 0.85:
-            b[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
+            b[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, max_insert)))
         else:
             del b[i:]
-    name = "b.json.gz" if blob[:2] == b"\x1f\x8b" else "b.json"
-    return name, bytes(b)
+    return b
 
 
 _SMI = """# gpu    pwr  gtemp  mtemp     sm    mem    enc    dec    jpg    ofa   mclk   pclk
@@ -220,7 +228,47 @@ def rocprof_input(rng: random.Random, doc: dict[str, Any]) -> tuple[str, bytes]:
     return rng.choice(["r.json", "results.json", "r"]), text
 
 
-FAMILIES: dict[str, Callable[..., tuple[str, bytes]]] = {"kineto": kineto_input, "bytes": bytes_input, "counters": counters_input, "rocprof": rocprof_input}
+
+
+_ODD_INTS = [2**63 - 1, 2**64 - 1, 2**63, 0, 1, 10**18, 7]
+
+
+def _odd_plane(rng: random.Random) -> bytes:
+    """A plane whose values have broken readers: offsets and timestamps past int64 or negative,
+    stats of the wrong type, metadata ids nothing defines, odd names."""
+    from xplanebuild import f_bytes, f_double, f_int
+
+    stat = f_int(1, rng.choice([1, 2, 99])) + rng.choice(
+        [f_int(4, rng.choice(_ODD_INTS)), f_double(2, rng.choice([1e308, -0.0, float("nan")])), f_bytes(5, "x" * 10), f_int(7, 12345)]
+    )
+    ev = f_int(1, rng.choice([1, 2, 77])) + f_int(2, rng.choice(_ODD_INTS)) + f_int(3, rng.choice(_ODD_INTS)) + f_bytes(4, stat)
+    if rng.random() < 0.2:
+        ev += f_int(5, 3)  # num_occurrences as well
+    line = f_int(1, rng.choice(_ODD_INTS)) + f_bytes(2, rng.choice(["Stream #1", "XLA Ops", "\x1b[2J", ""])) + f_int(3, rng.choice(_ODD_INTS))
+    line += b"".join(f_bytes(4, ev) for _ in range(rng.randint(0, 3)))
+    meta = f_bytes(4, f_int(1, 1) + f_bytes(2, f_int(1, 1) + f_bytes(2, rng.choice(["k", "$a.py:1 f", "cuLaunchKernel", "PjitFunction(f)", "\u202e"]))))
+    smeta = f_bytes(5, f_int(1, 1) + f_bytes(2, f_int(1, 1) + f_bytes(2, rng.choice(["correlation_id", "step_num", "device_vendor"]))))
+    name = rng.choice(["/device:GPU:0", "/device:GPU:99999999999999999999", "/host:CPU", "/device:TPU:1", ""])
+    return f_int(1, 0) + f_bytes(2, name) + f_bytes(3, line) + meta + smeta + f_bytes(6, stat)
+
+
+def xplane_input(rng: random.Random, _doc: Any = None) -> tuple[str, bytes]:
+    """An XPlane capture (tests/xplanebuild.py) with odd planes added, then byte damage at times."""
+    from xplanebuild import f_bytes, jax_gpu_capture
+
+    raw = bytearray(jax_gpu_capture(steps=2))
+    for _ in range(rng.randint(0, 2)):
+        raw += f_bytes(1, _odd_plane(rng))
+    if rng.random() < 0.6:
+        damage(rng, raw, rng.randint(1, 6), 32, 12)
+    if rng.random() < 0.2:
+        return "x.xplane.pb.gz", gzip.compress(bytes(raw), 1)
+    return rng.choice(["x.xplane.pb", "x.xplane.pb", "capture.bin"]), bytes(raw)
+
+
+FAMILIES: dict[str, Callable[..., tuple[str, bytes]]] = {
+    "kineto": kineto_input, "bytes": bytes_input, "counters": counters_input, "rocprof": rocprof_input, "xplane": xplane_input,
+}  # fmt: skip
 
 
 def gzip_bomb(path: Path, inflated_bytes: int, body: bytes = b" ", last_member_bytes: int = 0) -> Path:

@@ -15,7 +15,7 @@ fuzz = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(fuzz)
 
 # inputs per family, and the most seconds each may take on a loaded 2-core machine
-_N = {"kineto": 200, "bytes": 200, "counters": 300, "nsys": 10, "report": 200, "rocprof": 200}
+_N = {"kineto": 200, "bytes": 200, "counters": 300, "nsys": 10, "report": 200, "rocprof": 200, "xplane": 300}
 
 
 @pytest.mark.parametrize("family", fuzz.FAMILIES)

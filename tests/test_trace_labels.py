@@ -59,6 +59,9 @@ SHARED_LABELS = [
     ("hta/triton_example__triton_example.json.gz", "inference", "underfilled/host_overhead", 1.0),
     # vLLM prefill: Python dispatch in the engine and attention library, not demand
     ("inference/tracelens__b200_eager_llm_prefill_rank0.json.gz", "serving", "underfilled/host_overhead", 0.95),
+    # JAX on 8 MI300X: the Python thread waits in block_until_ready after each call of the jitted
+    # function while the devices sit idle (the device work of a step ends ~23 ms before the wait does)
+    ("jax/tracelens__mi300x_jax_conv_minimal.xplane.pb", "inference", "synchronization/host_sync", 0.52),
     # num_workers=0: the DataLoader in the training process
     ("kineto/resnet50_num_workers_0.pt.trace.json.gz", "training", "starvation/input_pipeline", 0.76),
     ("kineto/resnet50_num_workers_4.pt.trace.json.gz", "training", "underfilled/host_overhead", 0.68),
@@ -101,7 +104,7 @@ def test_shared_trace_label(rel: str, kind: str, top: str, share: float) -> None
 def _every_shared() -> list[Path]:
     if not SHARED_TRACES.exists():
         return []
-    return sorted(p for p in SHARED_TRACES.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz", ".sqlite")))
+    return sorted(p for p in SHARED_TRACES.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz", ".sqlite", ".xplane.pb")))
 
 
 # Shared traces in a format whyidle does not read yet, with the issue that adds the reader: each

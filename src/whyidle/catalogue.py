@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["Lever", "CauseEntry", "CATALOGUE", "IDIOM_LEVERS", "SCHEDULE", "SCHEDULE_CALL", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry"]
+__all__ = ["Lever", "CauseEntry", "CATALOGUE", "IDIOM_LEVERS", "SCHEDULE", "SCHEDULE_CALL", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry", "warmup_capture"]
 
 
 class Lever(msgspec.Struct, frozen=True):
@@ -961,6 +961,13 @@ IDIOM_LEVERS: dict[str, dict[str, Lever]] = {
 }
 
 _BY_KEY = {e.key: e for e in CATALOGUE}
+
+
+def warmup_capture(framework: str) -> str:
+    """How to capture after warm-up, in the job's framework (the advice context's)."""
+    if framework == "jax":
+        return "start jax.profiler.trace once the first steps have compiled and run"
+    return SCHEDULE_CALL
 
 
 def entry(key: str) -> CauseEntry:

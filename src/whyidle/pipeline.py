@@ -152,7 +152,9 @@ def report_from(a: Analyses, cfg: Config) -> Diagnosis:
 
 
 def _with_predictions(a: Analyses, report: Diagnosis, cfg: Config, predictions: LeverPredictions | None) -> Diagnosis:
-    findings, path = attach_predictions(a.tl, a.window, report.findings, a.utilization.batch_size, cfg, predictions, a.links)
+    findings, path = attach_predictions(
+        a.tl, a.window, report.findings, a.utilization.batch_size, cfg, predictions, a.links, framework=a.advice.framework if a.advice else ""
+    )
     return msgspec.structs.replace(report, findings=findings, extra={"critical_path": path} if path is not None else {})
 
 

@@ -10,7 +10,8 @@ For one gap (see :mod:`whyidle.analyses.gaps`)::
 * ``open_at_start``: the ops open when the gap began, outermost and innermost;
 * ``during``: the top-level op that overlaps the host part of the gap the most;
 * ``python_line``: the innermost user frame of the first of those ops that carries a stack, or
-  of the ``python_function`` frames open at that moment.
+  of the ``python_function`` frames open at that moment; with no op during the gap, of the
+  frames open halfway through its host part.
 
 Top-level ops are those not nested in another traced op of the same thread (step markers and
 user annotations that wrap whole phases are skipped, DataLoader ranges are kept).
@@ -231,6 +232,11 @@ def _lane_contexts(tl: Timeline, th: _Thread, nest: _Nest, gs: I64, he: I64) -> 
         q = nest.last_line[th.span_end(jj) - 1]
         fallback = np.where(q >= a, nest.line_of[q], nest.frame_line(th.top_s[jj]))
         line[retry] = fallback
+    # Still none (a thread running Python with no op open, as JAX's between steps): the frames
+    # open halfway through the host part of the gap.
+    alone = (line == 0) & (he > gs)
+    if alone.any():
+        line[alone] = nest.frame_line(gs[alone] + (he[alone] - gs[alone]) // 2)
     return {
         "before": rows[top[lo - 1]],
         "outermost": np.where(inside, rows[top[k]], -1),

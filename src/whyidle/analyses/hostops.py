@@ -61,7 +61,8 @@ I64 = npt.NDArray[np.int64]
 _DATALOADER_RE = re.compile(r"enumerate\(DataLoader\)|DataLoader.*__next__|DataLoaderIter|DataPipe|IterDataPipe|_next_data")
 _SYNC_CALL_RE = re.compile(
     r"^(cuda|hip|cu)(Device|Stream|Event|Ctx)Synchronize|^(cuda|hip)Memcpy(2D|3D|Peer|WithStream|DtoH|HtoD|DtoD)?(_v\d+)?$|^cuMemcpy(DtoH|HtoD|DtoD)?(_v\d+)?$|"
-    r"^(cuda|hip)MemcpyFrom|^(cuda|hip)MemcpyTo|^(cuda|hip)StreamQuery$"
+    r"^(cuda|hip)MemcpyFrom|^(cuda|hip)MemcpyTo|^(cuda|hip)StreamQuery$|"
+    r"BlockHostUntilReady"  # XLA/PJRT: the host waits for a buffer (jax's block_until_ready, device_get)
 )
 # Framework ops that block the host until the device has produced a value.
 SYNC_OPS = frozenset(

@@ -15,9 +15,9 @@ from whyidle.analyses.gaps import Gaps
 from whyidle.analyses.links import Links, uncorrelated_by_design
 from whyidle.analyses.trace_checks import clock_skew_notes, step_numbering_notes
 from whyidle.analyses.window import Window
+from whyidle.catalogue import warmup_capture
 from whyidle.config import Config
 from whyidle.timeline.model import Kind, Timeline
-from whyidle.catalogue import SCHEDULE_CALL
 from whyidle.units import format_ns
 
 __all__ = ["Quality", "assess_quality"]
@@ -84,7 +84,7 @@ def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: 
         notes.append(
             f"cold start: first-call costs (CUDA context and module loading, allocator growth, cuDNN "
             f"autotuning, first launches taking milliseconds) hold {format_ns(cold_ns)} ({cold_ns / idle:.0%}) of device idle. "
-            f"Capture after warm-up ({SCHEDULE_CALL}) and diagnose that "
+            f"Capture after warm-up ({warmup_capture('jax' if tl.meta.source_format == 'xplane' else '')}) and diagnose that "
             "trace; the findings are those of its warm remainder (the steps with device work that the cold start "
             "does not dominate; without steps, the gaps it does not)"
         )

@@ -73,5 +73,6 @@ def workload_kind(tl: Timeline) -> Workload:
     if not n_torch:
         n_torch, op = _count(tl, (int(Kind.PYTHON),), lambda s: s.startswith("torch/"))
     if n_torch:
-        return Workload("inference", (f"{n_torch:,} PyTorch ops or frames (e.g. {op}) and no backward pass, optimizer step or serving loop",))
+        what = "JAX/XLA host records" if tl.meta.source_format == "xplane" else "PyTorch ops or frames"
+        return Workload("inference", (f"{n_torch:,} {what} (e.g. {op}) and no backward pass, optimizer step or serving loop",))
     return Workload("non_pytorch", ("device work launched from the host with no PyTorch op or frame: CUDA C/C++, CuPy or another runtime",))

@@ -66,6 +66,11 @@ _VARIANT_LEVER = {("input_pipeline", "multi_process"): "loader_speedup"}
 LEVERS = ("input_pipeline", "loader_speedup", "h2d_copy", "host_sync", "host_overhead", "fused_optimizer", "batch_size", "fp32_math")
 # The fp32 finding's variants name a different fix; the prediction's lever names the same one.
 _VARIANT_LABEL = {("fp32_math", "fp16_only"): "tensor cores for FP32 GEMM/convolution (float16 autocast with a GradScaler)"}
+# A lever's name in a framework whose words differ from PyTorch's (the advice context's framework).
+_IDIOM_LABEL = {
+    ("host_sync", "jax"): "values kept on the device (no per-step block_until_ready, jax.device_get or printed arrays)",
+    ("host_overhead", "jax"): "more work per dispatch (the whole step jitted, loops in lax.scan): host cost per call cut",
+}
 
 
 def lever_of(f: Finding) -> str | None:
@@ -383,10 +388,12 @@ def attach_predictions(
     cfg: Config,
     basis: LeverPredictions | None = None,
     links: Links | None = None,
+    framework: str = "",
 ) -> tuple[tuple[Finding, ...], dict[str, Any] | None]:
     """Findings with their predictions, and the critical path of the median step (None without
     steps). ``basis``: the window's lever predictions if already computed (for at least the
-    findings' levers), else they are replayed here (``links``: the timeline's, when made)."""
+    findings' levers), else they are replayed here (``links``: the timeline's, when made); ``framework``: the advice context's, which
+    names the levers in the job's words."""
     if basis is None:
         basis = lever_predictions(tl, window, levers_of(findings), cfg, links)
     if basis.critical_path is None:
@@ -398,7 +405,7 @@ def attach_predictions(
             out.append(f)
             continue
         p = with_batch_size(basis.by_lever[name], batch_size)
-        label = _VARIANT_LABEL.get((f.cause, f.variant))
+        label = _VARIANT_LABEL.get((f.cause, f.variant)) or _IDIOM_LABEL.get((name, framework))
         p = msgspec.structs.replace(p, lever=label or p.lever, note=_beyond_note(f, p, name, len(window.steps)))
         out.append(msgspec.structs.replace(f, prediction=p))
     return tuple(out), basis.critical_path

@@ -127,6 +127,8 @@ def _options(parts: dict[C.Cause, int], a: Analyses) -> list[str]:
     if parts[C.UNTRACED_HOST]:
         if nsys:
             options.append("nsys profile -t cuda,nvtx,osrt (OS-runtime calls) with NVTX ranges around the program's phases")
+        elif a.advice is not None and a.advice.framework == "jax":
+            options.append("jax.profiler.TraceAnnotation ranges around the work between steps")
         elif not (tl.kind == int(Kind.PYTHON)).any():
             options.append("torch.profiler.profile(with_stack=True) for Python frames, or record_function ranges around untraced work")
         else:

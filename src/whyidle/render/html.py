@@ -25,7 +25,7 @@ import msgspec
 from whyidle import __version__
 from whyidle.analyses import causes as C
 from whyidle.analyses.strip import BUSY_CLASSES, bin_activity
-from whyidle.catalogue import BUSY, CATALOGUE, GROUP_COLOURS, SCHEDULE_CALL
+from whyidle.catalogue import BUSY, CATALOGUE, GROUP_COLOURS, warmup_capture
 from whyidle.findings.labels import BUSY_LABELS, GROUP_LABELS, cause_label
 from whyidle.findings.model import Finding, GapRecord, DiagnosisData
 from whyidle.pages import PAGES, explain_command, page_title
@@ -407,7 +407,7 @@ def _notes(r: DiagnosisData, timeline_note: str) -> str:
         what = ", ".join(f"{cause_label(k)} {card_ms(v)}" for k, v in artifacts.items())
         items.append(
             f"Capture artifacts: {card_ms(total)} ({total / (r.window.duration_ns * max(r.utilization.n_devices, 1)):.0%} of the window), "
-            f"not the job's idle: {what}. Capture after warm-up ({SCHEDULE_CALL})."
+            f"not the job's idle: {what}. Capture after warm-up ({warmup_capture(r.advice.framework if r.advice else '')})."
         )
     unattributed = r.idle_by_group_ns.get("unattributed", 0) - sum(artifacts.values())
     if unattributed and r.utilization.idle_ns:

@@ -15,13 +15,13 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from whyidle.catalogue import warmup_capture
 from whyidle.findings.labels import cause_label
 from whyidle.findings.model import Finding, DiagnosisData
 from whyidle.output import clean
 from whyidle.pages import PAGES, explain_command
 from whyidle.render.helpers import busy_finding_stat, busy_idle_rows, counter_value, rhythm_words, title
 from whyidle.units import format_ns
-from whyidle.catalogue import SCHEDULE_CALL
 
 __all__ = ["render_terminal", "print_report", "console_text"]
 
@@ -79,7 +79,7 @@ def _headline(r: DiagnosisData) -> Table:
         t.add_row(
             "Capture",
             f"{format_ns(total)} ({total / (r.window.duration_ns * max(u.n_devices, 1)):.0%} of the window) is capture "
-            f"artifacts, not the job's idle: {what}. Capture after warm-up ({SCHEDULE_CALL}).",
+            f"artifacts, not the job's idle: {what}. Capture after warm-up ({warmup_capture(r.advice.framework if r.advice else '')}).",
         )
     groups = r.idle_by_group_ns
     if u.idle_ns > 0 and any(groups.values()):

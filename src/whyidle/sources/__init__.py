@@ -2,9 +2,10 @@
 
 One module per format, the larger ones split by what they read (``nsys`` with ``nsys_schema``,
 ``nsys_context``, ``nsys_device``, ``nsys_host``; ``rocprof`` with ``rocprof_schema``; ``counters``
-with one ``counters_*`` module per log format; ``ranges`` holds what the readers of user ranges
-share); these are the only modules that know a raw format. The format is told from the bytes,
-never the name.
+with one ``counters_*`` module per log format; ``xplane`` with ``xplane_wire`` (the protobuf wire
+format), ``xplane_decode`` (the XSpace schema) and ``xplane_derive`` (threads, copies and steps across
+lines); ``ranges`` holds what the readers of user ranges share); these are the only modules that know
+a raw format. The format is told from the bytes, never the name.
 """
 
 from __future__ import annotations
@@ -18,18 +19,33 @@ from whyidle.errors import InputError, UnsupportedInputError
 from whyidle.sources._io import GZIP_MAGIC, SQLITE_MAGIC, ReadAhead, TooLargeForMemory, check_regular, estimated_size, read_bytes
 from whyidle.sources._twoway import Relay, quiet_worker
 from whyidle.sources.rocprof_schema import looks_like_rocprof
+from whyidle.sources.xplane_wire import XPLANE_SUFFIXES
 
 if TYPE_CHECKING:
     from whyidle.timeline.model import Timeline
 
 __all__ = ["load", "find_traces", "ReadAhead", "read_bytes", "quiet_worker", "Relay"]
 
-_TRACE_SUFFIXES = (".json", ".json.gz", ".parquet")
+_TRACE_SUFFIXES = (".json", ".json.gz", ".parquet", *XPLANE_SUFFIXES)
+
+
+def _profile_run(folder: Path) -> Path:
+    """A JAX/TensorFlow log folder's newest profile run (``plugins/profile/<run>/``), else ``folder``."""
+    base = folder / "plugins" / "profile" if (folder / "plugins" / "profile").is_dir() else folder
+    if base.name == "profile" and base.parent.name == "plugins":
+        runs = sorted(p for p in base.iterdir() if p.is_dir() and any(q.name.endswith(".xplane.pb") for q in p.iterdir()))
+        if runs:
+            return runs[-1]
+    return folder
 
 
 def find_traces(folder: Path) -> list[Path]:
-    """Trace files directly inside ``folder``, sorted by name."""
-    return sorted(p for p in folder.iterdir() if p.name.endswith(_TRACE_SUFFIXES) and p.is_file())
+    """Trace files directly inside ``folder``, sorted by name (a JAX log folder: its newest
+    profile run's XPlane files, one per host)."""
+    folder = _profile_run(folder)
+    found = sorted(p for p in folder.iterdir() if p.name.endswith(_TRACE_SUFFIXES) and p.is_file())
+    xplane = [p for p in found if p.name.endswith(XPLANE_SUFFIXES)]
+    return xplane or found  # jax writes <host>.trace.json.gz beside <host>.xplane.pb: the same capture, less of it
 
 
 def load(
@@ -67,7 +83,7 @@ def _load(
     if p.is_dir():
         traces = find_traces(p)
         if not traces:
-            raise InputError(p, "is a folder with no trace files (*.json, *.json.gz, *.parquet) in it")
+            raise InputError(p, "is a folder with no trace files (*.json, *.json.gz, *.parquet, *.xplane.pb) in it")
         if len(traces) > 1:
             raise InputError(
                 p,
@@ -88,6 +104,8 @@ def _load(
         from whyidle.sources.parquet import load_parquet
 
         return load_parquet(p)
+    if p.name.endswith(XPLANE_SUFFIXES):
+        return _load_xplane(p, read_ahead)
     if _large(p):
         from whyidle.sources.kineto_stream import load_kineto_stream, should_stream
 
@@ -114,6 +132,11 @@ def _load(
         box = [raw]  # the reader lets go of the text once decoded
         del raw
         return load_rocprof(p, box, step_pattern)
+    if not looks_like_kineto(raw[:64]):
+        from whyidle.sources.xplane import is_xplane, load_xplane
+
+        if is_xplane(raw):
+            return load_xplane(p, raw)
     if looks_like_kineto(raw[:64]) or p.name.endswith(_TRACE_SUFFIXES):
         box = [raw]  # the reader frees the text once decoded: no reference may stay here
         del raw
@@ -125,8 +148,16 @@ def _load(
     raise UnsupportedInputError(
         p,
         "is not a format whyidle reads; expected a PyTorch profiler trace (.json or .json.gz), an Nsight "
-        "Systems export (.sqlite, .nsys-rep), rocprofv3 JSON output or a GPU counter log (nvidia-smi, dcgmi dmon, whyidle watch)",
+        "Systems export (.sqlite, .nsys-rep), rocprofv3 JSON output, a JAX/XLA profile (.xplane.pb) or a GPU counter log "
+        "(nvidia-smi, dcgmi dmon, whyidle watch)",
     )
+
+
+def _load_xplane(p: Path, read_ahead: ReadAhead | None) -> Timeline:
+    """An XPlane file, read whole (plain or gzip; the gzip-bomb cap applies)."""
+    from whyidle.sources.xplane import load_xplane
+
+    return load_xplane(p, read_bytes(p, read_ahead))
 
 
 def _large(p: Path) -> bool:
