@@ -75,3 +75,27 @@ def test_each_kind_of_contradiction_is_caught(kind: str) -> None:
     brk, words = BREAKS[kind]
     found = contradictions(brk(_report()))
     assert any(words in c for c in found), found
+
+
+def test_counter_words_do_not_contradict_their_numbers() -> None:
+    """Issue 25, item 5: a rhythm's period is said only where it is regular and holds a pause, and
+    'busy' in the rhythm names what it was read from (the headline's share is a time-weighted mean)."""
+    from whyidle.analyses.counters import BurstPattern
+    from whyidle.findings.counter_rules import _every
+    from whyidle.render.helpers import rhythm_words
+    from whyidle.units import format_ns
+
+    # bursts every 500 ms with pauses of 3.2 s on average: the period is not the rhythm
+    odd = BurstPattern("gpu_util_pct", 50.0, 0.2, 500_000_000, 0.9, 4, 3.2e9, True)
+    assert _every(odd) == "" and "every" not in rhythm_words(odd, format_ns)
+    regular = BurstPattern("sm_active_pct", 21.0, 0.84, 2_000_000_000, 0.7, 6, 3e8, True)
+    assert _every(regular).startswith(" every 2")
+    words = rhythm_words(regular, format_ns)
+    assert "SM activity at or above 21% in 84% of the samples" in words and "busy 84% of the time" not in words
+
+
+def test_a_window_without_kernels_says_so() -> None:
+    t = TL()
+    t.work("Memcpy HtoD (Pageable -> Device)", 0, 1.5, launch_at=-1, kind=whyidle.Kind.MEMCPY)
+    r = whyidle.diagnose(t.build())
+    assert "no kernel ran (copies and memsets only)" in str(r)
