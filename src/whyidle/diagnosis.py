@@ -43,10 +43,19 @@ class Renderable:
         return render(self, format, **options)
 
     def save(self, path: str | os.PathLike[str], format: str | None = None) -> str:
-        """Write to ``path`` (format from the suffix: .html, .json, .txt, .json.gz, .png, .svg); returns the format."""
+        """Write to ``path`` (format from the suffix: .html, .json, .txt, .json.gz, .png, .svg); returns the format.
+
+        An OutputError when ``path`` is a file the diagnosis was made from (the trace, the counter
+        log): saving there would destroy it, as the command line refuses too."""
+        from whyidle.errors import require_path
         from whyidle.render import save
 
-        return save(self, path, format)[1]
+        require_path(path, "path")
+        return save(self, path, format, inputs=self.input_paths())[1]
+
+    def input_paths(self) -> tuple[str, ...]:
+        """The files this result was read from (what :meth:`save` never overwrites)."""
+        return ()
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report as plain data (docs/json-schema.md)."""
@@ -62,6 +71,10 @@ class Diagnosis(DiagnosisData, Renderable, frozen=True):
         from whyidle.render.html import render_html
 
         return render_html(self)
+
+    def input_paths(self) -> tuple[str, ...]:
+        counters = self.counters.path if self.counters is not None else ""
+        return tuple(p for p in (self.source.path, counters) if p)
 
 
 Report = Diagnosis  # the name before the diagnosis held every gap; the same class
@@ -79,9 +92,10 @@ def load_report(path: str | os.PathLike[str]) -> Diagnosis | Renderable:
     Diagnosis it was made from (a feature's result for its own kind of report: a run folder's
     gives a MultiRankReport, read by the ranks package, which ``whyidle.load_report`` imports):
     every output renders from it as from the original."""
-    from whyidle.errors import TraceFormatError
+    from whyidle.errors import TraceFormatError, require_path
     from whyidle.findings.saved import load_saved
 
+    require_path(path, "path")
     data = load_saved(path)
     if isinstance(data, DiagnosisData):
         return as_diagnosis(data)

@@ -1,0 +1,97 @@
+"""Option value types: a number the command line takes is checked here, once, as argparse reads it.
+
+``type=number(lo, hi)`` refuses what is not a finite number within ``[lo, hi]`` (``inf``, ``nan``,
+``1e20`` milliseconds, a negative interval) with one line and exit 2, the way argparse reports a
+value that is not a number at all; no option value reaches the library unchecked. ``numbers(...)``
+is the same for a comma-separated list (``--delays-ms 0,1,2``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+__all__ = ["number", "integer", "numbers", "integers", "WIDTH", "MS", "FRACTION"]
+
+
+def _show(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _bounds(lo: float | None, hi: float | None, lo_open: bool) -> str:
+    low = "" if lo is None else f"{'above' if lo_open else 'at least'} {lo:,.10g}"
+    high = "" if hi is None else f"at most {hi:,.10g}"
+    return " and ".join(x for x in (low, high) if x)
+
+
+def _check(x: float, text: str, lo: float | None, hi: float | None, lo_open: bool, what: str) -> None:
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"{_show(text)} is not a finite {what}")
+    if (lo is not None and (x <= lo if lo_open else x < lo)) or (hi is not None and x > hi):
+        raise argparse.ArgumentTypeError(f"{_show(text)}: expected a {what} {_bounds(lo, hi, lo_open)}")
+
+
+def number(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False) -> Callable[[str], float]:
+    """A finite float in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
+
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{_show(text)} is not a number") from None
+        _check(x, text, lo, hi, lo_open, "number")
+        return x
+
+    parse.__name__ = "number"
+    return parse
+
+
+def integer(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
+    """An integer in ``[lo, hi]``."""
+
+    def parse(text: str) -> int:
+        try:
+            x = int(text) if len(text) <= 40 else int("x")
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{_show(text)} is not an integer") from None
+        _check(x, text, lo, hi, False, "whole number")
+        return x
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def numbers(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False) -> Callable[[str], list[float]]:
+    """Comma-separated finite floats, each in ``[lo, hi]``."""
+    one = number(lo, hi, lo_open=lo_open)
+
+    def parse(text: str) -> list[float]:
+        out = [one(x.strip()) for x in text.split(",") if x.strip()]
+        if not out:
+            raise argparse.ArgumentTypeError(f"{_show(text)}: expected comma-separated numbers")
+        return out
+
+    parse.__name__ = "numbers"
+    return parse
+
+
+def integers(lo: int | None = None, hi: int | None = None) -> Callable[[str], list[int]]:
+    """Comma-separated integers, each in ``[lo, hi]``."""
+    one = integer(lo, hi)
+
+    def parse(text: str) -> list[int]:
+        out = [one(x.strip()) for x in text.split(",") if x.strip()]
+        if not out:
+            raise argparse.ArgumentTypeError(f"{_show(text)}: expected comma-separated whole numbers")
+        return out
+
+    parse.__name__ = "integers"
+    return parse
+
+
+# Terminal widths: below 20 columns no table fits (a width of -3 printed nothing and exited 0).
+WIDTH = integer(20, 10_000)
+# A duration in milliseconds: above 0, at most a day (an SLO or an interval past that is a typo).
+MS = number(0, 86_400_000, lo_open=True)
+FRACTION = number(0, 1)
