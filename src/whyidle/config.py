@@ -58,7 +58,7 @@ def _scalar_ok(kind: str, v: object) -> bool:
         return False
     if kind == "int":
         try:
-            operator.index(v)  # type: ignore[call-overload]
+            operator.index(v)  # type: ignore[arg-type]
         except TypeError:
             return False
         return True
