@@ -78,7 +78,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--skip-first", type=T.integer(0), default=0, metavar="N", help="drop the first N steps (cold start)")
     p.add_argument("--batch-size", type=T.integer(1), help="samples per step, when the trace cannot tell")
     p.add_argument("--fail-on", metavar="GROUP[,GROUP]", help=f"exit 1 if a finding is in these groups ({', '.join(GROUPS)})")
-    p.add_argument("--min-busy", type=T.FRACTION, metavar="FRACTION", help="exit 1 if the device busy fraction is below this (0..1)")
+    p.add_argument("--min-busy", type=float, metavar="FRACTION", help="exit 1 if the device busy fraction is below this (0..1)")
     p.add_argument("--width", type=T.WIDTH, default=None, help="terminal width (default: the terminal's, at most 100)")
     p.add_argument("--counters", metavar="LOG", help="a GPU counter log (nvidia-smi dmon / --query-gpu, dcgmi dmon, whyidle watch) joined with the trace by wall-clock time")
     p.add_argument("--step-range", metavar="REGEX", help="Nsight Systems: NVTX range names that mark steps (default: ProfilerStep#N and common trainer names)")

@@ -33,6 +33,7 @@ from whyidle.analyses.kernels import KernelStats
 from whyidle.analyses.utilization import StepFigures, Utilization
 from whyidle.analyses.strip import BUSY_CLASSES, DeviceActivity
 from whyidle.errors import TraceFormatError
+from whyidle.findings.checked import Malformed, Trail, check_struct
 from whyidle.findings.model import (
     Prediction,
     Evidence,
@@ -87,6 +88,36 @@ def _batch(v: Any) -> int | None:
     if type(v) is not int or not 0 < v < 2**40:
         raise ValueError(f"batch_size {str(v)[:40]!r} is not a positive integer of a plausible size")
     return v
+
+
+class _PathSegment(msgspec.Struct):
+    kind: str
+    start_ns: int
+    end_ns: int
+    names: list[str]
+    count: int = 1
+
+
+class _CriticalPath(msgspec.Struct):
+    """The shape of ``extra["critical_path"]`` (findings/critical_path.py), which the HTML page draws."""
+
+    step: int
+    start_ns: int
+    duration_ns: int
+    by_kind_ns: dict[str, int]
+    segments: list[_PathSegment]
+    segments_left_out: int = 0
+
+
+def _extra(v: Any) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise Malformed("extra", f"expected a mapping, found {type(v).__name__}")
+    if v.get("critical_path") is not None:
+        try:
+            msgspec.convert(v["critical_path"], _CriticalPath)
+        except msgspec.ValidationError as exc:
+            raise Malformed("extra.critical_path", str(exc)) from None
+    return dict(v)
 
 
 def _finding(d: dict[str, Any]) -> Finding:
@@ -325,6 +356,8 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> DiagnosisData:
             f"is a multi-rank report ({n} ranks) where one trace's report was expected; compare runs rank by rank "
             "(each rank's trace, or whyidle.load_report(path).ranks[i].report)",
         )
+    trail = Trail()  # which field each read took: what a failure names
+    d = trail.wrap(d)
     try:
         src, win, u, th, k = d["source"], d["window"], d["utilization"], d["throughput"], d["kernels"]
         window_ns = _i64(win["duration_ns"])
@@ -359,7 +392,7 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> DiagnosisData:
         )
         by_cause = {c.key: _i64(d.get("idle_by_cause_ns", {}).get(c.key, 0)) for c in C.CAUSES}
         lanes = _lanes(d.get("lanes", ()))
-        return DiagnosisData(
+        data = DiagnosisData(
             source=SourceInfo(
                 path=src.get("path", ""),
                 format=src.get("format", ""),
@@ -382,7 +415,7 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> DiagnosisData:
             quality=tuple(d.get("quality", ())),
             cold_start=bool(d.get("cold_start", False)),
             no_device_activity=bool(d.get("no_device_activity", False)),
-            extra=dict(d.get("extra", {})),
+            extra=_extra(d.get("extra", {})),
             gap_columns=_gap_columns(d["gap_columns"], len(lanes)) if d.get("gap_columns") is not None else None,
             activity=_activity(d["activity"]) if d.get("activity") is not None else None,
             lanes=lanes,
@@ -390,8 +423,17 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> DiagnosisData:
             counters=_counters(d["counters"]) if d.get("counters") is not None else None,
             advice=msgspec.convert(d["advice_context"], AdviceContext) if d.get("advice_context") is not None else None,
         )
-    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-        raise TraceFormatError(where, f"is a whyidle report with a missing or malformed field ({type(exc).__name__}: {exc})") from None
+        check_struct(data)  # every field as its type declares: nothing malformed reaches a renderer
+    except Malformed as exc:
+        raise TraceFormatError(where, f"is a whyidle report whose field {exc.field} is malformed: {exc.problem}") from None
+    except RecursionError:
+        raise TraceFormatError(where, "is a whyidle report nested too deeply to be one") from None
+    except KeyError as exc:
+        raise TraceFormatError(where, f"is a whyidle report without the field {trail.path or exc}") from None
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+        detail = str(exc) if len(str(exc)) <= 120 else str(exc)[:117] + "..."
+        raise TraceFormatError(where, f"is a whyidle report whose field {trail.path} is malformed ({detail})") from None
+    return data
 
 
 def load_report(path: str | os.PathLike[str]) -> DiagnosisData:
