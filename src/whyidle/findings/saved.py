@@ -357,72 +357,8 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> DiagnosisData:
             "(each rank's trace, or whyidle.load_report(path).ranks[i].report)",
         )
     trail = Trail()  # which field each read took: what a failure names
-    d = trail.wrap(d)
     try:
-        src, win, u, th, k = d["source"], d["window"], d["utilization"], d["throughput"], d["kernels"]
-        window_ns = _i64(win["duration_ns"])
-        kernels = KernelStats(
-            count=_i64(k["count"]),
-            total_ns=_i64(k["total_ns"]),
-            median_ns=k.get("median_ns"),
-            short_count=_i64(k["short_count"]),
-            short_ns=_i64(k["short_ns"]),
-            mean_launch_ns=k.get("mean_launch_call_ns"),
-            sm_efficiency=k.get("est_sm_efficiency"),
-            achieved_occupancy_pct=k.get("est_achieved_occupancy_pct"),
-            tensor_core_ns=_i64(k["tensor_core_ns"]) if "tensor_core_ns" in k else _share_to_ns(k.get("tensor_core_share"), _i64(k["total_ns"])),
-            fp32_math_ns=_i64(k["fp32_math_ns"]) if "fp32_math_ns" in k else _share_to_ns(k.get("fp32_math_share"), _i64(k["total_ns"])),
-            top_fp32_kernels=tuple((str(x["name"]), _i64(x["ns"])) for x in k.get("top_fp32_kernels", ())),
-            fill=msgspec.convert(k["fill"], KernelFill) if k.get("fill") else None,
-        )
-        util = Utilization(
-            window_ns=window_ns,
-            n_devices=_i64(u["n_devices"]),
-            busy_ns=_i64(u["busy_ns"]),
-            kernel_busy_ns=_i64(u["kernel_busy_ns"]),
-            compute_ns=_i64(u["compute_ns"]),
-            communication_ns=_i64(u["communication_exposed_ns"]),
-            communication_total_ns=_i64(u["communication_total_ns"]),
-            memcpy_ns=_i64(u["memcpy_ns"]),
-            memset_ns=_i64(u["memset_ns"]),
-            idle_ns=_i64(u["idle_ns"]),
-            steps=tuple(_step(s) for s in d.get("steps", ())),
-            batch_size=_batch(th.get("batch_size")),
-            batch_size_basis=th.get("batch_size_basis", ""),
-        )
-        by_cause = {c.key: _i64(d.get("idle_by_cause_ns", {}).get(c.key, 0)) for c in C.CAUSES}
-        lanes = _lanes(d.get("lanes", ()))
-        data = DiagnosisData(
-            source=SourceInfo(
-                path=src.get("path", ""),
-                format=src.get("format", ""),
-                version=src.get("version", ""),
-                devices=_strs(src.get("devices", ()), "devices"),
-                rank=src.get("rank"),
-                world_size=src.get("world_size"),
-                training=src.get("workload", "training") == "training",
-                workload=str(src.get("workload", "")),
-                workload_evidence=tuple(str(e) for e in src.get("workload_evidence", ())),
-            ),
-            window=WindowInfo(_i64(win["start_ns"]), _i64(win["end_ns"]), win.get("basis", ""), tuple(win.get("steps", ())), tuple(win.get("all_steps", ()))),
-            utilization=util,
-            kernels=kernels,
-            idle_by_cause_ns=by_cause,
-            gap_count=_i64(d["gap_count"]),
-            findings=tuple(_finding(f) for f in d.get("findings", ())),
-            skipped=tuple(Skipped(s["rule"], s["reason"]) for s in d.get("skipped", ())),
-            gaps=tuple(_gap(g) for g in d.get("gaps", ())),
-            quality=tuple(d.get("quality", ())),
-            cold_start=bool(d.get("cold_start", False)),
-            no_device_activity=bool(d.get("no_device_activity", False)),
-            extra=_extra(d.get("extra", {})),
-            gap_columns=_gap_columns(d["gap_columns"], len(lanes)) if d.get("gap_columns") is not None else None,
-            activity=_activity(d["activity"]) if d.get("activity") is not None else None,
-            lanes=lanes,
-            name_times=_name_times(d["name_times"]) if d.get("name_times") is not None else None,
-            counters=_counters(d["counters"]) if d.get("counters") is not None else None,
-            advice=msgspec.convert(d["advice_context"], AdviceContext) if d.get("advice_context") is not None else None,
-        )
+        data = _built(trail.wrap(d))
         check_struct(data)  # every field as its type declares: nothing malformed reaches a renderer
     except Malformed as exc:
         raise TraceFormatError(where, f"is a whyidle report whose field {exc.field} is malformed: {exc.problem}") from None
@@ -433,6 +369,75 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> DiagnosisData:
     except (TypeError, ValueError, AttributeError, OverflowError) as exc:
         detail = str(exc) if len(str(exc)) <= 120 else str(exc)[:117] + "..."
         raise TraceFormatError(where, f"is a whyidle report whose field {trail.path} is malformed ({detail})") from None
+    return data
+
+
+def _built(d: dict[str, Any]) -> DiagnosisData:
+    """The diagnosis data a report's dict describes (KeyError, TypeError, ValueError where it is not one)."""
+    src, win, u, th, k = d["source"], d["window"], d["utilization"], d["throughput"], d["kernels"]
+    window_ns = _i64(win["duration_ns"])
+    kernels = KernelStats(
+        count=_i64(k["count"]),
+        total_ns=_i64(k["total_ns"]),
+        median_ns=k.get("median_ns"),
+        short_count=_i64(k["short_count"]),
+        short_ns=_i64(k["short_ns"]),
+        mean_launch_ns=k.get("mean_launch_call_ns"),
+        sm_efficiency=k.get("est_sm_efficiency"),
+        achieved_occupancy_pct=k.get("est_achieved_occupancy_pct"),
+        tensor_core_ns=_i64(k["tensor_core_ns"]) if "tensor_core_ns" in k else _share_to_ns(k.get("tensor_core_share"), _i64(k["total_ns"])),
+        fp32_math_ns=_i64(k["fp32_math_ns"]) if "fp32_math_ns" in k else _share_to_ns(k.get("fp32_math_share"), _i64(k["total_ns"])),
+        top_fp32_kernels=tuple((str(x["name"]), _i64(x["ns"])) for x in k.get("top_fp32_kernels", ())),
+        fill=msgspec.convert(k["fill"], KernelFill) if k.get("fill") else None,
+    )
+    util = Utilization(
+        window_ns=window_ns,
+        n_devices=_i64(u["n_devices"]),
+        busy_ns=_i64(u["busy_ns"]),
+        kernel_busy_ns=_i64(u["kernel_busy_ns"]),
+        compute_ns=_i64(u["compute_ns"]),
+        communication_ns=_i64(u["communication_exposed_ns"]),
+        communication_total_ns=_i64(u["communication_total_ns"]),
+        memcpy_ns=_i64(u["memcpy_ns"]),
+        memset_ns=_i64(u["memset_ns"]),
+        idle_ns=_i64(u["idle_ns"]),
+        steps=tuple(_step(s) for s in d.get("steps", ())),
+        batch_size=_batch(th.get("batch_size")),
+        batch_size_basis=th.get("batch_size_basis", ""),
+    )
+    by_cause = {c.key: _i64(d.get("idle_by_cause_ns", {}).get(c.key, 0)) for c in C.CAUSES}
+    lanes = _lanes(d.get("lanes", ()))
+    data = DiagnosisData(
+        source=SourceInfo(
+            path=src.get("path", ""),
+            format=src.get("format", ""),
+            version=src.get("version", ""),
+            devices=_strs(src.get("devices", ()), "devices"),
+            rank=src.get("rank"),
+            world_size=src.get("world_size"),
+            training=src.get("workload", "training") == "training",
+            workload=str(src.get("workload", "")),
+            workload_evidence=tuple(str(e) for e in src.get("workload_evidence", ())),
+        ),
+        window=WindowInfo(_i64(win["start_ns"]), _i64(win["end_ns"]), win.get("basis", ""), tuple(win.get("steps", ())), tuple(win.get("all_steps", ()))),
+        utilization=util,
+        kernels=kernels,
+        idle_by_cause_ns=by_cause,
+        gap_count=_i64(d["gap_count"]),
+        findings=tuple(_finding(f) for f in d.get("findings", ())),
+        skipped=tuple(Skipped(s["rule"], s["reason"]) for s in d.get("skipped", ())),
+        gaps=tuple(_gap(g) for g in d.get("gaps", ())),
+        quality=tuple(d.get("quality", ())),
+        cold_start=bool(d.get("cold_start", False)),
+        no_device_activity=bool(d.get("no_device_activity", False)),
+        extra=_extra(d.get("extra", {})),
+        gap_columns=_gap_columns(d["gap_columns"], len(lanes)) if d.get("gap_columns") is not None else None,
+        activity=_activity(d["activity"]) if d.get("activity") is not None else None,
+        lanes=lanes,
+        name_times=_name_times(d["name_times"]) if d.get("name_times") is not None else None,
+        counters=_counters(d["counters"]) if d.get("counters") is not None else None,
+        advice=msgspec.convert(d["advice_context"], AdviceContext) if d.get("advice_context") is not None else None,
+    )
     return data
 
 

@@ -78,7 +78,8 @@ def load_run_report(path: str) -> dict[str, Any]:
         except msgspec.DecodeError as exc:
             raise InputError(p, f"cannot be read as JSON ({exc})") from None
         if isinstance(doc, dict) and ("steps" in doc or doc.get("kind") == "multi_rank"):
-            load_saved(p)  # checked field by field as a report before its figures are used
+            if "schema_version" in doc:
+                load_saved(p)  # a saved report: checked field by field before its figures are used
             return doc
     # a trace, a Parquet timeline or a run folder: diagnose it
     from whyidle.ranks import is_run_dir
