@@ -40,6 +40,7 @@ _BAD = [
     (["diagnose", "TRACE", "--counters-interval-ms", "1e20"], "argument --counters-interval-ms: '1e20': expected a number above 0 and at most 86,400,000"),
     (["diagnose", "TRACE", "--counters-interval-ms", "-5"], "argument --counters-interval-ms: '-5': expected a number above 0"),
     (["diagnose", "TRACE", "--width", "-3"], "argument --width: '-3': expected a whole number at least 20"),
+    (["batching", "--curve", "1:2,8:4", "--rate", "10", "--slo-ms", "50", "--seed", "-1"], "argument --seed: '-1': expected a whole number at least 0"),
     (["diagnose", "TRACE", "--steps", "1-100000000"], "--steps 1-100000000 names 100000000 steps; at most 100000"),
 ]
 

@@ -41,6 +41,7 @@ def _one_line(r: dict[str, Any], *names: str) -> None:
         (b'{"arrival": 1, "finish": 2, "batch_id": 1e300}', "batch_id=1e+300 is not an integer batch number"),
         (b'{"arrival": 1, "finish": 2, "batch_id": NaN}', "batch_id=nan is not an integer batch number"),
         (b'{"arrival": [1], "finish": 2}', "arrival=[1] is not a number"),
+        (b'{"arrival": "9999-12-31T23:59:59", "finish": 2}', "arrival='9999-12-31T23:59:59' is not a number or an ISO 8601 time (2.53e+20 is out of range)"),
     ],
 )
 def test_request_log_numbers_out_of_range(tmp_path: Path, line: bytes, says: str) -> None:

@@ -52,7 +52,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--preferred", type=T.integers(1, 65_536), help="Triton preferred batch sizes applied to every candidate, e.g. 8,16")
     p.add_argument("--no-jitter", action="store_true", help="use the median latency only (default: draw the p90 spread when known)")
     p.add_argument("--requests-per-run", type=T.integer(1, 100_000_000), help="requests simulated per run (default 20,000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=T.integer(0, 2**32 - 1), default=0, help="the random seed of the simulated traffic (default 0)")
     p.add_argument("--gpu", help="GPU model for MIG advice (default: the measured device)")
     p.add_argument("--memory-gb", type=T.number(0, 1e6, lo_open=True), help="memory one instance holds, GB (default: measured with --measure on CUDA)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

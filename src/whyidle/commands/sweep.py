@@ -52,7 +52,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--warmup", type=T.integer(0, 1_000_000), default=10, help="warm-up steps per trial, excluded from the figures (default 10)")
     p.add_argument("--time-limit", type=T.number(0, 86_400, lo_open=True), default=120.0, metavar="S", help="seconds per trial before it is stopped (default 120)")
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda: passed to the trial as cfg.device")
-    p.add_argument("--seed", type=int, default=0, help="the seed every trial starts from (default 0)")
+    p.add_argument("--seed", type=T.integer(0, 2**32 - 1), default=0, help="the seed every trial starts from (default 0)")
     p.add_argument("--from-report", metavar="REPORT.json", help="a whyidle JSON report: the levers its findings name are tried first")
     p.add_argument("--cache", metavar="FILE", help="keep finished trials in FILE and reuse them: a rerun resumes the sweep")
     p.add_argument("-o", "--output", metavar="FILE", help="write the result to FILE (.json, .html or .txt); default: the terminal")

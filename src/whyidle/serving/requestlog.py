@@ -137,7 +137,7 @@ def _time_ns(value: Any, unit_ns: int) -> int:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)  # a log without a zone: its times are compared only with each other
     d = dt - _EPOCH
-    return (d.days * 86_400 + d.seconds) * 1_000_000_000 + d.microseconds * 1_000
+    return _in_range((d.days * 86_400 + d.seconds) * 1_000_000_000 + d.microseconds * 1_000)  # year 9999 is past int64 ns
 
 
 def _batch_number(value: Any) -> int:
