@@ -33,6 +33,8 @@ _BAD = [
     (["batching", "--curve", "1:2,8:4", "--rate", "10", "--slo-ms", "nan"], "argument --slo-ms: 'nan' is not a finite number"),
     (["batching", "--curve", "1:2,8:4", "--rate", "10", "--slo-ms", "50", "--delays-ms", "0,nan"], "argument --delays-ms: 'nan' is not a finite number"),
     (["batching", "--curve", "1:2,8:4", "--rate", "inf", "--slo-ms", "50"], "argument --rate: 'inf' is not a finite number"),
+    (["batching", "--curve", "1:2,8:4", "--rate", "1e-320", "--slo-ms", "50"], "argument --rate: '1e-320': expected a number at least 1e-06"),
+    (["batching", "--curve", "1:2,8:4", "--rate", "10", "--burstiness", "1e-320", "--slo-ms", "50"], "argument --burstiness: '1e-320': expected a number at least 0.001"),
     (["batching", "--curve", "1:2,8:4", "--rate", "10", "--slo-ms", "50", "--max-batch", "0"], "argument --max-batch: '0': expected a whole number at least 1"),
     (["serving", "LOG", "--slo-ms", "-1"], "argument --slo-ms: '-1': expected a number above 0"),
     (["diagnose", "TRACE", "--counters-utc-offset", "100000000"], "argument --counters-utc-offset: '100000000': expected a whole number at least -1,440 and at most 1,440"),

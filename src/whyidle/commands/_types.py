@@ -11,8 +11,11 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import TypeVar
 
 __all__ = ["number", "integer", "numbers", "integers", "WIDTH", "MS", "FRACTION"]
+
+_T = TypeVar("_T")
 
 
 def _show(text: str) -> str:
@@ -62,32 +65,27 @@ def integer(lo: int | None = None, hi: int | None = None) -> Callable[[str], int
     return parse
 
 
-def numbers(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False) -> Callable[[str], list[float]]:
-    """Comma-separated finite floats, each in ``[lo, hi]``."""
-    one = number(lo, hi, lo_open=lo_open)
+def _listed(one: Callable[[str], _T], what: str) -> Callable[[str], list[_T]]:
+    """Comma-separated values, each parsed by ``one``."""
 
-    def parse(text: str) -> list[float]:
+    def parse(text: str) -> list[_T]:
         out = [one(x.strip()) for x in text.split(",") if x.strip()]
         if not out:
-            raise argparse.ArgumentTypeError(f"{_show(text)}: expected comma-separated numbers")
+            raise argparse.ArgumentTypeError(f"{_show(text)}: expected comma-separated {what}")
         return out
 
-    parse.__name__ = "numbers"
+    parse.__name__ = what.replace(" ", "_")
     return parse
+
+
+def numbers(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False) -> Callable[[str], list[float]]:
+    """Comma-separated finite floats, each in ``[lo, hi]``."""
+    return _listed(number(lo, hi, lo_open=lo_open), "numbers")
 
 
 def integers(lo: int | None = None, hi: int | None = None) -> Callable[[str], list[int]]:
     """Comma-separated integers, each in ``[lo, hi]``."""
-    one = integer(lo, hi)
-
-    def parse(text: str) -> list[int]:
-        out = [one(x.strip()) for x in text.split(",") if x.strip()]
-        if not out:
-            raise argparse.ArgumentTypeError(f"{_show(text)}: expected comma-separated whole numbers")
-        return out
-
-    parse.__name__ = "integers"
-    return parse
+    return _listed(integer(lo, hi), "whole numbers")
 
 
 # Terminal widths: below 20 columns no table fits (a width of -3 printed nothing and exited 0).
