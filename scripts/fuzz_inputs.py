@@ -1,15 +1,21 @@
-"""Fuzz whyidle's readers with seeded hostile inputs (issue 14): every input must give a report
-or one clear WhyidleError; any other exception is a bug, printed with its input saved.
+"""Fuzz whyidle's input surfaces with seeded hostile inputs (issues 14 and 24): every input must
+give a report or one clear WhyidleError and be byte-identical afterwards; any other exception is
+a bug, printed with its input saved (``--keep``).
 
-    PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 2000 --seed 1 [--families kineto,bytes,...]
-    PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 300 --budget-s 60   # what the test suite runs
+    PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 1000 --seed 1   # the nightly size: 10,000 inputs
+    PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 300 --budget-s 60 --families requests,triton
 
-Families (tests/hostile.py): ``kineto`` (structure-aware mutations of a Kineto trace, read by the
-public API, and again by the out-of-core reader with small batches: both must agree),
-``bytes`` (byte-level damage, plain and gzip), ``counters`` (nvidia-smi / dcgmi logs), ``nsys``
-(Nsight exports with odd cell values), ``report`` (saved JSON reports given to ``compare``).
-Prints one JSON line per family: inputs run, reports, clear errors, readers that disagreed, and
-escaped exceptions (type and place).
+Families (tests/hostile.py, tests/hostile_surfaces.py): ``kineto`` (structure-aware mutations of a
+Kineto trace, read by the public API, and again by the out-of-core reader with small batches: both
+must agree), ``bytes`` (byte-level damage, plain and gzip), ``counters`` (nvidia-smi / dcgmi logs),
+``nsys`` (Nsight exports with odd cell values), ``report`` (saved JSON reports, loaded and rendered
+in every format and given to ``compare``), ``requests`` (request logs: JSON lines, JSON, CSV, gzip,
+odd values and bytes), ``triton`` (Triton traces), ``latency`` (latency curves), ``parquet``
+(``whyidle convert`` output with tampered metadata, columns or bytes), ``options`` (command lines
+of diagnose, compare, serving and batching with odd option values). tests/test_fuzz.py lists the
+family of every reader and fails on one without. Prints one JSON line per family: inputs run,
+reports, clear errors, readers that disagreed, inputs modified, and escaped exceptions (type and
+place).
 """
 
 from __future__ import annotations
