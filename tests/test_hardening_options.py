@@ -111,3 +111,13 @@ def test_save_never_overwrites_the_diagnosed_trace(trace: Path, tmp_path: Path) 
     with pytest.raises(OutputError):
         again.save(t)  # a report read back still knows the trace it came from
     assert t.read_bytes() == before
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["diagnose", "--help"]])
+def test_help_and_version_to_a_full_disk_are_an_error(args: list[str]) -> None:
+    import subprocess
+
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "whyidle", *args], stdout=full, stderr=subprocess.PIPE, text=True, env=ENV, timeout=60)
+    assert r.returncode == 2 and r.stderr == "whyidle: error: cannot write the output <stdout> (No space left on device); the output is incomplete\n", r
