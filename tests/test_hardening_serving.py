@@ -154,3 +154,40 @@ def test_latency_curve_numbers(tmp_path: Path, text: str, says: str) -> None:
     with pytest.raises(InputError) as e:
         load_latency(p)
     assert str(e.value).startswith(str(p)) and says in str(e.value), str(e.value)
+
+
+def test_a_plain_log_is_converted_column_by_column(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: a 1M-row log took 33 s, one Python conversion per value; plain numbers now go
+    through numpy at once (the per-value path is only for what it must name or parse)."""
+    import whyidle.serving.requestlog as rl
+
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps({"arrival_ms": i * 0.5, "start_ms": i * 0.5 + 0.1, "finish_ms": i * 0.5 + 2, "batch_id": i // 8}) + "\n" for i in range(20_000)))
+
+    def per_value(*_: Any) -> int:
+        raise AssertionError("converted value by value")
+
+    monkeypatch.setattr(rl, "_time_ns", per_value)
+    log = load_requests(p)
+    assert log.requests == 20_000 and log.arrival_ns[1] == 500_000 and log.finish_ns[-1] == 9_999_500_000 + 2_000_000
+    assert log.batch[:9].tolist() == [0] * 8 + [1]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_column_and_row_paths_agree(seed: int) -> None:
+    import random
+
+    from whyidle.serving.requestlog import _columns_at_once, _columns_by_row
+
+    rng = random.Random(seed)
+    unit = rng.choice(["", "_ms", "_us", "_ns", "_s"])
+    kind = rng.choice([int, float, str])
+    recs = []
+    for i in range(rng.randint(1, 50)):
+        a = rng.randint(0, 10**6) if kind is int else rng.uniform(0, 1e6)
+        vals = {f"arrival{unit}": a, f"start{unit}": a + 1, f"finish{unit}": a + 2, "batch_id": i // 3}
+        recs.append({k: (str(v) if kind is str else v) for k, v in vals.items()})
+    fast = _columns_at_once(recs)
+    assert fast is not None
+    slow = _columns_by_row(recs, "x")
+    assert {k: v.tolist() for k, v in fast.items()} == {k: v.tolist() for k, v in slow.items()}
