@@ -110,3 +110,65 @@ def test_fallback_colour_of_an_unknown_cause_is_a_colour() -> None:
     from whyidle.render._contrast import ink
 
     assert ink("#888") == ink("#888888")
+
+
+# --- Parquet timelines (whyidle convert output read back) ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("pyarrow")
+    from whyidle.sources import load
+    from whyidle.sources.parquet import write_parquet
+
+    d = tmp_path_factory.mktemp("pq")
+    (d / "t.json").write_text(json.dumps(hostile.base_trace(3)))
+    write_parquet(load(d / "t.json"), d / "t.parquet")
+    return d / "t.parquet"
+
+
+def _tampered(good: Path, out: Path, column: str | None = None, value: Any = None, side: tuple[str, Any] | None = None) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(good)
+    if column is not None:
+        values = table.column(column).to_numpy().copy()
+        values[0] = value
+        table = table.set_column(table.schema.get_field_index(column), column, pa.array(values))
+    if side is not None:
+        meta = json.loads(table.schema.metadata[b"whyidle.timeline"])
+        meta[side[0]] = side[1]
+        table = table.replace_schema_metadata({b"whyidle.timeline": json.dumps(meta).encode()})
+    pq.write_table(table, out)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"column": "name", "value": 10**6}, "row 0: column name is 1000000, outside its table"),
+        ({"column": "lane", "value": -1}, "row 0: column lane is -1, outside its table"),
+        ({"column": "kind", "value": 99}, "row 0: column kind is 99, which is no event kind"),
+        ({"column": "end_ns", "value": 2**63 - 1}, "row 0: end_ns 9223372036854775807 is beyond 2**62 ns"),
+        ({"column": "start_ns", "value": -(2**63)}, "row 0: start_ns -9223372036854775808 is beyond 2**62 ns"),
+        ({"side": ("strings", [1, 2])}, "has whyidle metadata that is not a timeline's: Expected `str`, got `int` - at `$.strings[0]`"),
+        ({"side": ("lanes", [["gpu_stream", "x", "1", "7", ""]])}, "at `$.lanes[0][1]`"),
+        ({"side": ("meta", {"source_format": 5})}, "Expected `str`, got `int` - at `$.meta.source_format`"),
+        ({"side": ("meta", {"source_format": "kineto", "quality": "x"})}, "at `$.meta.quality`"),
+    ],
+)
+def test_tampered_parquet_is_refused_naming_what(tmp_path: Path, parquet: Path, change: dict[str, Any], says: str) -> None:
+    p = _tampered(parquet, tmp_path / "bad.parquet", **change)
+    with pytest.raises(TraceFormatError) as e:
+        whyidle.diagnose(p)
+    assert str(e.value).startswith(str(p)) and says in str(e.value), str(e.value)
+
+
+def test_parquet_metadata_that_is_not_json(tmp_path: Path, parquet: Path) -> None:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(parquet)
+    pq.write_table(table.replace_schema_metadata({b"whyidle.timeline": b"{not json"}), tmp_path / "bad.parquet")
+    with pytest.raises(TraceFormatError, match="has unreadable whyidle metadata"):
+        whyidle.diagnose(tmp_path / "bad.parquet")

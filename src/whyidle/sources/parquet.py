@@ -118,10 +118,10 @@ def _side(p: Path, raw: bytes) -> _Side:
             version = doc.get("format_version") if isinstance(doc, dict) else None
             raise TraceFormatError(p, f"is a whyidle timeline of format version {version!r:.40}; this whyidle reads version {FORMAT_VERSION}")
         return msgspec.convert(doc, _Side)
+    except msgspec.ValidationError as exc:  # (a DecodeError too: first)
+        raise TraceFormatError(p, f"has whyidle metadata that is not a timeline's: {str(exc)[:160]}") from None
     except (msgspec.DecodeError, RecursionError) as exc:
         raise TraceFormatError(p, f"has unreadable whyidle metadata ({str(exc)[:120]})") from None
-    except msgspec.ValidationError as exc:
-        raise TraceFormatError(p, f"has whyidle metadata that is not a timeline's: {str(exc)[:160]}") from None
 
 
 def _check_columns(p: Path, cols: dict[str, np.ndarray], side: _Side) -> None:
@@ -140,6 +140,11 @@ def _check_columns(p: Path, cols: dict[str, np.ndarray], side: _Side) -> None:
     if unknown.any():
         i = int(np.flatnonzero(unknown)[0])
         raise TraceFormatError(p, f"row {i}: column kind is {int(cols['kind'][i])}, which is no event kind")
+    for c in ("start_ns", "end_ns"):  # as every reader: within 2**62 ns, so sums and differences fit int64
+        far = (cols[c] > 2**62) | (cols[c] < -(2**62))
+        if far.any():
+            i = int(np.flatnonzero(far)[0])
+            raise TraceFormatError(p, f"row {i}: {c} {int(cols[c][i])} is beyond 2**62 ns (146 years); expected times of a capture")
     back = cols["end_ns"] < cols["start_ns"]
     if back.any():
         i = int(np.flatnonzero(back)[0])
