@@ -13,10 +13,13 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import IO, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from whyidle import __version__
 from whyidle.errors import MissingExtraError, OutputError, UsageError, WhyidleError
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 __all__ = ["main", "run", "COMMANDS"]
 
@@ -39,7 +42,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2, as for bad input
         self.exit(EXIT_INPUT, f"whyidle: error: {message} (see whyidle {self.prog.split()[-1]} --help)\n")
 
-    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
         """As argparse's, without ignoring a failed write: --help to a full disk is an error."""
         if message:
             (file or sys.stderr).write(message)
