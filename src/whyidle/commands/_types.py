@@ -16,6 +16,7 @@ from typing import TypeVar
 __all__ = ["number", "integer", "numbers", "integers", "WIDTH", "MS", "FRACTION"]
 
 _T = TypeVar("_T")
+_N = TypeVar("_N", int, float)
 
 
 def _show(text: str) -> str:
@@ -35,34 +36,35 @@ def _check(x: float, text: str, lo: float | None, hi: float | None, lo_open: boo
         raise argparse.ArgumentTypeError(f"{_show(text)}: expected a {what} {_bounds(lo, hi, lo_open)}")
 
 
-def number(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False) -> Callable[[str], float]:
-    """A finite float in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
+def _typed(convert: Callable[[str], _N], not_one: str, kind: str, lo: float | None, hi: float | None, lo_open: bool) -> Callable[[str], _N]:
+    """``convert(text)``, then finite and within the bounds; ``not_one`` and ``kind`` name it in the messages."""
 
-    def parse(text: str) -> float:
+    def parse(text: str) -> _N:
         try:
-            x = float(text)
+            x = convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{_show(text)} is not a number") from None
-        _check(x, text, lo, hi, lo_open, "number")
+            raise argparse.ArgumentTypeError(f"{_show(text)} is not {not_one}") from None
+        _check(x, text, lo, hi, lo_open, kind)
         return x
 
-    parse.__name__ = "number"
+    parse.__name__ = kind.replace(" ", "_")
     return parse
+
+
+def _int(text: str) -> int:
+    if len(text) > 40:  # Python parses 4,300 digits; no option needs more than 40
+        raise ValueError(text)
+    return int(text)
+
+
+def number(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False) -> Callable[[str], float]:
+    """A finite float in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
+    return _typed(float, "a number", "number", lo, hi, lo_open)
 
 
 def integer(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
     """An integer in ``[lo, hi]``."""
-
-    def parse(text: str) -> int:
-        try:
-            x = int(text) if len(text) <= 40 else int("x")
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{_show(text)} is not an integer") from None
-        _check(x, text, lo, hi, False, "whole number")
-        return x
-
-    parse.__name__ = "integer"
-    return parse
+    return _typed(_int, "an integer", "whole number", lo, hi, False)
 
 
 def _listed(one: Callable[[str], _T], what: str) -> Callable[[str], list[_T]]:
