@@ -1,17 +1,23 @@
-"""Fuzz whyidle's readers with seeded hostile inputs (issue 14): every input must give a report
-or one clear WhyidleError; any other exception is a bug, printed with its input saved.
+"""Fuzz whyidle's input surfaces with seeded hostile inputs (issues 14 and 24): every input must
+give a report or one clear WhyidleError and be byte-identical afterwards; any other exception is
+a bug, printed with its input saved (``--keep``).
 
-    PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 2000 --seed 1 [--families kineto,bytes,...]
-    PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 300 --budget-s 60   # what the test suite runs
+    PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 1000 --seed 1   # the nightly size: 10,000 inputs
+    PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 300 --budget-s 60 --families requests,triton
 
-Families (tests/hostile.py): ``kineto`` (structure-aware mutations of a Kineto trace, read by the
-public API, and again by the out-of-core reader with small batches: both must agree),
-``bytes`` (byte-level damage, plain and gzip), ``counters`` (nvidia-smi / dcgmi logs), ``nsys``
-(Nsight exports with odd cell values), ``report`` (saved JSON reports given to ``compare``),
-``rocprof`` (rocprofv3 JSON output with odd values, types, missing fields and truncations),
-``xplane`` (JAX XPlane captures with odd planes and byte damage).
-Prints one JSON line per family: inputs run, reports, clear errors, readers that disagreed, and
-escaped exceptions (type and place).
+Families (tests/hostile.py, tests/hostile_surfaces.py): ``kineto`` (structure-aware mutations of a
+Kineto trace, read by the public API, and again by the out-of-core reader with small batches: both
+must agree), ``bytes`` (byte-level damage, plain and gzip), ``counters`` (nvidia-smi / dcgmi logs),
+``nsys`` (Nsight exports with odd cell values), ``report`` (saved JSON reports, loaded and rendered
+in every format and given to ``compare``), ``requests`` (request logs: JSON lines, JSON, CSV, gzip,
+odd values and bytes), ``triton`` (Triton traces), ``latency`` (latency curves), ``parquet``
+(``whyidle convert`` output with tampered metadata, columns or bytes), ``options`` (command lines
+of diagnose, compare, serving and batching with odd option values), ``rocprof`` (rocprofv3 JSON
+output with odd values, types, missing fields and truncations), ``xplane`` (JAX XPlane captures
+with odd planes and byte damage). tests/test_fuzz.py lists the
+family of every reader and fails on one without. Prints one JSON line per family: inputs run,
+reports, clear errors, readers that disagreed, inputs modified, and escaped exceptions (type and
+place).
 """
 
 from __future__ import annotations
@@ -33,11 +39,12 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "src"))
 
 import hostile  # noqa: E402
+import hostile_surfaces  # noqa: E402
 
 import whyidle  # noqa: E402
 from whyidle.errors import WhyidleError  # noqa: E402
 
-FAMILIES = ("kineto", "bytes", "counters", "nsys", "report", "rocprof", "xplane")
+FAMILIES = ("kineto", "bytes", "counters", "nsys", "report", "requests", "triton", "latency", "parquet", "options", "rocprof", "xplane")
 
 
 def _where(exc: BaseException) -> str:
@@ -46,23 +53,131 @@ def _where(exc: BaseException) -> str:
     return f"{type(exc).__name__} at {os.path.basename(last.filename)}:{last.lineno}" if last else type(exc).__name__
 
 
-def run_family(family: str, n: int, seed: int, budget_s: float, work: Path, keep: Path | None = None) -> dict[str, Any]:
-    """Run up to ``n`` inputs of ``family`` (stopping after ``budget_s``); the counts."""
+def _setup(family: str, work: Path) -> dict[str, Any]:
+    """What a family's inputs are made from: a good trace, report, Parquet file or command lines."""
+    ctx: dict[str, Any] = {"doc": hostile.rocprof_base() if family == "rocprof" else hostile.base_trace(2)}
+    t = work / "t.json"
+    t.write_text(json.dumps(hostile.base_trace(3)))
+    if family == "report":
+        from whyidle.render.json import render_json
+
+        ctx["report"] = json.loads(render_json(whyidle.diagnose(t)))
+        (work / "good.json").write_text(json.dumps(ctx["report"]))
+    elif family == "parquet":
+        from whyidle.sources import load
+        from whyidle.sources.parquet import write_parquet
+
+        write_parquet(load(t), work / "good.parquet")
+    elif family == "options":
+        from whyidle.cli import build_parser
+
+        (work / "log.jsonl").write_text("".join(json.dumps({"arrival": i, "start": i + 0.1, "finish": i + 0.3}) + "\n" for i in range(30)))
+        ctx["parser"] = build_parser()
+        ctx["bases"] = {
+            "diagnose": [str(t)], "compare": [str(t), str(t)], "serving": [str(work / "log.jsonl")],
+            "batching": ["--curve", "1:2:2.5,8:4:5", "--rate", "100", "--slo-ms", "50", "--requests-per-run", "300"],
+            "run": ["--no-sampler", "-o", str(work / "run")],
+        }  # fmt: skip
+    return ctx
+
+
+def _make(family: str, rng: random.Random, ctx: dict[str, Any], work: Path, i: int) -> Path | list[str]:
+    if family == "nsys":
+        return hostile.nsys_input(rng, work)
+    if family == "options":
+        return hostile_surfaces.option_argv(rng, ctx["bases"], ctx["parser"])
+    if family == "parquet":
+        name, data = hostile_surfaces.parquet_input(rng, work / "good.parquet")
+    else:
+        gen = {"kineto": hostile.kineto_input, "bytes": hostile.bytes_input, "counters": hostile.counters_input, "report": hostile.report_input,
+               "requests": hostile_surfaces.requests_input, "triton": hostile_surfaces.triton_input, "latency": hostile_surfaces.latency_input,
+               "rocprof": hostile.rocprof_input, "xplane": hostile.xplane_input}[family]
+        name, data = gen(rng, ctx.get("report") if family == "report" else ctx["doc"])
+    p = work / f"{i}_{name}"
+    p.write_bytes(data)
+    return p
+
+
+def _run_one(family: str, p: Path, work: Path) -> str:
+    """Run one input through its surface; "reports" or "clear errors" (a WhyidleError), else raises."""
+    if family == "report":
+        from whyidle.comparison.analysis import compare_reports, read_side
+        from whyidle.comparison.render import render_text
+        from whyidle.config import Config
+
+        d = whyidle.load_report(p)  # every renderer, from the loaded report alone
+        str(d), d.render("json"), d.render("html")
+        if getattr(d, "gap_columns", None) is not None and getattr(d, "activity", None) is not None:
+            d.render("perfetto")  # a loaded report draws every gap from its own columns
+        render_text(compare_reports(read_side(str(p), Config()), read_side(str(work / "good.json"), Config()), limit=10))
+    elif family in ("requests", "triton"):
+        from whyidle.serving.report import serving_text
+        from whyidle.serving.requests import diagnose_requests
+
+        serving_text(diagnose_requests(whyidle.load_requests(p)))
+    elif family == "latency":
+        from whyidle.serving.latency import load_latency
+
+        prof = load_latency(p)
+        prof.service_table(prof.max_batch), prof.sigma_table(prof.max_batch), prof.spread_table(prof.max_batch)
+    else:
+        str(whyidle.diagnose(p))
+    return "reports"
+
+
+def _run_argv(argv: list[str]) -> str:
+    """A command line through ``whyidle.cli.main``: exit 0, 1 or 2 with no internal error."""
+    import contextlib
+    import io
+
+    from whyidle.cli import main as cli_main
+
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        try:
+            rc = cli_main(argv)
+        except SystemExit as exc:  # argparse's own exit
+            rc = exc.code if isinstance(exc.code, int) else 2
+    text = err.getvalue()
+    if rc not in (0, 1, 2) or "could not be analysed" in text or "Traceback" in text:
+        raise RuntimeError(f"exit {rc}: {text.strip()[-200:]}")
+    return "reports" if rc in (0, 1) else "clear errors"
+
+
+def _readers_agree(p: Path, counts: collections.Counter[str], escaped: collections.Counter[str]) -> None:
+    """The two Kineto readers: the same timeline, or both an error."""
     from whyidle.sources import _io
     from whyidle.sources import kineto_stream as ks
     from whyidle.sources.kineto import parse_kineto
 
-    rng = random.Random(f"{family}-{seed}")
-    doc = hostile.rocprof_base() if family == "rocprof" else hostile.base_trace(2)
-    report_doc: dict[str, Any] = {}
-    good = work / "good.json"
-    if family == "report":
-        from whyidle.render.json import render_json
+    out: list[Any] = []
+    for read in (lambda: parse_kineto(_io.read_bytes(p), str(p)), lambda: ks.parse_kineto_stream(p, jobs=1)):
+        try:
+            out.append(read())
+        except WhyidleError as exc:
+            out.append(exc)
+        except Exception as exc:
+            escaped[_where(exc)] += 1
+            out.append(exc)
+    a, b = out
+    if isinstance(a, BaseException) != isinstance(b, BaseException):
+        counts["readers disagree"] += 1
+    elif not isinstance(a, BaseException):
+        from tlbuild import assert_same_timeline
 
-        t = work / "t.json"
-        t.write_text(json.dumps(hostile.base_trace(3)))
-        report_doc = json.loads(render_json(whyidle.diagnose(t)))
-        good.write_text(json.dumps(report_doc))
+        try:
+            assert_same_timeline(a, b)
+        except AssertionError:
+            counts["readers disagree"] += 1
+
+
+def run_family(family: str, n: int, seed: int, budget_s: float, work: Path, keep: Path | None = None) -> dict[str, Any]:
+    """Run up to ``n`` inputs of ``family`` (stopping after ``budget_s``); the counts. Every input
+    must give a report or one WhyidleError, and be byte-identical afterwards."""
+    from whyidle.sources import kineto_stream as ks
+
+    rng = random.Random(f"{family}-{seed}")
+    ctx = _setup(family, work)
     counts: collections.Counter[str] = collections.Counter()
     escaped: collections.Counter[str] = collections.Counter()
     t0 = time.monotonic()
@@ -72,60 +187,25 @@ def run_family(family: str, n: int, seed: int, budget_s: float, work: Path, keep
         for i in range(n):
             if time.monotonic() - t0 > budget_s:
                 break
-            if family == "nsys":
-                p = hostile.nsys_input(rng, work)
-            else:
-                gen = {
-                    "kineto": hostile.kineto_input, "bytes": hostile.bytes_input, "counters": hostile.counters_input,
-                    "report": hostile.report_input, "rocprof": hostile.rocprof_input, "xplane": hostile.xplane_input,
-                }[family]  # fmt: skip
-                name, data = gen(rng, report_doc if family == "report" else doc)
-                p = work / f"{i}_{name}"
-                p.write_bytes(data)
+            item = _make(family, rng, ctx, work, i)
             counts["inputs"] += 1
+            before = item.read_bytes() if isinstance(item, Path) else b""
             try:
-                if family == "report":
-                    from whyidle.config import Config
-                    from whyidle.comparison.render import render_text
-                    from whyidle.render.perfetto import render_perfetto
-                    from whyidle.comparison.analysis import compare_reports, read_side
-
-                    a = read_side(str(p), Config())
-                    b = read_side(str(good), Config())
-                    render_text(compare_reports(a, b, limit=10))
-                    if a.gap_columns is not None and a.activity is not None:
-                        render_perfetto(a)  # a loaded report draws every gap from its own columns
-                else:
-                    whyidle.diagnose(p)
-                counts["reports"] += 1
+                counts[_run_argv(item) if isinstance(item, list) else _run_one(family, item, work)] += 1
             except WhyidleError:
                 counts["clear errors"] += 1
             except Exception as exc:  # the bug this script looks for
                 escaped[_where(exc)] += 1
                 if keep is not None:
                     keep.mkdir(parents=True, exist_ok=True)
-                    (keep / p.name).write_bytes(p.read_bytes())
-            if family in ("kineto", "bytes"):  # the two Kineto readers: same timeline or both an error
-                out: list[Any] = []
-                for read in (lambda: parse_kineto(_io.read_bytes(p), str(p)), lambda: ks.parse_kineto_stream(p, jobs=1)):
-                    try:
-                        out.append(read())
-                    except WhyidleError as exc:
-                        out.append(exc)
-                    except Exception as exc:
-                        escaped[_where(exc)] += 1
-                        out.append(exc)
-                a, b = out
-                if isinstance(a, BaseException) != isinstance(b, BaseException):
-                    counts["readers disagree"] += 1
-                elif not isinstance(a, BaseException):
-                    from tlbuild import assert_same_timeline
-
-                    try:
-                        assert_same_timeline(a, b)
-                    except AssertionError:
-                        counts["readers disagree"] += 1
-            p.unlink(missing_ok=True)
+                    target = keep / f"{family}_{i}"
+                    target.write_bytes(item.read_bytes() if isinstance(item, Path) else json.dumps(item).encode())
+            if isinstance(item, Path):
+                if item.read_bytes() != before:
+                    counts["inputs modified"] += 1
+                if family in ("kineto", "bytes"):
+                    _readers_agree(item, counts, escaped)
+                item.unlink(missing_ok=True)
     finally:
         ks._BATCH = saved_batch
     return {"family": family, **counts, "escaped": dict(escaped), "seconds": round(time.monotonic() - t0, 1)}
@@ -144,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         for fam in args.families.split(","):
             res = run_family(fam, args.n, args.seed, args.budget_s, Path(d), args.keep)
             print(json.dumps(res), flush=True)
-            bad += sum(res["escaped"].values()) + res.get("readers disagree", 0)
+            bad += sum(res["escaped"].values()) + res.get("readers disagree", 0) + res.get("inputs modified", 0)
     return 1 if bad else 0
 
 

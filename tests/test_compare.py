@@ -131,7 +131,7 @@ def test_bad_saved_reports_fail_clearly(tmp_path: Path) -> None:
     with pytest.raises(whyidle.TraceFormatError, match="schema 2.0; this whyidle reads schema 1.x"):
         load_report(p)
     p.write_text('{"schema_version": "1.0", "source": {}}')
-    with pytest.raises(whyidle.TraceFormatError, match="missing or malformed field"):
+    with pytest.raises(whyidle.TraceFormatError, match="without the field window"):
         load_report(p)
     assert main(["compare", str(p), str(p)]) == 2
     good = json.loads(whyidle.diagnose(write_trace(training_trace("starvation"), tmp_path / "t.json")).render("json", columns=True))

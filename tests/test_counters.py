@@ -497,3 +497,26 @@ def test_a_log_without_gpu_readings_says_so(tmp_path: Path) -> None:
     main(["diagnose", str(p), "-o", str(out)])
     t = " ".join(out.read_text().split())
     assert "GPU busy unknown: the log has no GPU readings" in t and "GPU host" not in t and "0.0%" not in t
+
+
+def _query_rows() -> list[str]:
+    return ["timestamp, index, utilization.gpu [%], utilization.memory [%]"] + [f"2025/07/09 01:17:{s:02d}.000, 0, {50 + s % 40}, 10" for s in range(60)]
+
+
+def test_query_gpu_row_with_a_stray_cr_is_rejected_not_a_crash(tmp_path: Path) -> None:
+    """Issue 24: a CR inside a --query-gpu row was csv's 'new-line character seen in unquoted field'."""
+    rows = _query_rows()
+    rows[10] = rows[10].replace(", 0, ", ", 0\r, ")
+    p = tmp_path / "gpu.csv"
+    p.write_bytes(("\n".join(rows) + "\n").encode())
+    tl = load(p)
+    assert tl.meta.counters is not None and len(tl.meta.counters.series[0]) == 59
+
+
+def test_query_gpu_field_past_the_csv_limit_names_the_line(tmp_path: Path) -> None:
+    rows = _query_rows()
+    rows[5] = '"' + "9" * 200_000 + '", 0, 5, 5'
+    p = tmp_path / "gpu.csv"
+    p.write_bytes(("\n".join(rows) + "\n").encode())
+    with pytest.raises(TraceFormatError, match=r"line 7: not a CSV row \(field larger than field limit"):
+        load(p)

@@ -366,3 +366,20 @@ def test_thread_scheduled_out_is_a_blocked_thread_and_the_on_cpu_share_is_said(t
     facts = dict(f.evidence.facts)
     # of the gap's host side [200, 2400) the thread was scheduled out 2000 us
     assert facts["thread_scheduled_out_ns"] == 2_000_000 and facts["thread_on_cpu_share"] == round(1 - 2000 / 2200, 3)
+
+
+@pytest.mark.parametrize("gpu_id", ["x", None, b"\x00\xff", 2**63 - 1])
+def test_odd_cuda_device_gpu_id_is_not_an_ordinal(tmp_path: Path, gpu_id: object) -> None:
+    """Issue 24: text, NULL or a BLOB in TARGET_INFO_CUDA_DEVICE.gpuId was an internal error."""
+    p = standard_db(tmp_path / "n.sqlite", VERSIONS[-1])
+    con = sqlite3.connect(p)
+    tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+    if "TARGET_INFO_CUDA_DEVICE" not in tables:
+        con.close()
+        pytest.skip("this export version has no TARGET_INFO_CUDA_DEVICE")
+    con.execute("INSERT INTO TARGET_INFO_CUDA_DEVICE (gpuId, cudaId, pid) VALUES (?, 0, 100)", (gpu_id,))
+    con.execute("INSERT INTO TARGET_INFO_CUDA_DEVICE (gpuId, cudaId, pid) VALUES (0, 3, 100)")
+    con.commit()
+    con.close()
+    tl = load(p)
+    assert [d.get("cuda_ordinal") for d in tl.meta.devices] == [3]

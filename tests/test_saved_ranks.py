@@ -53,7 +53,7 @@ def test_a_malformed_run_names_the_file_and_the_rank(tmp_path: Path) -> None:
     p = tmp_path / "run.json"
     del d["ranks"][3]["report"]["window"]
     p.write_text(json.dumps(d))
-    with pytest.raises(whyidle.TraceFormatError, match=r"run\.json \(rank 3\): is a whyidle report with a missing or malformed field \(KeyError: 'window'\)"):
+    with pytest.raises(whyidle.TraceFormatError, match=r"run\.json \(rank 3\): is a whyidle report without the field window"):
         whyidle.load_report(p)
     d = json.loads((GOLDEN / "multirank_dlrm.json").read_text(encoding="utf-8"))
     d["cross_rank"]["stragglers"][0]["steps"] = "twelve"

@@ -9,7 +9,8 @@ import pytest
 
 from conftest import shared_trace
 from tlbuild import TL
-from whyidle.analyses.trace_checks import _ranges
+from whyidle.timeline.model import Kind
+from whyidle.analyses.trace_checks import _missing, _ranges
 from whyidle.pipeline import diagnose
 
 LAB = Path(__file__).parent / "data" / "lab"
@@ -46,7 +47,30 @@ def test_step_numbers_going_back_in_time() -> None:
 
 
 def test_ranges_text() -> None:
-    assert _ranges([7]) == "#7" and _ranges([7, 9, 10, 11]) == "#7, #9..#11" and _ranges([1, 2, 4]) == "#1..#2, #4"
+    assert _missing([6, 8, 12]) == ([(7, 7), (9, 11)], 4)
+    assert _ranges([(7, 7), (9, 11)]) == "#7, #9..#11" and _ranges([(1, 2), (4, 4)]) == "#1..#2, #4"
+    assert _ranges([(2 * i, 2 * i) for i in range(30)], most=3) == "#0, #2, #4, and 27 more runs"
+
+
+def test_far_apart_step_numbers_cost_nothing() -> None:
+    """Steps numbered 1009 and 1000000000: the missing numbers are counted from the gaps between
+    the numbers present, never listed one by one (that was a billion-element range)."""
+    import time
+
+    t0 = time.perf_counter()
+    notes = [n for n in _notes(_stepped([1009, 1_000_000_000])) if "missing" in n]
+    assert time.perf_counter() - t0 < 10
+    assert notes and notes[0].startswith("steps #1010..#999999999 missing from #1009..#1000000000")
+
+
+def test_a_step_number_of_5000_digits_is_not_a_number() -> None:
+    """Python refuses int() of strings over 4,300 digits: such a step is numbered in time order."""
+    t = TL()
+    for i, name in enumerate(["ProfilerStep#1", "ProfilerStep#" + "9" * 5000, "ProfilerStep#3"]):
+        t.host(name, i * 1000.0, i * 1000.0 + 900, Kind.STEP)
+        t.work("k", i * 1000.0 + 100, i * 1000.0 + 600, launch_at=i * 1000.0 + 50)
+    d = diagnose(t.build())
+    assert "step markers carry no distinct numbers; they are numbered 1.. in time order" in d.quality
 
 
 def test_clock_skew_device_work_before_its_launch() -> None:

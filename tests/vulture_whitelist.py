@@ -81,3 +81,11 @@ outside_ns
 outside_steps
 profiled_ns
 _.uninstall
+# Fields of schemas that msgspec.convert checks a decoded document against (findings/saved.py's
+# _CriticalPath, sources/parquet.py's _Side): read by msgspec, not by name
+by_kind_ns
+segments
+segments_left_out
+format_version
+# argparse calls _print_message (cli.py's _Parser: --help to a full disk is an error)
+_._print_message

@@ -13,10 +13,13 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from whyidle import __version__
 from whyidle.errors import MissingExtraError, OutputError, UsageError, WhyidleError
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 __all__ = ["main", "run", "COMMANDS"]
 
@@ -39,6 +42,11 @@ EXIT_PIPE = 141  # the reader of stdout went away (| head): 128 + SIGPIPE, as a 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2, as for bad input
         self.exit(EXIT_INPUT, f"whyidle: error: {message} (see whyidle {self.prog.split()[-1]} --help)\n")
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        """As argparse's, without ignoring a failed write: --help to a full disk is an error."""
+        if message:
+            (file or sys.stderr).write(message)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -137,7 +145,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - for the life of the process
     words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise  # argparse's one-line error, exit 2
+        return _written(EXIT_OK)  # --help, --version: checked like any output (> /dev/full)
+    except OSError as exc:  # --help or --version could not be written
+        return _written(EXIT_OK, exc)
     if not getattr(args, "command", None):
         if sys.stderr is not None:
             parser.print_help(sys.stderr)
@@ -173,6 +188,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"{getattr(args, 'trace', '')}: " if getattr(args, "trace", None) else ""
         _say(f"error: {where}could not be analysed ({type(exc).__name__}: {exc}); rerun with WHYIDLE_DEBUG=1 and report the traceback")
         return EXIT_INPUT
+
+
+def _written(rc: int, failed: OSError | None = None) -> int:
+    """``rc`` once stdout is flushed; exit 2 with one line when it cannot be (a full disk), or
+    when writing already ``failed``."""
+    try:
+        if failed is not None:
+            raise failed
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_stdout()
+        return EXIT_PIPE
+    except (OSError, ValueError) as exc:
+        _drop_stdout()
+        _say(f"error: cannot write the output <stdout> ({getattr(exc, 'strerror', None) or exc}); the output is incomplete")
+        return EXIT_INPUT
+    return rc
 
 
 def _drop_stdout() -> None:

@@ -12,14 +12,92 @@ on the class, a field's name is its descriptor.
 
 from __future__ import annotations
 
+import math
+import operator
+from typing import Any
+
 import msgspec
 
-from whyidle.errors import UsageError
+from whyidle.errors import ArgumentError, UsageError
 
 __all__ = ["Config"]
 
 
-class Config(msgspec.Struct, frozen=True):
+def _unknown_fields(names: list[str], unknown: list[str]) -> UsageError:
+    import difflib  # only for this message: not at every start
+
+    close = difflib.get_close_matches(unknown[0], names, n=3)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return ArgumentError(
+        f"{', '.join(unknown)} {'is not a field' if len(unknown) == 1 else 'are not fields'} of whyidle.Config{hint} "
+        f"The fields are: {', '.join(names)}",
+        field=unknown[0],
+    )
+
+
+class _Checked(msgspec.StructMeta):
+    """Config's metaclass: an unknown keyword is a whyidle error naming the fields, not a TypeError."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        names = list(cls.__struct_fields__)
+        unknown = sorted(set(kwargs) - set(names))
+        if unknown:
+            raise _unknown_fields(names, unknown)
+        if len(args) > len(names):
+            raise ArgumentError(f"whyidle.Config takes keyword arguments only (got {len(args)} positional)")
+        return super().__call__(*args, **kwargs)
+
+
+def _scalar_ok(kind: str, v: object) -> bool:
+    """Whether ``v`` is a value of the annotation ``kind`` (int, float, bool, str); numbers finite."""
+    if kind == "bool":
+        return isinstance(v, bool)
+    if kind == "str":
+        return isinstance(v, str)
+    if isinstance(v, (bool, str, bytes)):
+        return False
+    if kind == "int":
+        try:
+            operator.index(v)  # type: ignore[arg-type]
+        except TypeError:
+            return False
+        return True
+    try:
+        return math.isfinite(float(v))  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def _value_ok(annotation: str, v: object) -> bool:
+    if annotation.endswith(" | None"):
+        return v is None or _value_ok(annotation[: -len(" | None")], v)
+    if annotation.startswith("tuple["):
+        if not isinstance(v, (tuple, list)):
+            return False
+        kinds = [k.strip() for k in annotation[6:-1].split(",")]
+        if kinds[-1] == "...":
+            return all(_scalar_ok(kinds[0], x) for x in v)
+        return len(v) == len(kinds) and all(_scalar_ok(k, x) for k, x in zip(kinds, v))
+    return _scalar_ok(annotation, v)
+
+
+def check_fields(cfg: msgspec.Struct) -> None:
+    """Refuse a field value of the wrong type or a non-finite number (ArgumentError naming the field).
+
+    Only values that differ from the default are checked: ``Config()`` costs nothing more."""
+    cls = type(cfg)
+    defaults = dict(zip(cls.__struct_fields__[len(cls.__struct_fields__) - len(cls.__struct_defaults__) :], cls.__struct_defaults__))
+    for name in cls.__struct_fields__:
+        v = getattr(cfg, name)
+        if name in defaults and v is defaults[name]:
+            continue
+        annotation = cls.__annotations__.get(name, "")
+        if isinstance(annotation, str) and not _value_ok(annotation, v):
+            shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+            raise ArgumentError(f"{cls.__name__} field {name}={shown}: expected {annotation} (numbers finite)", field=name)
+
+
+class Config(msgspec.Struct, frozen=True, metaclass=_Checked):
     # --- window ------------------------------------------------------------------------------
     # Steps to drop from the start of the window (cold start). 0 keeps every captured step:
     # torch.profiler's schedule already has a warm-up phase, and dropping steps silently would
@@ -268,6 +346,11 @@ class Config(msgspec.Struct, frozen=True):
     # rate that misses the SLO, then bisection steps on the rate in log space; 9 steps narrow a
     # doubling to 0.14%.
     batching_bisection_steps: int = 9
+    # The largest batch size a latency curve may list: the simulator tables the service time of
+    # every size up to the largest (a curve with batch size 1e8 took 22 s, then failed). Triton's
+    # max_batch_size and vLLM's max_num_seqs are in the hundreds to low thousands; 65,536 is far
+    # above any served model's batch and tables in milliseconds.
+    batching_max_batch_size: int = 65_536
     batching_min_rate_share: float = 1e-3
     # A rate meets the objective only if the last this-share of the simulated requests meets it
     # too: an overloaded queue grows through the run and shows at its end first, while the whole
@@ -328,16 +411,11 @@ class Config(msgspec.Struct, frozen=True):
         names = list(self.__struct_fields__)
         unknown = sorted(set(overrides) - set(names))
         if unknown:
-            import difflib  # only for this message: not at every start
-
-            close = difflib.get_close_matches(unknown[0], names, n=3)
-            hint = f"; did you mean {' or '.join(close)}?" if close else ""
-            raise UsageError(
-                f"{', '.join(unknown)} {'is not a field' if len(unknown) == 1 else 'are not fields'} of whyidle.Config{hint} "
-                f"The fields are: {', '.join(names)}",
-                field=unknown[0],
-            )
+            raise _unknown_fields(names, unknown)
         return msgspec.structs.replace(self, **overrides)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 class SweepConfig(msgspec.Struct, frozen=True):

@@ -46,15 +46,21 @@ class Renderable:
         """Write to ``path`` (format from the suffix: .html, .json, .txt, .json.gz, .png, .svg); returns the format.
         ``columns``: a JSON report in its full form, with every gap and the busy intervals.
 
-        As the command line does: the trace the diagnosis was made from is never overwritten, and a
-        Perfetto output (.json.gz) is that trace annotated with the whyidle track while the file is
-        still there (it reads back as the same diagnosis); without it, whyidle's drawing of the
-        diagnosis, which says what it is when read back."""
+        As the command line does: an OutputError when ``path`` is a file the diagnosis was made from
+        (the trace, the counter log), and a Perfetto output (.json.gz) is that trace annotated with
+        the whyidle track while the file is still there (it reads back as the same diagnosis);
+        without it, whyidle's drawing of the diagnosis, which says what it is when read back."""
+        from whyidle.errors import require_path
         from whyidle.render import save
 
-        source = str(getattr(getattr(self, "source", None), "path", "") or "")
-        original = source if source and os.path.isfile(source) else None
-        return save(self, path, format, columns=columns, inputs=(source,) if source else (), original=original)[1]
+        require_path(path, "path")
+        inputs = self.input_paths()
+        original = inputs[0] if inputs and os.path.isfile(inputs[0]) else None
+        return save(self, path, format, columns=columns, inputs=inputs, original=original)[1]
+
+    def input_paths(self) -> tuple[str, ...]:
+        """The files this result was read from (what :meth:`save` never overwrites)."""
+        return ()
 
     def to_dict(self, columns: bool = False) -> dict[str, Any]:
         """The JSON report as plain data (docs/json-schema.md); ``columns``: the full form, with
@@ -72,6 +78,10 @@ class Diagnosis(DiagnosisData, Renderable, frozen=True):
 
         return render_html(self)
 
+    def input_paths(self) -> tuple[str, ...]:
+        counters = self.counters.path if self.counters is not None else ""
+        return tuple(p for p in (self.source.path, counters) if p)
+
 
 Report = Diagnosis  # the name before the diagnosis held every gap; the same class
 
@@ -88,9 +98,10 @@ def load_report(path: str | os.PathLike[str]) -> Diagnosis | Renderable:
     Diagnosis it was made from (a feature's result for its own kind of report: a run folder's
     gives a MultiRankReport, read by the ranks package, which ``whyidle.load_report`` imports):
     every output renders from it as from the original."""
-    from whyidle.errors import TraceFormatError
+    from whyidle.errors import TraceFormatError, require_path
     from whyidle.findings.saved import load_saved
 
+    require_path(path, "path")
     data = load_saved(path)
     if isinstance(data, DiagnosisData):
         return as_diagnosis(data)

@@ -100,3 +100,14 @@ class MissingExtraError(WhyidleError):
             f"{feature} needs the optional dependency '{module}', which is not installed; "
             f"install it with: pip install 'whyidle[{extra}]'"
         )
+
+
+def require_path(value: object, name: str, also: tuple[type, ...] = ()) -> None:
+    """Refuse an argument that is not a path (str or os.PathLike) nor one of ``also``: an
+    ArgumentError naming the parameter, not a TypeError from deep inside a reader."""
+    import os
+
+    if isinstance(value, (str, os.PathLike, *also)) and not isinstance(value, bytes):
+        return
+    kinds = " or ".join(["a path (str or os.PathLike)", *(t.__name__ for t in also)])
+    raise ArgumentError(f"{name} must be {kinds}, not {type(value).__name__}", field=name)

@@ -21,6 +21,7 @@ from whyidle.analyses.quality import assess_quality
 from whyidle.analyses.utilization import measure_utilization
 from whyidle.analyses.window import Window, select_window
 from whyidle.config import Config
+from whyidle.errors import ArgumentError, require_path
 from whyidle.analyses.names import name_times
 from whyidle.analyses.strip import device_activity
 from whyidle.diagnosis import Diagnosis, as_diagnosis
@@ -226,6 +227,11 @@ def diagnose(
     way). Forking is the caller's choice: not in a process whose other threads hold native locks
     (a training job's CUDA or OpenMP threads).
     """
+    require_path(source, "source", (Timeline,))
+    if counters is not None:
+        require_path(counters, "counters")
+    if config is not None and not isinstance(config, Config):
+        raise ArgumentError(f"config must be a whyidle.Config, not {type(config).__name__}", field="config")
     cfg = config or Config()
     if overrides:
         cfg = cfg.with_overrides(**overrides)

@@ -32,17 +32,20 @@ from whyidle.units import format_ns
 __all__ = ["step_numbering_notes", "clock_skew_notes"]
 
 
-def _ranges(nums: list[int]) -> str:
-    """[7, 9, 10, 11] -> '#7, #9..#11'."""
-    out: list[str] = []
-    start = prev = nums[0]
-    for n in [*nums[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        out.append(f"#{start}" if start == prev else f"#{start}..#{prev}")
-        if n is not None:
-            start = prev = n
+def _missing(nums: list[int]) -> tuple[list[tuple[int, int]], int]:
+    """The runs of numbers missing between the smallest and the largest, and how many are missing:
+    [7, 8, 10, 13] -> ([(9, 9), (11, 12)], 3). Works from the numbers present, so a trace whose steps
+    are numbered 1009 and 1000000000 costs two numbers, not a billion."""
+    present = sorted(set(nums))
+    runs = [(a + 1, b - 1) for a, b in zip(present, present[1:]) if b > a + 1]
+    return runs, sum(b - a + 1 for a, b in runs)
+
+
+def _ranges(runs: list[tuple[int, int]], most: int = 20) -> str:
+    """[(7, 7), (9, 11)] -> '#7, #9..#11' (the first ``most`` runs, then how many more)."""
+    out = [f"#{a}" if a == b else f"#{a}..#{b}" for a, b in runs[:most]]
+    if len(runs) > most:
+        out.append(f"and {len(runs) - most} more runs")
     return ", ".join(out)
 
 
@@ -59,11 +62,10 @@ def step_numbering_notes(window: Window) -> tuple[str, ...]:
             f"step numbers go back in time {len(back)} time(s) (step #{b} starts after #{a}): the trace merges steps of "
             "two captures or threads; per-step figures mix them"
         )
-    present = set(nums)
-    missing = [n for n in range(min(nums), max(nums) + 1) if n not in present]
-    if missing and not back:
+    runs, n_missing = _missing(nums)
+    if runs and not back:
         notes.append(
-            f"step{'s' if len(missing) > 1 else ''} {_ranges(missing)} missing from #{min(nums)}..#{max(nums)}: their events were "
+            f"step{'s' if n_missing > 1 else ''} {_ranges(runs)} missing from #{min(nums)}..#{max(nums)}: their events were "
             f"dropped (a full profiler buffer) or the trace joins two profiling cycles; per-step figures cover the "
             f"{len(nums)} steps present"
         )

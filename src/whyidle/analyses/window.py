@@ -32,6 +32,9 @@ from whyidle.timeline.model import Kind, Timeline
 __all__ = ["Step", "Window", "select_window"]
 
 _STEP_NUM = re.compile(r"(\d+)\D*$")  # ProfilerStep#12, "train_step 12", "step_12/fwd"
+# A step number longer than this is not one (int64 holds 18 digits; Python refuses to convert
+# strings over 4,300 digits): such steps are numbered in time order like unnumbered ones.
+_STEP_NUM_MAX_DIGITS = 18
 
 
 class Step(msgspec.Struct, frozen=True):
@@ -113,7 +116,7 @@ def select_window(tl: Timeline, links: Links, cfg: Config) -> Window:
     numbers = []
     for r in step_rows:
         m = _STEP_NUM.search(tl.name_of(int(r)))
-        numbers.append(int(m.group(1)) if m else -1)
+        numbers.append(int(m.group(1)) if m and len(m.group(1)) <= _STEP_NUM_MAX_DIGITS else -1)
     notes_numbering: tuple[str, ...] = ()
     if len(set(numbers)) != len(numbers) or -1 in numbers:
         # Step names without distinct numbers (an NVTX range named "train_step"): number them

@@ -16,17 +16,11 @@ import argparse
 import importlib
 from typing import Any
 
+from whyidle.commands import _types as T
 from whyidle.errors import UsageError
 from whyidle.output import write_atomic, write_stdout
 
 __all__ = ["add_parser", "run"]
-
-
-def _floats(text: str, what: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"{what}: expected comma-separated numbers, got {text!r}") from None
 
 
 EXAMPLES = """\
@@ -44,23 +38,23 @@ def add_parser(sub: Any) -> None:
     src.add_argument("--curve", metavar="B:MS[:P90],...", help="inline: batch size:median ms[:p90 ms] pairs, e.g. 1:3.5,8:4.1 (what a trace's demand finding writes)")
     src.add_argument("--measure", metavar="MODULE:FUNCTION", help="measure it: FUNCTION() returns (model, example_input with batch dim 1)")
     p.add_argument("--device", help="with --measure: cpu or cuda (default: the model's)")
-    p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128,256", help="with --measure: sizes to time")
+    p.add_argument("--batch-sizes", type=T.integers(1, 65_536), default="1,2,4,8,16,32,64,128,256", help="with --measure: sizes to time")
     p.add_argument("--save-latency", metavar="FILE", help="with --measure: also write the measured curve here (JSON)")
     tr = p.add_argument_group("the traffic (a log, or a rate)")
     tr.add_argument("--requests", metavar="LOG", help="a request log (JSON lines, CSV, Triton trace): its gaps are replayed")
-    tr.add_argument("--rate", type=float, help="requests/s (with --requests: scale the log to this rate)")
-    tr.add_argument("--burstiness", type=float, default=1.0, help="squared coefficient of variation of the gaps (1 Poisson, >1 bursty; default 1)")
-    p.add_argument("--slo-ms", type=float, required=True, help="the latency objective, ms")
-    p.add_argument("--percentile", type=float, default=99.0, help="the percentile the SLO is about (default 99)")
-    p.add_argument("--instances", type=int, default=1, help="model instances sharing the queue (default 1)")
-    p.add_argument("--max-batch", help="candidate max batch sizes, e.g. 8,16,32 (default: the measured sizes)")
-    p.add_argument("--delays-ms", help="candidate max queue delays in ms, e.g. 0,1,2,5 (default: fractions of the SLO)")
-    p.add_argument("--preferred", help="Triton preferred batch sizes applied to every candidate, e.g. 8,16")
+    tr.add_argument("--rate", type=T.number(1e-6, 1e9), help="requests/s (with --requests: scale the log to this rate)")
+    tr.add_argument("--burstiness", type=T.number(1e-3, 1e3), default=1.0, help="squared coefficient of variation of the gaps (1 Poisson, >1 bursty; default 1)")
+    p.add_argument("--slo-ms", type=T.MS, required=True, help="the latency objective, ms")
+    p.add_argument("--percentile", type=T.number(0, 100, lo_open=True), default=99.0, help="the percentile the SLO is about (default 99)")
+    p.add_argument("--instances", type=T.integer(1, 4096), default=1, help="model instances sharing the queue (default 1)")
+    p.add_argument("--max-batch", type=T.integers(1, 65_536), help="candidate max batch sizes, e.g. 8,16,32 (default: the measured sizes)")
+    p.add_argument("--delays-ms", type=T.numbers(0, 86_400_000), help="candidate max queue delays in ms, e.g. 0,1,2,5 (default: fractions of the SLO)")
+    p.add_argument("--preferred", type=T.integers(1, 65_536), help="Triton preferred batch sizes applied to every candidate, e.g. 8,16")
     p.add_argument("--no-jitter", action="store_true", help="use the median latency only (default: draw the p90 spread when known)")
-    p.add_argument("--requests-per-run", type=int, help="requests simulated per run (default 20,000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--requests-per-run", type=T.integer(1, 100_000_000), help="requests simulated per run (default 20,000)")
+    p.add_argument("--seed", type=T.integer(0, 2**32 - 1), default=0, help="the random seed of the simulated traffic (default 0)")
     p.add_argument("--gpu", help="GPU model for MIG advice (default: the measured device)")
-    p.add_argument("--memory-gb", type=float, help="memory one instance holds, GB (default: measured with --measure on CUDA)")
+    p.add_argument("--memory-gb", type=T.number(0, 1e6, lo_open=True), help="memory one instance holds, GB (default: measured with --measure on CUDA)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("-o", "--output", help="write the result here (.json, .html, else text)")
     p.set_defaults(run=run)
@@ -77,7 +71,7 @@ def _measure(spec: str, args: argparse.Namespace) -> Any:
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"--measure {spec!r}: cannot import it ({exc})") from None
     model, example = factory()
-    sizes = [int(x) for x in _floats(args.batch_sizes, "--batch-sizes")]
+    sizes = args.batch_sizes
     prof = profile_latency(model, example, sizes, device=args.device)
     if args.save_latency:
         import json
@@ -112,12 +106,12 @@ def run(args: argparse.Namespace) -> int:
             traffic = Traffic(traffic.unit_times_s, args.rate, traffic.burstiness, traffic.source + f", scaled to {args.rate:g}/s")
     else:
         traffic = Traffic(unit_arrivals(n, args.burstiness, args.seed), args.rate, args.burstiness, "poisson" if args.burstiness == 1 else f"gamma renewal (burstiness {args.burstiness:g})")
-    sizes = [int(x) for x in _floats(args.max_batch, "--max-batch")] if args.max_batch else None
-    delays = [int(x * 1e6) for x in _floats(args.delays_ms, "--delays-ms")] if args.delays_ms else None
+    sizes = args.max_batch or None
+    delays = [int(x * 1e6) for x in args.delays_ms] if args.delays_ms else None
     res = tune_batching(
         profile, traffic, int(args.slo_ms * 1e6), percentile=args.percentile, instances=args.instances,
         max_batches=sizes, delays_ns=delays, jitter=not args.no_jitter, seed=args.seed, cfg=cfg,
-        preferred=[int(x) for x in _floats(args.preferred, "--preferred")] if args.preferred else (),
+        preferred=args.preferred or (),
     )
     mem = int(args.memory_gb * 1e9) if args.memory_gb else None
     advice = advise_instances(res, profile, gpu=args.gpu or "", memory_bytes=mem, cfg=cfg)

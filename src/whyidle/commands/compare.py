@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+from whyidle.commands import _types as T
 from whyidle.commands._output import progress, say_written
 from whyidle.config import Config
 from whyidle.errors import UsageError
@@ -32,9 +33,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.add_argument("-o", "--output", help="write the comparison here (.json: JSON, else text)")
     p.add_argument("--max-regression", metavar="PCT", help="exit 1 if throughput fell by more than this (e.g. 5%% or 0.05)")
-    p.add_argument("--skip-first", type=int, default=0, metavar="N", help="drop the first N steps of each trace")
-    p.add_argument("--batch-size", type=int, help="samples per step, when the traces cannot tell")
-    p.add_argument("--top", type=int, default=10, metavar="N", help="kernels and ops listed (default 10)")
+    p.add_argument("--skip-first", type=T.integer(0), default=0, metavar="N", help="drop the first N steps of each trace")
+    p.add_argument("--batch-size", type=T.integer(1), help="samples per step, when the traces cannot tell")
+    p.add_argument("--top", type=T.integer(1), default=10, metavar="N", help="kernels and ops listed (default 10)")
     p.set_defaults(run=run)
 
 

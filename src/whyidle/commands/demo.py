@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from whyidle.capture import torch_available
+from whyidle.commands import _types as T
 
 if TYPE_CHECKING:
     from whyidle.capture.tracker import StepRecord
@@ -41,9 +42,9 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("demo", help="diagnose a starved training loop, apply the fix, show samples/s before and after")
     p.add_argument("--synthetic", action="store_true", help="use the bundled synthetic example even when torch is installed")
     p.add_argument("--device", default="auto", help="live demo device: auto (default), cpu or cuda")
-    p.add_argument("--steps", type=int, default=12, help="tracked steps per run of the live demo (default 12)")
+    p.add_argument("--steps", type=T.integer(1, 100_000), default=12, help="tracked steps per run of the live demo (default 12)")
     p.add_argument("--json", action="store_true", help="print the before/after reports as JSON")
-    p.add_argument("--width", type=int, default=100, help="terminal width (default 100)")
+    p.add_argument("--width", type=T.WIDTH, default=100, help="terminal width (default 100)")
     p.set_defaults(run=run)
 
 

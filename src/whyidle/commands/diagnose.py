@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from whyidle.analyses.causes import GROUPS
+from whyidle.commands import _types as T
 from whyidle.commands._output import progress, say_written
 from whyidle.config import Config
 from whyidle.errors import UsageError
@@ -17,19 +18,31 @@ from whyidle.render import RENDERERS, format_for
 __all__ = ["add_parser", "run", "parse_steps"]
 
 
+# The most step numbers --steps may name: a profiler trace holds a few to a few thousand steps,
+# and the selection is a tuple of numbers (--steps 1-100000000 would be 100 million of them).
+MAX_SELECTED_STEPS = 100_000
+
+
 def parse_steps(text: str) -> tuple[int, ...]:
     """'3-6' or '3,4,5' -> (3, 4, 5, 6)."""
     out: list[int] = []
     try:
         for part in text.split(","):
             part = part.strip()
+            if len(part) > 40:
+                raise ValueError(part)
             if "-" in part:
-                a, b = part.split("-", 1)
-                out.extend(range(int(a), int(b) + 1))
+                a, b = (int(x) for x in part.split("-", 1))
+                if b - a + 1 + len(out) > MAX_SELECTED_STEPS:
+                    raise UsageError(f"--steps {part} names {b - a + 1} steps; at most {MAX_SELECTED_STEPS} can be selected (a trace holds a few thousand at most)")
+                out.extend(range(a, b + 1))
             elif part:
                 out.append(int(part))
     except ValueError:
-        raise UsageError(f"--steps {text!r}: expected step numbers like 3-6 or 3,4,5") from None
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise UsageError(f"--steps {shown!r}: expected step numbers like 3-6 or 3,4,5") from None
+    if len(out) > MAX_SELECTED_STEPS:
+        raise UsageError(f"--steps names {len(out)} steps; at most {MAX_SELECTED_STEPS} can be selected")
     if not out:
         raise UsageError(f"--steps {text!r} selects no step")
     return tuple(out)
@@ -67,15 +80,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", help="write the report here (format from the suffix: .json, .txt, .html, .json.gz = annotated Perfetto trace, .png/.svg = step plot)")
     p.add_argument("--format", help="terminal, json, html, perfetto, png or svg (default: from -o, else terminal)")
     p.add_argument("--steps", help="ProfilerStep numbers to analyse, e.g. 3-6")
-    p.add_argument("--skip-first", type=int, default=0, metavar="N", help="drop the first N steps (cold start)")
-    p.add_argument("--batch-size", type=int, help="samples per step, when the trace cannot tell")
+    p.add_argument("--skip-first", type=T.integer(0), default=0, metavar="N", help="drop the first N steps (cold start)")
+    p.add_argument("--batch-size", type=T.integer(1), help="samples per step, when the trace cannot tell")
     p.add_argument("--fail-on", metavar="GROUP[,GROUP]", help=f"exit 1 if a finding is in these groups ({', '.join(GROUPS)})")
     p.add_argument("--min-busy", type=float, metavar="FRACTION", help="exit 1 if the device busy fraction is below this (0..1)")
-    p.add_argument("--width", type=int, default=None, help="terminal width (default: the terminal's, at most 100)")
+    p.add_argument("--width", type=T.WIDTH, default=None, help="terminal width (default: the terminal's, at most 100)")
     p.add_argument("--counters", metavar="LOG", help="a GPU counter log (nvidia-smi dmon / --query-gpu, dcgmi dmon, whyidle watch) joined with the trace by wall-clock time")
     p.add_argument("--step-range", metavar="REGEX", help="Nsight Systems: NVTX range names that mark steps (default: ProfilerStep#N and common trainer names)")
-    p.add_argument("--counters-utc-offset", type=int, metavar="MINUTES", help="time zone of nvidia-smi timestamps, minutes east of UTC (default: this machine's)")
-    p.add_argument("--counters-interval-ms", type=float, metavar="MS", help="sampling interval of counter logs without timestamps (dcgmi dmon -d)")
+    p.add_argument("--counters-utc-offset", type=T.integer(-1440, 1440), metavar="MINUTES", help="time zone of nvidia-smi timestamps, minutes east of UTC (default: this machine's)")
+    p.add_argument("--counters-interval-ms", type=T.MS, metavar="MS", help="sampling interval of counter logs without timestamps (dcgmi dmon -d)")
     p.add_argument(
         "--jobs",
         type=int,
@@ -84,7 +97,7 @@ def add_parser(sub: Any) -> None:
         "One trace: 1 runs in this process only; 2 or more add a helper process that decodes part of the trace and replays "
         "the predictions beside the other analyses (large traces: N chunks at once; default 2)",
     )
-    p.add_argument("--workers", type=int, metavar="N", help="multi-rank folders: run the ranks on a local Dask cluster of N processes")
+    p.add_argument("--workers", type=T.integer(1, 4096), metavar="N", help="multi-rank folders: run the ranks on a local Dask cluster of N processes")
     p.add_argument("--scheduler", metavar="ADDRESS", help="multi-rank folders: run the ranks on this Dask scheduler (tcp://host:8786)")
     p.set_defaults(run=run)
 

@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+from whyidle.commands import _types as T
 from whyidle.errors import UsageError
 
 __all__ = ["add_parser", "run"]
@@ -33,10 +34,10 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--flaw", choices=_FLAWS + ("all",), default="starvation", help="the flaw to inject ('all': every flaw this machine can show)")
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda")
-    p.add_argument("--steps", type=int, help="tracked steps (default: 12 on CPU, 30 on CUDA)")
+    p.add_argument("--steps", type=T.integer(1, 100_000), help="tracked steps (default: 12 on CPU, 30 on CUDA)")
     p.add_argument("--trace-dir", metavar="DIR", help="also capture a profiler trace into DIR (always on CUDA)")
     p.add_argument("--json", action="store_true", help="print the JSON report (with the check under extra.lab); with --flaw all, a list of them")
-    p.add_argument("--width", type=int, default=100, help="terminal width of the report")
+    p.add_argument("--width", type=T.WIDTH, default=100, help="terminal width of the report")
     p.add_argument(
         "--fix",
         action="store_true",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from whyidle.commands._command import cannot_start, command_words
+from whyidle.commands import _types as T
 from whyidle.errors import OutputError, UsageError
 
 __all__ = ["add_parser", "run", "parse_window", "parse_duration"]
@@ -31,13 +32,20 @@ EXAMPLES = """\
 """
 
 
+# The longest duration an option takes: a year, far past any profiling window, short of float overflow.
+_MAX_DURATION_S = 365 * 86_400.0
+
+
 def parse_duration(text: str) -> float:
     """'20s', '1.5m', '300ms', '20' -> seconds."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(ms|s|m|min|h)?\s*", text)
     if not m:
         raise UsageError(f"{text!r}: expected a duration such as 20s, 1.5m or 300ms")
     scale = {"ms": 0.001, "s": 1.0, None: 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}[m.group(2)]
-    return float(m.group(1)) * scale
+    seconds = float(m.group(1)) * scale
+    if not seconds <= _MAX_DURATION_S:  # a 400-digit number is infinity as a float
+        raise UsageError(f"{text[:40]!r}: expected a duration of at most {_MAX_DURATION_S // 86_400:.0f} days")
+    return seconds
 
 
 def parse_window(text: str) -> tuple[float, float]:
@@ -71,7 +79,7 @@ def add_parser(sub: Any) -> None:
         "--duration, --steps) the diagnosis is printed on stderr and written into the run folder.",
     )
     p.add_argument("-o", "--output", metavar="DIR", help="run folder (default: whyidle-runs/<time>)")
-    p.add_argument("--steps", type=int, default=0, metavar="N", help="interrupt the program (SIGINT) after N steps")
+    p.add_argument("--steps", type=T.integer(0, 10**9), default=0, metavar="N", help="interrupt the program (SIGINT) after N steps")
     p.add_argument("--duration", metavar="TIME", help="interrupt the program (SIGINT) after TIME (20s, 5m)")
     p.add_argument("--window", metavar="START+LEN", help="profile a time window after `import torch` (a server without optimizer steps), e.g. 20s+5s")
     p.add_argument("--schedule", default="5,2,3", metavar="W,U,A", help="profiler: wait, warm-up, record steps (default 5,2,3)")
@@ -80,7 +88,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-sampler", action="store_true", help="no NVML / process-tree sampling")
     p.add_argument("--no-hook", action="store_true", help="inject nothing: run the command with the sampler only")
     p.add_argument("--baseline", metavar="RUN", help="compare with an earlier run: its run folder or report.json (shows the gain of a fix)")
-    p.add_argument("--interval", type=float, default=0.5, metavar="SECONDS", help="sampler: time between samples (default 0.5)")
+    p.add_argument("--interval", type=T.number(0.01, 3600), default=0.5, metavar="SECONDS", help="sampler: time between samples (default 0.5)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
     p.set_defaults(run=run)
 

@@ -15,6 +15,7 @@ import argparse
 import json
 from typing import Any
 
+from whyidle.commands import _types as T
 from whyidle.errors import UsageError
 from whyidle.output import write_atomic, write_stdout
 
@@ -32,9 +33,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("log", help="request log: JSON lines, JSON list, CSV, or a Triton trace (arrival, start, finish per request)")
     p.add_argument("--trace", help="a trace or GPU counter log of the same period: the device's busy share over the time it overlaps the log")
     p.add_argument("--assume-same-period", action="store_true", help="use --trace even when it cannot be joined with the log by time (its busy share taken as the log's)")
-    p.add_argument("--device-busy", type=float, metavar="FRACTION", help="the device's busy share over the log's window (0..1)")
-    p.add_argument("--max-batch", type=int, help="the server's configured max batch size (default: the largest batch in the log)")
-    p.add_argument("--slo-ms", type=float, help="the latency objective, ms (written into the suggested tuner command)")
+    p.add_argument("--device-busy", type=T.FRACTION, metavar="FRACTION", help="the device's busy share over the log's window (0..1)")
+    p.add_argument("--max-batch", type=T.integer(1, 65_536), help="the server's configured max batch size (default: the largest batch in the log)")
+    p.add_argument("--slo-ms", type=T.MS, help="the latency objective, ms (written into the suggested tuner command)")
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     p.add_argument("-o", "--output", help="write the diagnosis here (.json: JSON, .html: a page, else text)")
     p.set_defaults(run=run)

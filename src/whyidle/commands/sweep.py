@@ -16,6 +16,7 @@ import argparse
 import sys
 from typing import Any
 
+from whyidle.commands import _types as T
 from whyidle.errors import UsageError
 
 __all__ = ["add_parser", "run", "parse_batch_range", "parse_values"]
@@ -47,16 +48,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--compile", default="off", metavar="LIST", help="off, default, reduce-overhead, max-autotune, or the backends eager, aot_eager")
     p.add_argument("--accumulation", default="1", metavar="LIST", help="gradient accumulation steps, at a constant effective batch")
     p.add_argument("--checkpointing", default="off", metavar="LIST", help="activation checkpointing: off,on")
-    p.add_argument("--steps", type=int, default=50, help="stop measuring a trial after this many steps once it has three windows of at least 200 ms (default 50); a steady trial stops sooner")
-    p.add_argument("--warmup", type=int, default=10, help="warm-up steps per trial, excluded from the figures (default 10)")
-    p.add_argument("--time-limit", type=float, default=120.0, metavar="S", help="seconds per trial before it is stopped (default 120)")
+    p.add_argument("--steps", type=T.integer(1, 1_000_000), default=50, help="stop measuring a trial after this many steps once it has three windows of at least 200 ms (default 50); a steady trial stops sooner")
+    p.add_argument("--warmup", type=T.integer(0, 1_000_000), default=10, help="warm-up steps per trial, excluded from the figures (default 10)")
+    p.add_argument("--time-limit", type=T.number(0, 86_400, lo_open=True), default=120.0, metavar="S", help="seconds per trial before it is stopped (default 120)")
     p.add_argument("--device", default="auto", help="auto (default), cpu or cuda: passed to the trial as cfg.device")
-    p.add_argument("--seed", type=int, default=0, help="the seed every trial starts from (default 0)")
+    p.add_argument("--seed", type=T.integer(0, 2**32 - 1), default=0, help="the seed every trial starts from (default 0)")
     p.add_argument("--from-report", metavar="REPORT.json", help="a whyidle JSON report: the levers its findings name are tried first")
     p.add_argument("--cache", metavar="FILE", help="keep finished trials in FILE and reuse them: a rerun resumes the sweep")
     p.add_argument("-o", "--output", metavar="FILE", help="write the result to FILE (.json, .html or .txt); default: the terminal")
     p.add_argument("--format", choices=("terminal", "json", "html"), help="output format (default: from the -o suffix)")
-    p.add_argument("--width", type=int, default=120, help="terminal width of the table")
+    p.add_argument("--width", type=T.WIDTH, default=120, help="terminal width of the table")
     p.set_defaults(run=run)
 
 

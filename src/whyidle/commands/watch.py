@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from whyidle.commands._command import cannot_start, command_words
+from whyidle.commands import _types as T
 from whyidle.errors import OutputError, UsageError
 from whyidle.output import write_atomic
 
@@ -34,7 +35,7 @@ def add_parser(sub: Any) -> None:
         "Example: whyidle watch -o run.counters.csv -- python train.py",
     )
     p.add_argument("-o", "--output", help="counter file to write (default: watch.<time>.counters.csv)")
-    p.add_argument("--interval", type=float, default=0.2, metavar="SECONDS", help="time between samples (default 0.2)")
+    p.add_argument("--interval", type=T.number(0, 3600, lo_open=True), default=0.2, metavar="SECONDS", help="time between samples (default 0.2)")
     p.add_argument("--no-pcie", action="store_true", help="skip PCIe throughput (each reading takes ~20 ms per GPU)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
     p.set_defaults(run=run)

@@ -33,6 +33,7 @@ from whyidle.analyses.kernels import KernelStats
 from whyidle.analyses.utilization import StepFigures, Utilization
 from whyidle.analyses.strip import BUSY_CLASSES, DeviceActivity
 from whyidle.errors import TraceFormatError
+from whyidle.findings.checked import Malformed, Trail, check_struct
 from whyidle.findings.model import (
     Prediction,
     Evidence,
@@ -87,6 +88,36 @@ def _batch(v: Any) -> int | None:
     if type(v) is not int or not 0 < v < 2**40:
         raise ValueError(f"batch_size {str(v)[:40]!r} is not a positive integer of a plausible size")
     return v
+
+
+class _PathSegment(msgspec.Struct):
+    kind: str
+    start_ns: int
+    end_ns: int
+    names: list[str]
+    count: int = 1
+
+
+class _CriticalPath(msgspec.Struct):
+    """The shape of ``extra["critical_path"]`` (findings/critical_path.py), which the HTML page draws."""
+
+    step: int
+    start_ns: int
+    duration_ns: int
+    by_kind_ns: dict[str, int]
+    segments: list[_PathSegment]
+    segments_left_out: int = 0
+
+
+def _extra(v: Any) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise Malformed("extra", f"expected a mapping, found {type(v).__name__}")
+    if v.get("critical_path") is not None:
+        try:
+            msgspec.convert(v["critical_path"], _CriticalPath)
+        except msgspec.ValidationError as exc:
+            raise Malformed("extra.critical_path", str(exc)) from None
+    return dict(v)
 
 
 def _finding(d: dict[str, Any]) -> Finding:
@@ -325,73 +356,89 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> DiagnosisData:
             f"is a multi-rank report ({n} ranks) where one trace's report was expected; compare runs rank by rank "
             "(each rank's trace, or whyidle.load_report(path).ranks[i].report)",
         )
+    trail = Trail()  # which field each read took: what a failure names
     try:
-        src, win, u, th, k = d["source"], d["window"], d["utilization"], d["throughput"], d["kernels"]
-        window_ns = _i64(win["duration_ns"])
-        kernels = KernelStats(
-            count=_i64(k["count"]),
-            total_ns=_i64(k["total_ns"]),
-            median_ns=k.get("median_ns"),
-            short_count=_i64(k["short_count"]),
-            short_ns=_i64(k["short_ns"]),
-            mean_launch_ns=k.get("mean_launch_call_ns"),
-            sm_efficiency=k.get("est_sm_efficiency"),
-            achieved_occupancy_pct=k.get("est_achieved_occupancy_pct"),
-            tensor_core_ns=_i64(k["tensor_core_ns"]) if "tensor_core_ns" in k else _share_to_ns(k.get("tensor_core_share"), _i64(k["total_ns"])),
-            fp32_math_ns=_i64(k["fp32_math_ns"]) if "fp32_math_ns" in k else _share_to_ns(k.get("fp32_math_share"), _i64(k["total_ns"])),
-            top_fp32_kernels=tuple((str(x["name"]), _i64(x["ns"])) for x in k.get("top_fp32_kernels", ())),
-            fill=msgspec.convert(k["fill"], KernelFill) if k.get("fill") else None,
-        )
-        util = Utilization(
-            window_ns=window_ns,
-            n_devices=_i64(u["n_devices"]),
-            busy_ns=_i64(u["busy_ns"]),
-            kernel_busy_ns=_i64(u["kernel_busy_ns"]),
-            compute_ns=_i64(u["compute_ns"]),
-            communication_ns=_i64(u["communication_exposed_ns"]),
-            communication_total_ns=_i64(u["communication_total_ns"]),
-            memcpy_ns=_i64(u["memcpy_ns"]),
-            memset_ns=_i64(u["memset_ns"]),
-            idle_ns=_i64(u["idle_ns"]),
-            steps=tuple(_step(s) for s in d.get("steps", ())),
-            batch_size=_batch(th.get("batch_size")),
-            batch_size_basis=th.get("batch_size_basis", ""),
-        )
-        by_cause = {c.key: _i64(d.get("idle_by_cause_ns", {}).get(c.key, 0)) for c in C.CAUSES}
-        lanes = _lanes(d.get("lanes", ()))
-        return DiagnosisData(
-            source=SourceInfo(
-                path=src.get("path", ""),
-                format=src.get("format", ""),
-                version=src.get("version", ""),
-                devices=_strs(src.get("devices", ()), "devices"),
-                rank=src.get("rank"),
-                world_size=src.get("world_size"),
-                training=src.get("workload", "training") == "training",
-                workload=str(src.get("workload", "")),
-                workload_evidence=tuple(str(e) for e in src.get("workload_evidence", ())),
-            ),
-            window=WindowInfo(_i64(win["start_ns"]), _i64(win["end_ns"]), win.get("basis", ""), tuple(win.get("steps", ())), tuple(win.get("all_steps", ()))),
-            utilization=util,
-            kernels=kernels,
-            idle_by_cause_ns=by_cause,
-            gap_count=_i64(d["gap_count"]),
-            findings=tuple(_finding(f) for f in d.get("findings", ())),
-            skipped=tuple(Skipped(s["rule"], s["reason"]) for s in d.get("skipped", ())),
-            gaps=tuple(_gap(g) for g in d.get("gaps", ())),
-            quality=tuple(d.get("quality", ())),
-            cold_start=bool(d.get("cold_start", False)),
-            no_device_activity=bool(d.get("no_device_activity", False)),
-            extra=dict(d.get("extra", {})),
-            gap_columns=_gap_columns(d["gap_columns"], len(lanes)) if d.get("gap_columns") is not None else None,
-            activity=_activity(d["activity"]) if d.get("activity") is not None else None,
-            lanes=lanes,
-            name_times=_name_times(d["name_times"]) if d.get("name_times") is not None else None,
-            counters=_counters(d["counters"]) if d.get("counters") is not None else None,
-            advice=msgspec.convert(d["advice_context"], AdviceContext) if d.get("advice_context") is not None else None,
-        )
-    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-        raise TraceFormatError(where, f"is a whyidle report with a missing or malformed field ({type(exc).__name__}: {exc})") from None
+        data = _built(trail.wrap(d))
+        check_struct(data)  # every field as its type declares: nothing malformed reaches a renderer
+    except Malformed as exc:
+        raise TraceFormatError(where, f"is a whyidle report whose field {exc.field} is malformed: {exc.problem}") from None
+    except RecursionError:
+        raise TraceFormatError(where, "is a whyidle report nested too deeply to be one") from None
+    except KeyError as exc:
+        raise TraceFormatError(where, f"is a whyidle report without the field {trail.path or exc}") from None
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+        detail = str(exc) if len(str(exc)) <= 120 else str(exc)[:117] + "..."
+        raise TraceFormatError(where, f"is a whyidle report whose field {trail.path} is malformed ({detail})") from None
+    return data
+
+
+def _built(d: dict[str, Any]) -> DiagnosisData:
+    """The diagnosis data a report's dict describes (KeyError, TypeError, ValueError where it is not one)."""
+    src, win, u, th, k = d["source"], d["window"], d["utilization"], d["throughput"], d["kernels"]
+    window_ns = _i64(win["duration_ns"])
+    kernels = KernelStats(
+        count=_i64(k["count"]),
+        total_ns=_i64(k["total_ns"]),
+        median_ns=k.get("median_ns"),
+        short_count=_i64(k["short_count"]),
+        short_ns=_i64(k["short_ns"]),
+        mean_launch_ns=k.get("mean_launch_call_ns"),
+        sm_efficiency=k.get("est_sm_efficiency"),
+        achieved_occupancy_pct=k.get("est_achieved_occupancy_pct"),
+        tensor_core_ns=_i64(k["tensor_core_ns"]) if "tensor_core_ns" in k else _share_to_ns(k.get("tensor_core_share"), _i64(k["total_ns"])),
+        fp32_math_ns=_i64(k["fp32_math_ns"]) if "fp32_math_ns" in k else _share_to_ns(k.get("fp32_math_share"), _i64(k["total_ns"])),
+        top_fp32_kernels=tuple((str(x["name"]), _i64(x["ns"])) for x in k.get("top_fp32_kernels", ())),
+        fill=msgspec.convert(k["fill"], KernelFill) if k.get("fill") else None,
+    )
+    util = Utilization(
+        window_ns=window_ns,
+        n_devices=_i64(u["n_devices"]),
+        busy_ns=_i64(u["busy_ns"]),
+        kernel_busy_ns=_i64(u["kernel_busy_ns"]),
+        compute_ns=_i64(u["compute_ns"]),
+        communication_ns=_i64(u["communication_exposed_ns"]),
+        communication_total_ns=_i64(u["communication_total_ns"]),
+        memcpy_ns=_i64(u["memcpy_ns"]),
+        memset_ns=_i64(u["memset_ns"]),
+        idle_ns=_i64(u["idle_ns"]),
+        steps=tuple(_step(s) for s in d.get("steps", ())),
+        batch_size=_batch(th.get("batch_size")),
+        batch_size_basis=th.get("batch_size_basis", ""),
+    )
+    by_cause = {c.key: _i64(d.get("idle_by_cause_ns", {}).get(c.key, 0)) for c in C.CAUSES}
+    lanes = _lanes(d.get("lanes", ()))
+    data = DiagnosisData(
+        source=SourceInfo(
+            path=src.get("path", ""),
+            format=src.get("format", ""),
+            version=src.get("version", ""),
+            devices=_strs(src.get("devices", ()), "devices"),
+            rank=src.get("rank"),
+            world_size=src.get("world_size"),
+            training=src.get("workload", "training") == "training",
+            workload=str(src.get("workload", "")),
+            workload_evidence=tuple(str(e) for e in src.get("workload_evidence", ())),
+        ),
+        window=WindowInfo(_i64(win["start_ns"]), _i64(win["end_ns"]), win.get("basis", ""), tuple(win.get("steps", ())), tuple(win.get("all_steps", ()))),
+        utilization=util,
+        kernels=kernels,
+        idle_by_cause_ns=by_cause,
+        gap_count=_i64(d["gap_count"]),
+        findings=tuple(_finding(f) for f in d.get("findings", ())),
+        skipped=tuple(Skipped(s["rule"], s["reason"]) for s in d.get("skipped", ())),
+        gaps=tuple(_gap(g) for g in d.get("gaps", ())),
+        quality=tuple(d.get("quality", ())),
+        cold_start=bool(d.get("cold_start", False)),
+        no_device_activity=bool(d.get("no_device_activity", False)),
+        extra=_extra(d.get("extra", {})),
+        gap_columns=_gap_columns(d["gap_columns"], len(lanes)) if d.get("gap_columns") is not None else None,
+        activity=_activity(d["activity"]) if d.get("activity") is not None else None,
+        lanes=lanes,
+        name_times=_name_times(d["name_times"]) if d.get("name_times") is not None else None,
+        counters=_counters(d["counters"]) if d.get("counters") is not None else None,
+        advice=msgspec.convert(d["advice_context"], AdviceContext) if d.get("advice_context") is not None else None,
+    )
+    return data
 
 
 def load_report(path: str | os.PathLike[str]) -> DiagnosisData:

@@ -9,7 +9,6 @@ ranks), copies and device idle by cause, and :func:`loss_breakdown` says what gr
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,11 +66,20 @@ def load_run_report(path: str) -> dict[str, Any]:
     """The JSON report (as plain data) of a saved report, a trace or a run folder (diagnosed)."""
     p = Path(path)
     if p.is_file() and p.name.endswith(".json"):
+        import msgspec
+
+        from whyidle.findings.saved import load_saved
+        from whyidle.sources import read_bytes
+
         try:
-            doc = json.loads(p.read_text())
-        except (OSError, ValueError) as exc:
+            doc = msgspec.json.decode(read_bytes(p, expected="a whyidle JSON report or a trace"))
+        except RecursionError:
+            raise InputError(p, "has JSON nested too deeply to be a whyidle report or a trace") from None
+        except msgspec.DecodeError as exc:
             raise InputError(p, f"cannot be read as JSON ({exc})") from None
         if isinstance(doc, dict) and ("steps" in doc or doc.get("kind") == "multi_rank"):
+            if "schema_version" in doc:
+                load_saved(p)  # a saved report: checked field by field before its figures are used
             return doc
     # a trace, a Parquet timeline or a run folder: diagnose it
     from whyidle.ranks import is_run_dir

@@ -31,6 +31,7 @@ import msgspec
 from whyidle.config import Config
 from whyidle.errors import InputError, MissingExtraError, UsageError
 from whyidle.serving.passes import Row, measure_curve, row_of
+from whyidle.sources import read_bytes
 
 __all__ = ["LatencyProfile", "load_latency", "curve_from_samples", "parse_curve", "profile_function", "profile_latency", "Z_P90", "DEFAULT_BATCH_SIZES"]
 
@@ -124,6 +125,11 @@ def _make(path: object, rows: list[Row], **meta: Any) -> LatencyProfile:
         raise InputError(path, f"lists a batch size twice ({sizes}); expected one latency per batch size")
     if sizes[0] < 1 or any(r[1] <= 0 or not math.isfinite(r[1]) for r in rows):
         raise InputError(path, "has a batch size below 1 or a latency that is not a positive number")
+    cap = Config().batching_max_batch_size
+    if sizes[-1] > cap:
+        raise InputError(path, f"has batch size {sizes[-1]}; expected at most {cap} (the simulator tables every size up to the largest)")
+    if any(r[2] is not None and not (math.isfinite(r[2]) and r[2] > 0) for r in rows) or any(r[3] and not all(math.isfinite(x) and x > 0 for x in r[3]) for r in rows):
+        raise InputError(path, "has a p90 latency or a timed pass that is not a positive finite number")
     q90 = [r[2] for r in rows]
     p90 = tuple(float(q) for q in q90 if q is not None) if all(q is not None for q in q90) else None
     smp = [r[3] for r in rows]
@@ -155,8 +161,8 @@ def _rows_from(path: object, raw: list[dict[str, Any]]) -> list[Row]:
             q90 = _latency_of(row, p90=True)
             raw_smp = row.get("samples_ns")
             smp = tuple(float(x) for x in raw_smp) if isinstance(raw_smp, list) and raw_smp else None
-        except (TypeError, ValueError):
-            raise InputError(path, f"row {i + 1}: expected a batch_size and a latency number") from None
+        except (TypeError, ValueError, OverflowError):
+            raise InputError(path, f"row {i + 1}: expected an integer batch_size and a latency number") from None
         if med is None:
             raise InputError(path, f"row {i + 1}: no latency column; expected e.g. latency_ms, latency_us or latency_ns_median")
         out.append((bs, med, q90, smp))
@@ -173,7 +179,7 @@ def parse_curve(text: str) -> LatencyProfile:
             if not 2 <= len(bits) <= 3:
                 raise ValueError(part)
             rows.append((int(bits[0]), float(bits[1]) * 1e6, float(bits[2]) * 1e6 if len(bits) == 3 else None, None))
-        except ValueError:
+        except (ValueError, OverflowError):
             raise UsageError(f"--curve {text!r}: expected BATCH:MEDIAN_MS[:P90_MS] pairs separated by commas, e.g. 1:3.5,8:4.1") from None
     try:
         return _make("--curve", rows, source="--curve")
@@ -188,10 +194,19 @@ def load_latency(path: str | Path) -> LatencyProfile:
     file with a ``"latency"`` section holding that (tests/data/h200/measured.json).
     """
     p = Path(path)
+    try:  # a regular file only, gzip within its limit (whyidle.sources.read_bytes)
+        text = read_bytes(p, expected="a latency curve").decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(p, f"is not UTF-8 text (byte {exc.start}); expected a latency curve (CSV or JSON)") from None
     try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(p, f"cannot be read ({exc})") from None
+        return _parse_latency(p, text)
+    except RecursionError:
+        raise InputError(p, "nests JSON too deeply; expected a list of rows") from None
+    except csv.Error as exc:
+        raise InputError(p, f"is not a CSV ({exc}); expected batch_size and a latency column") from None
+
+
+def _parse_latency(p: Path, text: str) -> LatencyProfile:
     stripped = text.lstrip()
     meta: dict[str, Any] = {"source": str(p)}
     if stripped.startswith(("{", "[")):
@@ -211,7 +226,7 @@ def load_latency(path: str | Path) -> LatencyProfile:
         if not isinstance(doc, list) or not all(isinstance(r, dict) for r in doc):
             raise InputError(p, "expected a JSON list of rows with batch_size and a latency, or {\"rows\": [...]}")
         return _make(p, _rows_from(p, doc), **meta)
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     if not reader.fieldnames or "batch_size" not in [f.strip() for f in reader.fieldnames]:
         raise InputError(p, "expected a CSV header with batch_size and a latency column (e.g. latency_ms)")
     return _make(p, _rows_from(p, [{k.strip(): v for k, v in r.items() if k} for r in reader]), **meta)

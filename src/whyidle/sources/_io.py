@@ -210,8 +210,12 @@ class ReadAhead:
         self.close()
 
 
-def read_bytes(path: Path, read_ahead: ReadAhead | None = None, max_bytes: int | None = None) -> bytes:
+def read_bytes(path: Path, read_ahead: ReadAhead | None = None, max_bytes: int | None = None, expected: str = "a profiler trace") -> bytes:
     """The file's content, decompressed if it is gzip (taken from ``read_ahead`` if it read it).
+
+    Every input file goes through here: only a regular file is opened (a FIFO, ``/dev/stdin`` or
+    ``/dev/zero`` is refused before reading), and gzip is inflated no further than
+    :func:`gzip_cap`. ``expected`` names what the file should hold in the messages (an empty file).
 
     Raises :class:`TooLargeForMemory` when the content exceeds ``max_bytes`` (the caller then
     reads it another way) and :class:`TraceFormatError` when a gzip file inflates past
@@ -223,10 +227,10 @@ def read_bytes(path: Path, read_ahead: ReadAhead | None = None, max_bytes: int |
             raise pending.error
         assert pending.data is not None
         return pending.data
-    return _read(path, max_bytes)
+    return _read(path, max_bytes, expected)
 
 
-def _read(path: Path, max_bytes: int | None = None) -> bytes:
+def _read(path: Path, max_bytes: int | None = None, expected: str = "a profiler trace") -> bytes:
     check_regular(path)
     try:
         with open(path, "rb") as f:
@@ -241,9 +245,9 @@ def _read(path: Path, max_bytes: int | None = None) -> bytes:
     except OSError as exc:
         raise InputError(path, f"cannot be read ({exc.strerror or exc})") from None
     if not raw:
-        raise TraceFormatError(path, "the file is empty; expected a profiler trace")
+        raise TraceFormatError(path, f"the file is empty; expected {expected}")
     if raw.startswith(GZIP_MAGIC):
         raw = _gunzip(path, raw, max_bytes)
         if not raw:
-            raise TraceFormatError(path, "the gzip file decompresses to nothing; expected a profiler trace")
+            raise TraceFormatError(path, f"the gzip file decompresses to nothing; expected {expected}")
     return raw

@@ -47,8 +47,11 @@ QUERY_TS = re.compile(r"^\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?$")
 
 
 def parse_query(path: str, text: str, utc_offset_min: int | None, fields: Sequence[str] | None) -> CounterLog:
-    reader = csv.reader(io.StringIO(text))
-    numbered = [(reader.line_num, r) for r in reader if r and any(c.strip() for c in r)]
+    reader = csv.reader(io.StringIO(text, newline=""))  # a stray CR ends a row (then rejected), as in a file
+    try:
+        numbered = [(reader.line_num, r) for r in reader if r and any(c.strip() for c in r)]
+    except csv.Error as exc:  # a NUL, a field past the csv module's limit
+        raise TraceFormatError(path, f"line {reader.line_num + 1}: not a CSV row ({exc}); expected nvidia-smi --query-gpu CSV rows") from None
     rows = [r for _, r in numbered]
     if not rows:
         raise TraceFormatError(path, "is empty; expected nvidia-smi --query-gpu CSV rows")

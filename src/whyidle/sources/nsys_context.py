@@ -129,7 +129,9 @@ class Export:
         want = [c for c in ("id", "name", "busLocation", "uuid", "smCount", "computeMajor", "computeMinor", "totalMemory", "chipName", "cuDevice") if c in cols]
         cuda_of: dict[int, int] = {}
         if self.s.has("TARGET_INFO_CUDA_DEVICE", "gpuId", "cudaId"):
-            cuda_of = {int(g): int(c) for g, c in self.s.con.execute("SELECT gpuId, cudaId FROM TARGET_INFO_CUDA_DEVICE")}
+            rows = self.s.con.execute("SELECT gpuId, cudaId FROM TARGET_INFO_CUDA_DEVICE")
+            pairs = ((as_int(g), as_int(c)) for g, c in rows)  # text, NULL or a BLOB: not an id
+            cuda_of = {g: c for g, c in pairs if g >= 0 and c >= 0}
         for row in self.s.con.execute(f'SELECT {", ".join(chr(34) + c + chr(34) for c in want)} FROM "{t}"'):
             d: dict[str, Any] = dict(zip(want, row))
             gid = as_int(d.get("id"))

@@ -40,6 +40,7 @@ from msgspec.structs import asdict
 
 from whyidle.errors import InputError, MissingExtraError, TraceFormatError
 from whyidle.output import write_atomic
+from whyidle.sources._io import check_regular
 from whyidle.timeline.model import Kind, Lane, LaneKind, Timeline, TimelineMeta
 
 __all__ = ["write_parquet", "load_parquet", "require_pyarrow", "PARQUET_MAGIC", "METADATA_KEY", "FORMAT_VERSION"]
@@ -92,32 +93,91 @@ def write_parquet(tl: Timeline, path: str | os.PathLike[str], inputs: Sequence[s
     write_atomic(path, sink.getvalue().to_pybytes(), inputs=inputs)
 
 
+class _Side(msgspec.Struct):
+    """The small tables in the file's metadata (``whyidle.timeline``), as written."""
+
+    format_version: int
+    strings: list[str]
+    lanes: list[tuple[LaneKind, int, str, str, str]]
+    meta: TimelineMeta
+
+
+# Each column's dtype, as the Timeline declares it: a file whose columns differ was not written
+# by whyidle (or was changed since), and is refused rather than cast.
+_DTYPES = {c: np.dtype(t) for c, t in {
+    "start_ns": np.int64, "end_ns": np.int64, "lane": np.int32, "kind": np.int8, "name": np.int32, "corr": np.int64,
+    "stack": np.int32, "shape0": np.int64, "blocks_per_sm": np.float32, "occupancy": np.float32, "nbytes": np.int64,
+    "grid": np.int64, "block": np.int32,
+}.items()}  # fmt: skip
+
+
+def _side(p: Path, raw: bytes) -> _Side:
+    try:
+        doc = msgspec.json.decode(raw)
+        if not isinstance(doc, dict) or doc.get("format_version") != FORMAT_VERSION:
+            version = doc.get("format_version") if isinstance(doc, dict) else None
+            raise TraceFormatError(p, f"is a whyidle timeline of format version {version!r:.40}; this whyidle reads version {FORMAT_VERSION}")
+        return msgspec.convert(doc, _Side)
+    except msgspec.ValidationError as exc:  # (a DecodeError too: first)
+        raise TraceFormatError(p, f"has whyidle metadata that is not a timeline's: {str(exc)[:160]}") from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise TraceFormatError(p, f"has unreadable whyidle metadata ({str(exc)[:120]})") from None
+
+
+def _check_columns(p: Path, cols: dict[str, np.ndarray], side: _Side) -> None:
+    """Every column of its declared dtype, every index within its table, no negative duration."""
+    for c, col in cols.items():
+        if col.dtype != _DTYPES[c]:
+            raise TraceFormatError(p, f"has column {c} of type {col.dtype}; a whyidle timeline's is {_DTYPES[c]}")
+    bounds = {"lane": (0, len(side.lanes)), "name": (0, len(side.strings)), "stack": (-1, len(side.strings))}
+    for c, (lo, hi) in bounds.items():
+        bad = (cols[c] < lo) | (cols[c] >= hi)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise TraceFormatError(p, f"row {i}: column {c} is {int(cols[c][i])}, outside its table (expected {lo}..{hi - 1})")
+    kinds = np.array(sorted(_KIND_NAMES), dtype=np.int8)
+    unknown = ~np.isin(cols["kind"], kinds)
+    if unknown.any():
+        i = int(np.flatnonzero(unknown)[0])
+        raise TraceFormatError(p, f"row {i}: column kind is {int(cols['kind'][i])}, which is no event kind")
+    for c in ("start_ns", "end_ns"):  # as every reader: within 2**62 ns, so sums and differences fit int64
+        far = (cols[c] > 2**62) | (cols[c] < -(2**62))
+        if far.any():
+            i = int(np.flatnonzero(far)[0])
+            raise TraceFormatError(p, f"row {i}: {c} {int(cols[c][i])} is beyond 2**62 ns (146 years); expected times of a capture")
+    back = cols["end_ns"] < cols["start_ns"]
+    if back.any():
+        i = int(np.flatnonzero(back)[0])
+        raise TraceFormatError(p, f"row {i}: ends before it starts (start_ns {int(cols['start_ns'][i])}, end_ns {int(cols['end_ns'][i])})")
+
+
 def load_parquet(path: str | os.PathLike[str]) -> Timeline:
-    """Read a timeline written by :func:`write_parquet`."""
+    """Read a timeline written by :func:`write_parquet`; a file changed since is refused with the
+    field it got wrong (the metadata's tables, a column's type, an index past its table)."""
     pa, pq = _pa()
     p = Path(path)
+    check_regular(p)
     try:
         schema = pq.read_schema(p)
         raw = (schema.metadata or {}).get(METADATA_KEY)
         if raw is None or any(c not in schema.names for c in Timeline.COLUMNS if c not in _ADDED_COLUMNS):
             raise TraceFormatError(p, "is a Parquet file but not a whyidle timeline; write one with: whyidle convert TRACE -o FILE.parquet")
         present = [c for c in Timeline.COLUMNS if c in schema.names]
+        side = _side(p, raw)
         table = pq.read_table(p, columns=present)
+        cols = {c: np.require(table.column(c).to_numpy(), requirements="W") for c in present}
+        for c in present:
+            if cols[c].size == 0:
+                cols[c] = np.empty(0, dtype=table.schema.field(c).type.to_pandas_dtype())
     except FileNotFoundError:
         raise InputError(p, "no such file") from None
-    except (OSError, pa.ArrowException) as exc:
-        raise TraceFormatError(p, f"is not a readable Parquet file ({exc})") from None
-    side = msgspec.json.decode(raw)
-    if side.get("format_version") != FORMAT_VERSION:
-        raise TraceFormatError(p, f"is a whyidle timeline of format version {side.get('format_version')}; this whyidle reads version {FORMAT_VERSION}")
-    cols = {c: np.require(table.column(c).to_numpy(), requirements="W") for c in present}
-    for c in present:
-        if cols[c].size == 0:
-            cols[c] = np.empty(0, dtype=table.schema.field(c).type.to_pandas_dtype())
+    except (OSError, pa.ArrowException, ValueError, TypeError) as exc:
+        raise TraceFormatError(p, f"is not a readable Parquet file ({str(exc)[:160]})") from None
     for c, (value, dtype) in _ADDED_COLUMNS.items():
         if c not in cols:
             cols[c] = np.full(table.num_rows, value, dtype=dtype)
-    lanes = [Lane(LaneKind(k), int(d), str(pid), str(tid), str(name)) for k, d, pid, tid, name in side["lanes"]]
-    meta = TimelineMeta(**side["meta"])
+    _check_columns(p, cols, side)
+    lanes = [Lane(k, d, pid, tid, name) for k, d, pid, tid, name in side.lanes]
+    meta = side.meta
     meta.path = str(p)
-    return Timeline(**cols, lanes=lanes, strings=list(side["strings"]), meta=meta)
+    return Timeline(**cols, lanes=lanes, strings=side.strings, meta=meta)
