@@ -161,6 +161,8 @@ def _ref_gap_context(tl: Timeline, gaps: Gaps, i: int, ref: _RefIndex) -> Any:
         a = int(th.top[j])
         b = int(th.top[j + 1]) if j + 1 < th.top.size else th.rows.size
         line = _line_of_rows(tl, th.rows[a:b]) or _python_frames_at(tl, th.py, int(th.top_s[j]))
+    if not line:  # no op holds one: the frames open halfway through the host part
+        line = _python_frames_at(tl, th.py, gs + (he - gs) // 2)
     name = tl.name_of
     return GapContext(
         tl.lanes[lane].label,
