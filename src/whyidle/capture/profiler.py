@@ -47,9 +47,9 @@ def schedule(wait: int = DEFAULT_SCHEDULE[0], warmup: int = DEFAULT_SCHEDULE[1],
 
     The first trace is ready after ``wait + warmup + active`` calls to ``prof.step()``.
     """
-    torch = require_torch("whyidle.schedule()")
-    if min(wait, warmup) < 0 or active <= 0 or repeat < 0:
+    if min(wait, warmup) < 0 or active <= 0 or repeat < 0:  # checked first: a wrong argument needs no torch to say so
         raise ArgumentError(f"whyidle.schedule(wait={wait}, warmup={warmup}, active={active}, repeat={repeat}): expected wait, warmup >= 0, active > 0, repeat >= 0")
+    torch = require_torch("whyidle.schedule()")
     return torch.profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=repeat)
 
 
@@ -141,9 +141,9 @@ def profile_steps(
 
     The trace is saved under ``dir_name`` (default: a temporary folder, removed afterwards).
     """
-    torch = require_torch("whyidle.profile_steps()")
     if n <= 0:
         raise ArgumentError(f"whyidle.profile_steps(n={n}): expected at least one step to profile")
+    torch = require_torch("whyidle.profile_steps()")
     import tempfile
 
     acts = [torch.profiler.ProfilerActivity.CPU]
