@@ -4,12 +4,21 @@ seconds; each fails without its fix."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import msgspec
+import pytest
 
+import hostile
 from whyidle.analyses.counters import analyse_counters
 from whyidle.config import Config
+from whyidle.errors import TraceFormatError
+from whyidle.sources.kineto import parse_kineto
+from whyidle.sources.kineto_batches import _Batches
+from whyidle.sources.kineto_stream import parse_kineto_stream
 from whyidle.sources.counters_query import parse_query
 from whyidle.timeline.counters import CounterSeries
 
@@ -44,3 +53,44 @@ def test_query_gpu_log_of_many_gpus_is_analysed_in_linear_work() -> None:
         a = analyse_counters(counted, Config())
         assert len(a.gpus) == gpus and [g.gpu for g in a.gpus] == [str(i) for i in range(gpus)]
         assert _Counted.visits <= 4 * len(log.series), f"{gpus} GPUs: {_Counted.visits} visits of {len(log.series)} series"
+
+
+def _decoded_bytes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The length of every text the out-of-core reader decodes at the end of the event array."""
+    sizes: list[int] = []
+    real = _Batches.decode_now
+
+    def counted(self: _Batches, text: bytes) -> Any:
+        sizes.append(len(text))
+        return real(self, text)
+
+    monkeypatch.setattr(_Batches, "decode_now", counted)
+    return sizes
+
+
+@pytest.mark.parametrize("brackets", [2_000, 40_000])
+def test_stream_reader_finds_the_array_end_in_linear_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, brackets: int) -> None:
+    """The out-of-core reader tried every ']' from the right and decoded a copy of the prefix for
+    each: a 2 MB trace ending in a million of them took over 30 s (quadratic). It now decodes the
+    remaining text a bounded number of times, and gives the in-memory reader's answer."""
+    events = json.dumps(hostile.base_trace(3)["traceEvents"])
+    p = tmp_path / "t.json"
+    p.write_bytes(('{"traceEvents": ' + events + "]" * brackets + "}").encode())
+    sizes = _decoded_bytes(monkeypatch)
+    with pytest.raises(TraceFormatError) as streamed:
+        parse_kineto_stream(p, jobs=1)
+    assert sizes and sum(sizes) <= 16 * p.stat().st_size, f"{len(sizes)} decodes, {sum(sizes):,} bytes for a {p.stat().st_size:,}-byte trace"
+    with pytest.raises(TraceFormatError):
+        parse_kineto(p.read_bytes(), str(p))
+    assert "not valid JSON" in str(streamed.value)
+
+
+def test_stream_reader_still_reads_a_tail_with_lists(tmp_path: Path) -> None:
+    """Kineto writes fields after the events (deviceProperties, a list): the array's end is still
+    the first ']' tried from the right that decodes, and the same timeline comes back."""
+    doc = hostile.base_trace(3)
+    doc = {"traceEvents": doc["traceEvents"], **{k: v for k, v in doc.items() if k != "traceEvents"}, "x": [[1], [2, [3]], "]"]}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(doc))
+    a, b = parse_kineto_stream(p, jobs=1), parse_kineto(p.read_bytes(), str(p))
+    assert len(a) == len(b) > 0 and (a.start_ns == b.start_ns).all()
