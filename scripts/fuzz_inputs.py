@@ -2,7 +2,7 @@
 give a report or one clear WhyidleError and be byte-identical afterwards; any other exception is
 a bug, printed with its input saved (``--keep``).
 
-    PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 1000 --seed 1   # the nightly size: 10,000 inputs
+    PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 1000 --seed 1   # the nightly size: 13,000 inputs
     PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 300 --budget-s 60 --families requests,triton
 
 Families (tests/hostile.py, tests/hostile_surfaces.py): ``kineto`` (structure-aware mutations of a
@@ -14,7 +14,9 @@ odd values and bytes), ``triton`` (Triton traces), ``latency`` (latency curves),
 (``whyidle convert`` output with tampered metadata, columns or bytes), ``options`` (command lines
 of diagnose, compare, serving and batching with odd option values), ``rocprof`` (rocprofv3 JSON
 output with odd values, types, missing fields and truncations), ``xplane`` (JAX XPlane captures
-with odd planes and byte damage). tests/test_fuzz.py lists the
+with odd planes and byte damage), ``runs`` (multi-rank run folders, ``whyidle diagnose RUN_DIR``:
+odd names, mixed formats, empty files, symlinks, a FIFO, unreadable files, traces of other runs;
+tests/hostile_runs.py). tests/test_fuzz.py lists the
 family of every reader and fails on one without. Prints one JSON line per family: inputs run,
 reports, clear errors, readers that disagreed, inputs modified, and escaped exceptions (type and
 place).
@@ -27,6 +29,7 @@ import collections
 import json
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -39,12 +42,13 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "src"))
 
 import hostile  # noqa: E402
+import hostile_runs  # noqa: E402
 import hostile_surfaces  # noqa: E402
 
 import whyidle  # noqa: E402
 from whyidle.errors import WhyidleError  # noqa: E402
 
-FAMILIES = ("kineto", "bytes", "counters", "nsys", "report", "requests", "triton", "latency", "parquet", "options", "rocprof", "xplane")
+FAMILIES = ("kineto", "bytes", "counters", "nsys", "report", "requests", "triton", "latency", "parquet", "options", "rocprof", "xplane", "runs")
 
 
 def _where(exc: BaseException) -> str:
@@ -63,6 +67,10 @@ def _setup(family: str, work: Path) -> dict[str, Any]:
 
         ctx["report"] = json.loads(render_json(whyidle.diagnose(t)))
         (work / "good.json").write_text(json.dumps(ctx["report"]))
+    elif family == "runs":
+        from whyidle.render.json import render_json
+
+        ctx["report"] = render_json(whyidle.diagnose(t)).encode()
     elif family == "parquet":
         from whyidle.sources import load
         from whyidle.sources.parquet import write_parquet
@@ -86,6 +94,8 @@ def _make(family: str, rng: random.Random, ctx: dict[str, Any], work: Path, i: i
         return hostile.nsys_input(rng, work)
     if family == "options":
         return hostile_surfaces.option_argv(rng, ctx["bases"], ctx["parser"])
+    if family == "runs":
+        return hostile_runs.run_folder_input(rng, ctx["doc"], ctx, work / f"{i}_run")
     if family == "parquet":
         name, data = hostile_surfaces.parquet_input(rng, work / "good.parquet")
     else:
@@ -115,6 +125,8 @@ def _run_one(family: str, p: Path, work: Path) -> str:
         from whyidle.serving.requests import diagnose_requests
 
         serving_text(diagnose_requests(whyidle.load_requests(p)))
+    elif family == "runs":
+        _run_folder(p, work)
     elif family == "latency":
         from whyidle.serving.latency import load_latency
 
@@ -123,6 +135,23 @@ def _run_one(family: str, p: Path, work: Path) -> str:
     else:
         str(whyidle.diagnose(p))
     return "reports"
+
+
+def _run_folder(p: Path, work: Path) -> None:
+    """``whyidle diagnose RUN_DIR`` as the command runs it: the ranks read one by one, the report
+    rendered as text and JSON, and saved as HTML (a page per rank) and Perfetto (a trace per
+    rank, annotating the rank's own file) beside the folder, never inside it."""
+    from whyidle.ranks.run import diagnose_ranks
+    from whyidle.render import render, save_report
+
+    out = work / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    _run_argv(["diagnose", str(p), "--jobs", "1", "-o", str(out / "cli.html")])  # the command's own dispatch (one trace or a run)
+    report = diagnose_ranks(p, jobs=1)
+    render(report, "terminal"), render(report, "json")
+    for name, fmt in (("job.html", "html"), ("job.json.gz", "perfetto")):
+        save_report(report, str(out / name), fmt, inputs=(str(p),))
 
 
 def _run_argv(argv: list[str]) -> str:
@@ -171,6 +200,13 @@ def _readers_agree(p: Path, counts: collections.Counter[str], escaped: collectio
             counts["readers disagree"] += 1
 
 
+def _state(item: Path | list[str]) -> Any:
+    """What must be the same after an input is read: its bytes (a folder: each entry's)."""
+    if not isinstance(item, Path):
+        return b""
+    return hostile_runs.snapshot(item) if item.is_dir() else item.read_bytes()
+
+
 def run_family(family: str, n: int, seed: int, budget_s: float, work: Path, keep: Path | None = None) -> dict[str, Any]:
     """Run up to ``n`` inputs of ``family`` (stopping after ``budget_s``); the counts. Every input
     must give a report or one WhyidleError, and be byte-identical afterwards."""
@@ -189,7 +225,7 @@ def run_family(family: str, n: int, seed: int, budget_s: float, work: Path, keep
                 break
             item = _make(family, rng, ctx, work, i)
             counts["inputs"] += 1
-            before = item.read_bytes() if isinstance(item, Path) else b""
+            before = _state(item)
             try:
                 counts[_run_argv(item) if isinstance(item, list) else _run_one(family, item, work)] += 1
             except WhyidleError:
@@ -201,11 +237,11 @@ def run_family(family: str, n: int, seed: int, budget_s: float, work: Path, keep
                     target = keep / f"{family}_{i}"
                     target.write_bytes(item.read_bytes() if isinstance(item, Path) else json.dumps(item).encode())
             if isinstance(item, Path):
-                if item.read_bytes() != before:
+                if _state(item) != before:
                     counts["inputs modified"] += 1
                 if family in ("kineto", "bytes"):
                     _readers_agree(item, counts, escaped)
-                item.unlink(missing_ok=True)
+                shutil.rmtree(item) if item.is_dir() else item.unlink(missing_ok=True)
     finally:
         ks._BATCH = saved_batch
     return {"family": family, **counts, "escaped": dict(escaped), "seconds": round(time.monotonic() - t0, 1)}

@@ -286,8 +286,8 @@ def _burst_pause_means(s: CounterSeries | None, g: _Grid, valid: npt.NDArray[np.
     return (float(v[on].mean()) if on.any() else None), (float(v[off].mean()) if off.any() else None)
 
 
-def _gpu(log: CounterLog, gpu: str, cfg: Config) -> GpuCounters | None:
-    series = {s.metric: s for s in log.series if s.gpu == gpu and len(s)}
+def _gpu(log: CounterLog, gpu: str, mine: dict[str, CounterSeries], host_cpu: CounterSeries | None, cfg: Config) -> GpuCounters | None:
+    series = {m: s for m, s in mine.items() if len(s)}
     if not any(np.isfinite(s.value).any() for s in series.values()):
         return None  # columns without a single reading (the sampler could not read this GPU)
     g = _grid(series, log.interval_ns, cfg)
@@ -313,7 +313,7 @@ def _gpu(log: CounterLog, gpu: str, cfg: Config) -> GpuCounters | None:
         rx_on, rx_off = _burst_pause_means(series.get("pcie_rx_bytes_per_s"), g, valid, busy)
         if rx_on is not None and rx_off is not None and rx_on > 0:
             rx_ratio = rx_off / rx_on
-        cpu_burst, cpu_pause = _burst_pause_means(log.get(HOST_SERIES, "host_cpu_pct"), g, valid, busy)
+        cpu_burst, cpu_pause = _burst_pause_means(host_cpu, g, valid, busy)
     return GpuCounters(
         gpu=gpu,
         name=log.gpus.get(gpu, {}).get("name", ""),
@@ -343,11 +343,13 @@ def analyse_counters(log: CounterLog | None, cfg: Config, window: tuple[int, int
         raise UsageError("this Timeline has no counters track: analyse_counters needs a GPU counter log (nvidia-smi, dcgmi dmon, whyidle watch)")
     if window is not None:
         log = log.clip(*window)
-    gpus = tuple(g for g in (_gpu(log, gid, cfg) for gid in log.gpu_ids) if g is not None)
-    host_series = (log.get(HOST_SERIES, m) for m in HOST_METRICS)
+    index = log.by_gpu()
+    host = index.pop(HOST_SERIES, {})
+    gpus = tuple(g for g in (_gpu(log, gid, mine, host.get("host_cpu_pct"), cfg) for gid, mine in index.items()) if g is not None)
+    host_series = (host.get(m) for m in HOST_METRICS)
     host_dists = (_distribution(s, log.interval_ns or 1) for s in host_series if s is not None and len(s))
-    host = tuple(d for d in host_dists if d is not None)
-    return CounterAnalysis(log.source_format, log.path, log.clock, log.interval_ns, gpus, window is not None, tuple(log.quality) + notes, host)
+    host_figures = tuple(d for d in host_dists if d is not None)
+    return CounterAnalysis(log.source_format, log.path, log.clock, log.interval_ns, gpus, window is not None, tuple(log.quality) + notes, host_figures)
 
 
 def _match_gpus(log: CounterLog, devices: list[dict[str, object]], trace_devices: list[int]) -> tuple[dict[str, str], str]:

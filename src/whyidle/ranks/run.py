@@ -29,7 +29,7 @@ from whyidle.ranks.jobcheck import one_job_problems
 from whyidle.ranks.model import MultiRankReport, RankEntry
 import whyidle.ranks.register  # noqa: F401  (a MultiRankReport made here renders: its renderers registered)
 
-__all__ = ["RankResult", "rank_job", "diagnose_ranks", "rank_from_name", "assign_ranks", "build_multi_rank", "map_local"]
+__all__ = ["RankResult", "rank_job", "diagnose_ranks", "rank_from_name", "assign_ranks", "build_multi_rank", "map_local", "read_run_folder"]
 
 Progress = Callable[[int, int], None]  # (done, total)
 
@@ -160,6 +160,22 @@ def build_multi_rank(run_dir: str, results: Sequence[RankResult], cfg: Config) -
     return MultiRankReport(run_dir, basis, world, tuple(entries), cr, tuple(notes), problems)
 
 
+def read_run_folder(run_dir: Path) -> tuple[list[str], tuple[str, ...]]:
+    """The trace files of a run folder, and a note for each entry named like a trace that is not
+    one (a FIFO, a folder, a broken symbolic link): left out, and said. InputError for a path
+    that is not a folder, cannot be listed, or holds no trace file."""
+    from whyidle.sources import find_traces, passed_over
+
+    if not run_dir.is_dir():
+        raise InputError(run_dir, "is not a folder; expected a folder with one trace per rank")
+    paths = [str(p) for p in find_traces(run_dir)]
+    skipped = tuple(f"{name}: {what}, not a trace file; left out" for name, what in passed_over(run_dir))
+    if not paths:
+        also = f" ({'; '.join(skipped)})" if skipped else ""
+        raise InputError(run_dir, f"is a folder with no trace files (*.json, *.json.gz, *.parquet) in it{also}")
+    return paths, skipped
+
+
 def diagnose_ranks(
     run_dir: str | os.PathLike[str],
     config: Config | None = None,
@@ -174,15 +190,9 @@ def diagnose_ranks(
     ``jobs``: local processes (default: all cores). ``scheduler`` (``tcp://host:8786``) or
     ``workers`` (a local Dask cluster of that many processes) run the per-rank work on Dask.
     """
-    from whyidle.sources import find_traces
-
     cfg = config or Config()
     d = Path(run_dir)
-    if not d.is_dir():
-        raise InputError(d, "is not a folder; expected a folder with one trace per rank")
-    paths = [str(p) for p in find_traces(d)]
-    if not paths:
-        raise InputError(d, "is a folder with no trace files (*.json, *.json.gz, *.parquet) in it")
+    paths, skipped = read_run_folder(d)
     if scheduler or workers:
         from whyidle.ranks.dask import map_dask
 
@@ -194,4 +204,4 @@ def diagnose_ranks(
     if all(r.error for r in results):
         raise InputError(d, f"none of its {len(results)} traces could be read; first problem: {results[0].error}")
     report = build_multi_rank(str(d), results, cfg)
-    return msgspec.structs.replace(report, notes=(*said, *report.notes)) if said else report
+    return msgspec.structs.replace(report, notes=(*said, *skipped, *report.notes)) if said or skipped else report

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Iterable, Iterator
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,7 @@ BUSY_CATEGORY = "whyidle_busy"
 _PID = 7825529  # "why" in ASCII; bumped if the trace already uses it
 _GPU_PID = 9_000_000  # + device index: a GPU's process in a trace built from the timeline or the diagnosis
 _STEPS_PID = 8_999_999  # the steps, in a trace drawn from the diagnosis
+_CHUNK_EVENTS = 32_768  # events made and encoded at a time: about 20 MB of dicts, whatever the capture's size
 _HOST_CAUSES = {i for i, e in enumerate(CATALOGUE) if e.host_side}  # the gap's host-side op explains it
 
 
@@ -89,16 +92,15 @@ def _us(ns: int, base_ns: int) -> int:
     return int(round((ns - base_ns) / 1000))
 
 
-def _events(d: DiagnosisData, g: GapColumns, base_ns: int, pid: int) -> list[dict[str, Any]]:
-    """The whyidle track: metadata, a B/E slice per gap and a flow arrow per explained gap."""
-    events: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "whyidle: device idle"}},
-        {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": -1}},
-    ]
+def _events(d: DiagnosisData, g: GapColumns, base_ns: int, pid: int) -> Iterator[dict[str, Any]]:
+    """The whyidle track: metadata, a B/E slice per gap and a flow arrow per explained gap (made
+    as they are written: a capture's gaps can be millions)."""
+    yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "whyidle: device idle"}}
+    yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": -1}}
     if len(g) == 0:
-        return events
+        return
     for dev in unique_sorted(g.device):
-        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": int(dev), "args": {"name": f"GPU {int(dev)} idle, by cause"}})
+        yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": int(dev), "args": {"name": f"GPU {int(dev)} idle, by cause"}}
     primary = g.primary
     last_end: dict[int, int] = {}
     flow_id = 0
@@ -109,8 +111,8 @@ def _events(d: DiagnosisData, g: GapColumns, base_ns: int, pid: int) -> list[dic
         last_end[dev] = e
         cause = C.CAUSES[int(primary[i])]
         name = cause_label(cause.key)
-        events.append({"ph": "B", "cat": GAP_CATEGORY, "name": name, "pid": pid, "tid": dev, "ts": b, "args": _gap_args(d, g, i, cause.key)})
-        events.append({"ph": "E", "cat": GAP_CATEGORY, "name": name, "pid": pid, "tid": dev, "ts": e})
+        yield {"ph": "B", "cat": GAP_CATEGORY, "name": name, "pid": pid, "tid": dev, "ts": b, "args": _gap_args(d, g, i, cause.key)}
+        yield {"ph": "E", "cat": GAP_CATEGORY, "name": name, "pid": pid, "tid": dev, "ts": e}
         op = int(g.op[i])
         if op >= 0 and int(primary[i]) in _HOST_CAUSES and e - b >= 2:
             # The arrow's head must land inside the op: an integer microsecond within it.
@@ -122,9 +124,8 @@ def _events(d: DiagnosisData, g: GapColumns, base_ns: int, pid: int) -> list[dic
             ln = d.lanes[int(g.thread[i])]  # the op is on the launching thread
             flow_id += 1
             common = {"cat": FLOW_CATEGORY, "name": "explained by", "id": flow_id}
-            events.append({"ph": "s", "pid": pid, "tid": dev, "ts": (b + e) // 2, **common})
-            events.append({"ph": "f", "bp": "e", "pid": _json_id(ln.pid), "tid": _json_id(ln.tid), "ts": (lo + hi) // 2, **common})
-    return events
+            yield {"ph": "s", "pid": pid, "tid": dev, "ts": (b + e) // 2, **common}
+            yield {"ph": "f", "bp": "e", "pid": _json_id(ln.pid), "tid": _json_id(ln.tid), "ts": (lo + hi) // 2, **common}
 
 
 def _gap_args(d: DiagnosisData, g: GapColumns, i: int, key: str) -> dict[str, Any]:
@@ -168,31 +169,33 @@ def render_perfetto(diagnosis: DiagnosisData, *, gzip: bool = False) -> bytes:
     g = _columns(diagnosis)
     d = diagnosis
     base_ns = d.window.start_ns
-    events: list[dict[str, Any]] = []
+    steps = d.utilization.steps
+    step_events = [
+        {"ph": "X", "cat": "user_annotation", "name": f"step {s.number}", "pid": _STEPS_PID, "tid": 0, "ts": (s.start_ns - base_ns) / 1e3, "dur": s.duration_ns / 1e3}
+        for s in steps
+    ]
+    steps_meta = [{"ph": "M", "name": "process_name", "pid": _STEPS_PID, "tid": 0, "args": {"name": "steps"}}] if steps else []
+    events = chain(_busy_slices(d, base_ns), _explaining_op_slices(d, g, base_ns), steps_meta, step_events, _events(d, g, base_ns, _PID))
+    note = {"tool": "whyidle", "version": __version__, "gaps": len(g), "gap_category": GAP_CATEGORY, "built_from": "diagnosis", "source": d.source.path}
+    return _encode(events, {"displayTimeUnit": "ms", "whyidle_annotation": note}, gzip)
+
+
+def _busy_slices(d: DiagnosisData, base_ns: int) -> Iterator[dict[str, Any]]:
+    """Per GPU, its busy time by kind (compute, exposed communication, copies), one slice each."""
     for act in d.activity or ():
         pid = _GPU_PID + act.device
         name = d.source.devices[act.device] if 0 <= act.device < len(d.source.devices) else ""
-        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"GPU {act.device}" + (f" ({name})" if name else "")}})
+        yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"GPU {act.device}" + (f" ({name})" if name else "")}}
         for tid, (kind, busy) in enumerate(zip(BUSY_CLASSES, act.sets())):
-            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"{kind} (all streams)"}})
-            starts, durs = ((busy.start - base_ns) / 1e3).tolist(), ((busy.end - busy.start) / 1e3).tolist()
-            events += [{"ph": "X", "cat": BUSY_CATEGORY, "name": kind, "pid": pid, "tid": tid, "ts": t, "dur": u} for t, u in zip(starts, durs)]
-    events += _explaining_op_slices(d, g, base_ns)
-    steps = d.utilization.steps
-    if steps:
-        events.append({"ph": "M", "name": "process_name", "pid": _STEPS_PID, "tid": 0, "args": {"name": "steps"}})
-        events += [
-            {"ph": "X", "cat": "user_annotation", "name": f"step {s.number}", "pid": _STEPS_PID, "tid": 0, "ts": (s.start_ns - base_ns) / 1e3, "dur": s.duration_ns / 1e3}
-            for s in steps
-        ]
-    events += _events(d, g, base_ns, _PID)
-    note = {"tool": "whyidle", "version": __version__, "gaps": len(g), "gap_category": GAP_CATEGORY, "built_from": "diagnosis", "source": d.source.path}
-    return _encode({"traceEvents": events, "displayTimeUnit": "ms", "whyidle_annotation": note}, gzip)
+            yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"{kind} (all streams)"}}
+            for lo in range(0, len(busy.start), _CHUNK_EVENTS):
+                sl = slice(lo, lo + _CHUNK_EVENTS)
+                starts, durs = ((busy.start[sl] - base_ns) / 1e3).tolist(), ((busy.end[sl] - busy.start[sl]) / 1e3).tolist()
+                yield from ({"ph": "X", "cat": BUSY_CATEGORY, "name": kind, "pid": pid, "tid": tid, "ts": t, "dur": u} for t, u in zip(starts, durs))
 
 
-def _explaining_op_slices(d: DiagnosisData, g: GapColumns, base_ns: int) -> list[dict[str, Any]]:
+def _explaining_op_slices(d: DiagnosisData, g: GapColumns, base_ns: int) -> Iterator[dict[str, Any]]:
     """The CPU ops that explain gaps, once each, on their threads (the flow arrows land on them)."""
-    out: list[dict[str, Any]] = []
     seen: set[tuple[int, int, int]] = set()
     named: set[int] = set()
     for i in np.flatnonzero(g.op >= 0).tolist():
@@ -205,10 +208,9 @@ def _explaining_op_slices(d: DiagnosisData, g: GapColumns, base_ns: int) -> list
         pid, tid = _json_id(ln.pid), _json_id(ln.tid)
         if lane not in named:
             named.add(lane)
-            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": ln.label}})
+            yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": ln.label}}
         ts, dur = (key[1] - base_ns) / 1e3, (key[2] - key[1]) / 1e3
-        out.append({"ph": "X", "cat": "cpu_op", "name": g.text(g.op, i), "pid": pid, "tid": tid, "ts": ts, "dur": dur})
-    return out
+        yield {"ph": "X", "cat": "cpu_op", "name": g.text(g.op, i), "pid": pid, "tid": tid, "ts": ts, "dur": dur}
 
 
 def annotation_source(path: str | os.PathLike[str], timeline: Timeline) -> str | os.PathLike[str] | Timeline | None:
@@ -309,24 +311,50 @@ def _from_timeline(tl: Timeline, d: DiagnosisData, g: GapColumns, gzip: bool) ->
             seen.add(pid)
             meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": f"GPU {ln.device}" if gpu else f"process {ln.pid}"}})
         meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": ln.label}})
-    cats = {int(k): c for k, c in _CATEGORY.items()}
-    starts = ((tl.start_ns - base_ns) / 1e3).tolist()
-    durs = ((tl.end_ns - tl.start_ns) / 1e3).tolist()
-    events = [
-        {"ph": "X", "cat": cats.get(k, "other"), "name": tl.strings[n], "pid": lane_ids[ln][0], "tid": lane_ids[ln][1], "ts": t, "dur": d}
-        for t, d, k, n, ln in zip(starts, durs, tl.kind.tolist(), tl.name.tolist(), tl.lane.tolist())
-    ]
     pid = _PID
     while pid in seen or str(pid) in seen:
         pid += 1
-    added = _events(d, g, base_ns, pid)
+    events = chain(meta, _timeline_slices(tl, lane_ids, base_ns), _events(d, g, base_ns, pid))
     note = {"tool": "whyidle", "version": __version__, "gaps": len(g), "gap_category": GAP_CATEGORY, "built_from": tl.meta.source_format}
-    return _encode({"traceEvents": [*meta, *events, *added], "displayTimeUnit": "ms", "whyidle_annotation": note}, gzip)
+    return _encode(events, {"displayTimeUnit": "ms", "whyidle_annotation": note}, gzip)
 
 
-def _encode(doc: dict[str, Any], gzip: bool) -> bytes:
-    out = msgspec.json.encode(doc)
-    if not gzip:
-        return out
-    co = zlib.compressobj(6, zlib.DEFLATED, 31)  # gzip framing, as the Kineto export writes it
-    return co.compress(out) + co.flush()
+def _timeline_slices(tl: Timeline, lane_ids: list[tuple[int | str, int | str]], base_ns: int) -> Iterator[dict[str, Any]]:
+    """Every event of the Timeline as a complete slice, made a chunk of rows at a time."""
+    cats = {int(k): c for k, c in _CATEGORY.items()}
+    for lo in range(0, len(tl), _CHUNK_EVENTS):
+        sl = slice(lo, lo + _CHUNK_EVENTS)
+        starts = ((tl.start_ns[sl] - base_ns) / 1e3).tolist()
+        durs = ((tl.end_ns[sl] - tl.start_ns[sl]) / 1e3).tolist()
+        rows = zip(starts, durs, tl.kind[sl].tolist(), tl.name[sl].tolist(), tl.lane[sl].tolist())
+        yield from (
+            {"ph": "X", "cat": cats.get(k, "other"), "name": tl.strings[n], "pid": lane_ids[ln][0], "tid": lane_ids[ln][1], "ts": t, "dur": u}
+            for t, u, k, n, ln in rows
+        )
+
+
+def _encode(events: Iterable[dict[str, Any]], fields: dict[str, Any], gzip: bool) -> bytes:
+    """``{"traceEvents": [...events], **fields}`` as compact JSON, the bytes msgspec writes for the
+    whole object, encoded ``_CHUNK_EVENTS`` events at a time: one encode of a capture's millions of
+    events (and their dicts, all made first) ran a 5M-row Nsight export out of memory, with
+    SIGSEGV inside the encoder under a 3 GB limit. With ``gzip`` each chunk is compressed as it
+    is made, so the memory is the compressed output and one chunk."""
+    co = zlib.compressobj(6, zlib.DEFLATED, 31) if gzip else None  # gzip framing, as the Kineto export writes it
+    parts: list[bytes] = []
+
+    def put(b: bytes) -> None:
+        parts.append(co.compress(b) if co is not None else b)
+
+    put(b'{"traceEvents":[')
+    first = True
+    it = iter(events)
+    while chunk := list(islice(it, _CHUNK_EVENTS)):
+        put((b"" if first else b",") + msgspec.json.encode(chunk)[1:-1])
+        first = False
+    put(b"]")
+    for k, v in fields.items():
+        put(b"," + msgspec.json.encode(k) + b":" + msgspec.json.encode(v))
+    put(b"}")
+    if co is not None:
+        parts.append(co.flush())
+    return b"".join(parts)

@@ -11,6 +11,7 @@ a raw format. The format is told from the bytes, never the name.
 from __future__ import annotations
 
 import os
+import stat
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +25,7 @@ from whyidle.sources.xplane_wire import XPLANE_SUFFIXES
 if TYPE_CHECKING:
     from whyidle.timeline.model import Timeline
 
-__all__ = ["load", "find_traces", "ReadAhead", "read_bytes", "quiet_worker", "Relay"]
+__all__ = ["load", "find_traces", "passed_over", "ReadAhead", "read_bytes", "quiet_worker", "Relay"]
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".parquet", *XPLANE_SUFFIXES)
 
@@ -41,11 +42,42 @@ def _profile_run(folder: Path) -> Path:
 
 def find_traces(folder: Path) -> list[Path]:
     """Trace files directly inside ``folder``, sorted by name (a JAX log folder: its newest
-    profile run's XPlane files, one per host)."""
-    folder = _profile_run(folder)
-    found = sorted(p for p in folder.iterdir() if p.name.endswith(_TRACE_SUFFIXES) and p.is_file())
+    profile run's XPlane files, one per host). A folder that cannot be listed is an InputError."""
+    try:
+        folder = _profile_run(folder)
+        found = sorted(p for p in folder.iterdir() if p.name.endswith(_TRACE_SUFFIXES) and p.is_file())
+    except OSError as exc:
+        raise InputError(folder, f"cannot be listed ({exc.strerror or exc}); expected a folder of trace files") from None
     xplane = [p for p in found if p.name.endswith(XPLANE_SUFFIXES)]
     return xplane or found  # jax writes <host>.trace.json.gz beside <host>.xplane.pb: the same capture, less of it
+
+
+def passed_over(folder: Path) -> list[tuple[str, str]]:
+    """Entries of ``folder`` named like traces that :func:`find_traces` leaves out because they
+    are not regular files, with what each is: (name, "a named pipe (FIFO)")."""
+    out: list[tuple[str, str]] = []
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return out
+    for p in entries:
+        if not p.name.endswith(_TRACE_SUFFIXES):
+            continue
+        try:
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    st = p.stat()
+                except OSError as exc:
+                    out.append((p.name, f"a symbolic link to nothing readable ({exc.strerror or exc})"))
+                    continue
+        except OSError:
+            continue  # gone since it was listed
+        if stat.S_ISREG(st.st_mode):
+            continue
+        what = "a folder" if stat.S_ISDIR(st.st_mode) else "a named pipe (FIFO)" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+        out.append((p.name, what))
+    return out
 
 
 def load(

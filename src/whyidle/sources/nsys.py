@@ -28,7 +28,7 @@ from whyidle.errors import InputError, TraceFormatError, UnsupportedInputError
 from whyidle.sources import nsys_device, nsys_host
 from whyidle.sources.nsys_context import Export
 from whyidle.sources.nsys_device import memcpy_name
-from whyidle.sources.nsys_schema import decode_global_tid, is_nsys_export, open_ro, strip_api_version
+from whyidle.sources.nsys_schema import decode_global_tid, is_nsys_export, open_ro, sidecar_notes, strip_api_version
 from whyidle.sources.ranges import DEFAULT_STEP_PATTERN
 from whyidle.timeline.model import Timeline
 
@@ -111,9 +111,12 @@ def load_nsys(path: Path, step_pattern: str | None = None) -> Timeline:
     ``step_pattern`` is the regular expression that makes an NVTX range a step
     (default :data:`DEFAULT_STEP_PATTERN`).
     """
+    notes = sidecar_notes(path)  # before reading: what is beside the export now
     with open_ro(path) as con:
         try:
-            return _read(Export(path, con, step_pattern or DEFAULT_STEP_PATTERN))
+            tl = _read(Export(path, con, step_pattern or DEFAULT_STEP_PATTERN))
+            tl.meta.quality.extend(notes)
+            return tl
         except sqlite3.DatabaseError as exc:
             raise TraceFormatError(path, f"is a damaged or unreadable SQLite database ({exc}); re-export it with nsys export --type sqlite") from None
 

@@ -27,7 +27,7 @@ import numpy.typing as npt
 from whyidle.errors import InputError
 from whyidle.timeline.build import TimelineBuilder
 
-__all__ = ["Schema", "Strings", "open_ro", "factorize", "as_int", "strip_api_version", "decode_global_tid", "is_nsys_export", "TID_MASK"]
+__all__ = ["Schema", "Strings", "open_ro", "factorize", "as_int", "strip_api_version", "decode_global_tid", "is_nsys_export", "sidecar_notes", "TID_MASK"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -65,6 +65,31 @@ def open_ro(path: Path) -> Iterator[sqlite3.Connection]:
         yield con
     finally:
         con.close()
+
+
+def sidecar_notes(path: Path) -> list[str]:
+    """What the files SQLite keeps beside a WAL-mode database say about the export.
+
+    ``open_ro`` opens the export immutably, so SQLite reads the main file alone: changes still in
+    an un-checkpointed ``-wal`` log are not read (replaying the log would write to the input). A
+    non-empty ``-wal`` means the export read may be stale; a ``-shm`` alone, that another process
+    has it open.
+    """
+    wal, shm = path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")
+    try:
+        wal_bytes = wal.stat().st_size if wal.exists() else -1
+        has_shm = shm.exists()
+    except OSError:
+        return []
+    if wal_bytes > 0:
+        return [
+            f"{wal.name} ({wal_bytes:,} bytes) lies beside the export: SQLite changes not yet checkpointed into {path.name} "
+            "were not read (whyidle never writes to an input); if a process is still writing the export, wait for it, "
+            f"else fold the log in with: sqlite3 {path.name} 'PRAGMA wal_checkpoint(TRUNCATE)'"
+        ]
+    if wal_bytes == 0 or has_shm:
+        return [f"{(wal if wal_bytes == 0 else shm).name} lies beside the export: another process may have it open; if it is still writing, the export read may be incomplete"]
+    return []
 
 
 class Schema:

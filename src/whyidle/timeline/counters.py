@@ -152,6 +152,15 @@ class CounterLog(msgspec.Struct, frozen=True):
                 return s
         return None
 
+    def by_gpu(self) -> dict[str, dict[str, CounterSeries]]:
+        """The series grouped by GPU then metric, in one pass (a lookup per GPU would be quadratic
+        in the GPUs: a --query-gpu log of 5,000 GPUs took 21 s). The first series of a
+        (GPU, metric) wins, as in :meth:`get`."""
+        out: dict[str, dict[str, CounterSeries]] = {}
+        for s in self.series:
+            out.setdefault(s.gpu, {}).setdefault(s.metric, s)
+        return out
+
     @property
     def span_ns(self) -> tuple[int, int] | None:
         starts = [int(s.time_ns[0]) for s in self.series if len(s)]
