@@ -142,7 +142,7 @@ class _Local(msgspec.Struct):
 
 
 _GET = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")}
-_ARG = {f: attrgetter(f) for f in ("correlation", "blocks_per_sm", "occupancy", "bytes", "grid", "block", "call_stack", "input_dims")}
+_ARG = {f: attrgetter(f) for f in ("correlation", "blocks_per_sm", "occupancy", "bytes", "grid", "block", "call_stack", "input_dims", "input_type", "concrete", "flops")}
 _STR_OR_NONE = {str, type(None)}
 
 
@@ -224,13 +224,28 @@ def _device_columns(args: list[Any], is_device: np.ndarray, n: int) -> dict[str,
     return cols
 
 
-def _host_columns(args: list[Any], is_device: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(stack id, leading input dimension) of host events; -1 elsewhere. And the batch's stacks."""
+_ENCODE = msgspec.json.Encoder().encode
+
+
+def _inputs_text(a: Any) -> str | None:
+    """An op's recorded inputs as one JSON text, [dims, types, concrete inputs, flops]: what the
+    work model (analyses/work.py) reads; None when the op recorded no dims."""
+    d = a.input_dims
+    if type(d) is not list:
+        return None
+    t, c, f = a.input_type, a.concrete, a.flops
+    return _ENCODE([d, t if type(t) is list else None, c if type(c) is list else None, f if type(f) in (int, float) else None]).decode()
+
+
+def _host_columns(args: list[Any], is_device: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """(stack id, leading input dimension, inputs id) of host events; -1 elsewhere. And the
+    batch's table of stacks and inputs texts (the ids index it)."""
     stack = np.full(n, -1, dtype=np.int32)
     shape0 = np.full(n, -1, dtype=np.int64)
+    inputs = np.full(n, -1, dtype=np.int32)
     host_idx = np.flatnonzero(~is_device).tolist()
     if not host_idx:
-        return stack, shape0, []
+        return stack, shape0, inputs, []
     stack_of: dict[str, int] = {}
     hargs = [args[i] for i in host_idx]
     if set(map(type, _field(hargs, _ARG["call_stack"]))) != {type(None)}:  # else none has a stack
@@ -241,7 +256,9 @@ def _host_columns(args: list[Any], is_device: np.ndarray, n: int) -> tuple[np.nd
             d0[0] if a is not None and type(d := a.input_dims) is list and d and type(d0 := d[0]) is list and d0 and type(d0[0]) is int else -1
             for a in hargs
         ]
-    return stack, shape0, list(stack_of)
+        texts = [None if a is None else _inputs_text(a) for a in hargs]
+        inputs[host_idx] = [-1 if x is None else stack_of.setdefault(x, len(stack_of)) for x in texts]
+    return stack, shape0, inputs, list(stack_of)
 
 
 def _local_columns(events: list[Any], style: str, path: str) -> _Local:
@@ -285,7 +302,7 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
     if negative:
         dur_ns = np.maximum(dur_ns, 0)
     n = len(xs)
-    stack, shape0, stacks = _host_columns(args, is_device, n)
+    stack, shape0, inputs, stacks = _host_columns(args, is_device, n)
     cols = {
         "start_ns": start_ns,
         "end_ns": start_ns + dur_ns,  # base time is added at the end
@@ -295,6 +312,7 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
         "corr": _int_or(_field(args, _ARG["correlation"]), -1),
         "stack": stack,
         "shape0": shape0,
+        "inputs": inputs,
         **_device_columns(args, is_device, n),
     }
     return _Local(len(events), seen_ph, True, thread_names, unknown, names, lane_keys, stacks, negative, cols)
@@ -351,6 +369,7 @@ class _Columns:
         if loc.stacks:
             remap = np.array([self._stack(st) for st in loc.stacks] + [-1], dtype=np.int32)
             c["stack"] = remap[c["stack"]]
+            c["inputs"] = remap[c["inputs"]]
         b.add_columns(**c)
 
     def _stack(self, s: str) -> int:
@@ -400,6 +419,7 @@ class _Columns:
         for chunk in b._chunks:
             st = chunk["stack"]
             chunk["stack"] = remap[st]  # -1 indexes the trailing -1
+            chunk["inputs"] = remap[chunk["inputs"]]
             if base_ns and chunk["start_ns"].size and int(np.abs(chunk["end_ns"]).max()) >= MAX_TIME_NS - abs(base_ns):
                 raise TraceFormatError(self.path, "has times that overflow 64-bit nanoseconds once 'baseTimeNanoseconds' is added; expected times relative to it")
             if base_ns:
