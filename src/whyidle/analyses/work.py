@@ -178,8 +178,9 @@ def _roof(w: OpWork, kernel_ns: int, peak: DevicePeak | None) -> tuple[float, fl
     p = _peak_tflops(peak, w.precision)
     if p is None:
         return tflops, tbps, intensity, "", None
-    bound = "compute" if intensity >= p / peak.mem_tbps else "memory"
-    return tflops, tbps, intensity, bound, tflops / min(p, intensity * peak.mem_tbps)
+    if w.nbytes == 0 or intensity >= p / peak.mem_tbps:  # no bytes known: only the peak bounds it
+        return tflops, tbps, intensity, "compute", tflops / p
+    return tflops, tbps, intensity, "memory", tflops / (intensity * peak.mem_tbps)
 
 
 def _peak_tflops(peak: DevicePeak, precision: str) -> float | None:
