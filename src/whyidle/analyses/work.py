@@ -93,10 +93,6 @@ class WorkSummary(msgspec.Struct, frozen=True):
     unmodelled: tuple[tuple[str, int], ...]  # the kernels without a modelled op: (name, ns), longest first
     notes: tuple[str, ...]
 
-    @property
-    def modelled_ns(self) -> int:
-        return self.kernel_ns - self.unmodelled_ns
-
 
 def _modelled_ops(tl: Timeline) -> tuple[I64, list[OpWork]]:
     """The outermost modelled ops (rows) and their work."""
