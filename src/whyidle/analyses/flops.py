@@ -2,7 +2,8 @@
 
 An op's inputs are what the Kineto reader keeps (``Timeline.inputs``): the dims of each input, its
 type (``float``, ``c10::BFloat16``, ``Scalar``...), the concrete values of scalar inputs
-(``"[2, 2]"`` for a stride) and the profiler's own ``flops`` count when ``with_flops=True``.
+(``"[2, 2]"`` for a stride), the profiler's own ``flops`` count when ``with_flops=True``, and the
+inputs' strides where recorded (a broadcast view, stride 0, is read once, not once per batch).
 
 FLOPs follow ``torch.utils.flop_counter`` (a multiply-add is 2 FLOPs; a bias add is not counted):
 
@@ -98,8 +99,8 @@ def precision_of(type_name: str) -> str:
 class _Inputs:
     """The recorded inputs of one op: tensors are the inputs with dims and a sized dtype."""
 
-    def __init__(self, dims: list[Any], types: list[Any], concrete: list[Any]) -> None:
-        self.dims, self.types, self.concrete = dims, types, concrete
+    def __init__(self, dims: list[Any], types: list[Any], concrete: list[Any], strides: list[Any] | None = None) -> None:
+        self.dims, self.types, self.concrete, self.strides = dims, types, concrete, strides or []
         self.tensors = [
             i for i, (d, t) in enumerate(zip(dims, types, strict=False)) if type(d) is list and all(type(x) is int for x in d) and itemsize(str(t)) > 0
         ]
@@ -108,7 +109,16 @@ class _Inputs:
         return list(self.dims[i]) if i in self.tensors else []
 
     def nbytes(self, i: int) -> int:
-        return math.prod(self.dims[i]) * itemsize(str(self.types[i])) if i in self.tensors else 0
+        """The bytes input i spans in memory: its elements, or fewer where its strides say it is a
+        broadcast view (a stride of 0 from ``expand``: one copy read for every batch)."""
+        if i not in self.tensors:
+            return 0
+        d = self.dims[i]
+        st = self.strides[i] if i < len(self.strides) else None
+        n = math.prod(d)
+        if type(st) is list and len(st) == len(d) and all(type(x) is int for x in st) and n > 0:
+            n = min(n, 1 + sum((size - 1) * abs(x) for size, x in zip(d, st, strict=True)))
+        return n * itemsize(str(self.types[i]))
 
     def read_bytes(self) -> int:
         return sum(self.nbytes(i) for i in self.tensors)
@@ -239,12 +249,13 @@ def op_work(name: str, inputs_text: str, out_spatial: list[int] | None = None) -
         return None
     op = name[6:] if name.startswith("aten::") else name
     try:
-        dims, types, concrete, flops = msgspec.json.decode(inputs_text)
+        dims, types, concrete, flops, *rest = msgspec.json.decode(inputs_text)
     except (msgspec.DecodeError, ValueError, TypeError):
         return None
     if type(dims) is not list:
         return None
-    x = _Inputs(dims, types if type(types) is list else [], concrete if type(concrete) is list else [])
+    strides = rest[0] if rest and type(rest[0]) is list else []
+    x = _Inputs(dims, types if type(types) is list else [], concrete if type(concrete) is list else [], strides)
     if not x.tensors:
         return None
     dtype = str(x.types[x.tensors[0]])

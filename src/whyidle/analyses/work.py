@@ -1,9 +1,10 @@
 """The useful work inside busy time: FLOPs and bytes per op, the roofline, MFU per step.
 
 Each op that carries work (``analyses/flops.py``: GEMMs, convolutions, attention, and the ops
-that only move data) is found on its thread from its recorded inputs. Only the outermost such op
-counts (``aten::linear`` holds ``aten::addmm``: its work is counted once, on the linear). Every
-kernel is given to the op its launch call ran inside::
+that only move data) is found on its thread from its recorded inputs. Every kernel is given to the
+innermost such op its launch call ran inside, and FLOPs are counted once, on the innermost op
+with FLOPs that ran kernels (``aten::linear`` holds ``aten::addmm``: the addmm's count, in the
+dtype the GEMM ran in, which under autocast is not the linear's)::
 
     thread  [aten::linear ..........................]   [aten::relu ....]
               [aten::addmm .......................]        [launch]
@@ -95,7 +96,7 @@ class WorkSummary(msgspec.Struct, frozen=True):
 
 
 def _modelled_ops(tl: Timeline) -> tuple[I64, list[OpWork]]:
-    """The outermost modelled ops (rows) and their work."""
+    """The modelled ops (rows, in start order) and their work."""
     rows = np.flatnonzero((tl.kind == int(Kind.CPU_OP)) & (tl.inputs >= 0))
     if rows.size == 0:
         return rows, []
@@ -104,22 +105,44 @@ def _modelled_ops(tl: Timeline) -> tuple[I64, list[OpWork]]:
     table = [op_work(tl.strings[int(k >> 32)], tl.strings[int(k & 0xFFFFFFFF)]) for k in uniq.tolist()]
     has = np.array([w is not None for w in table], dtype=np.bool_)[inverse]
     rows, inverse = rows[has], inverse[has]
-    top = np.zeros(rows.size, dtype=np.bool_)
-    for lane in np.unique(tl.lane[rows]).tolist():
-        on = np.flatnonzero(tl.lane[rows] == lane)  # rows are in start order, longest first on ties
-        ends = tl.end_ns[rows[on]]
-        before = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]))
-        top[on] = tl.start_ns[rows[on]] >= before
-    rows, inverse = rows[top], inverse[top]
-    works = [table[i] for i in inverse.tolist()]
-    todo = [j for j, w in enumerate(works) if w is not None and needs_output(w)]
+    works = [w for w in (table[i] for i in inverse.tolist()) if w is not None]
+    todo = [j for j, w in enumerate(works) if needs_output(w)]
     if todo:
         recorded = np.flatnonzero(tl.inputs >= 0)  # in start order
         by_lane = {ln: recorded[tl.lane[recorded] == ln] for ln in np.unique(tl.lane[rows[todo]]).tolist()}
         for j in todo:
             better = _with_output(tl, int(rows[j]), by_lane[int(tl.lane[rows[j]])])
             works[j] = better if better is not None else works[j]
-    return rows, [w for w in works if w is not None]
+    return rows, works
+
+
+def _parents(tl: Timeline, ops: I64) -> I64:
+    """For each op (index into ``ops``), the nearest modelled op enclosing it on its thread, -1 if none."""
+    parent = np.full(ops.size, -1, dtype=np.int64)
+    open_on: dict[int, list[int]] = {}
+    for i, (lane, start, end) in enumerate(zip(tl.lane[ops].tolist(), tl.start_ns[ops].tolist(), tl.end_ns[ops].tolist(), strict=True)):
+        stack = open_on.setdefault(lane, [])
+        while stack and tl.end_ns[ops[stack[-1]]] <= start:
+            stack.pop()
+        parent[i] = stack[-1] if stack else -1
+        if end > start:
+            stack.append(i)
+    return parent
+
+
+def _counted(works: list[OpWork], own_ns: I64, parent: I64) -> npt.NDArray[np.bool_]:
+    """Which ops' FLOPs count: an op with FLOPs whose subtree ran kernels, unless an op with FLOPs
+    inside it counts already (``aten::linear`` holds ``aten::addmm``: the addmm's count)."""
+    sub_ns = own_ns.astype(np.int64).copy()
+    inner = np.zeros(len(works), dtype=np.bool_)
+    counted = np.zeros(len(works), dtype=np.bool_)
+    for i in range(len(works) - 1, -1, -1):  # children start after their parents: seen first
+        counted[i] = works[i].flops > 0 and sub_ns[i] > 0 and not inner[i]
+        p = int(parent[i])
+        if p >= 0:
+            sub_ns[p] += sub_ns[i]
+            inner[p] |= inner[i] or counted[i]
+    return counted
 
 
 def _with_output(tl: Timeline, row: int, recorded: I64) -> OpWork | None:
@@ -146,19 +169,25 @@ def _with_output(tl: Timeline, row: int, recorded: I64) -> OpWork | None:
 _LOOK_AHEAD = 8
 
 
-def _op_of_launch(tl: Timeline, ops: I64, launches: I64) -> I64:
-    """Index into ``ops`` of the op each launch ran inside (same thread), -1 if none."""
+def _op_of_launch(tl: Timeline, ops: I64, parent: I64, launches: I64) -> I64:
+    """Index into ``ops`` of the innermost modelled op each launch ran inside (same thread), -1 if none."""
     out = np.full(launches.size, -1, dtype=np.int64)
     ok = launches >= 0
     if ops.size == 0 or not ok.any():
         return out
+    end = tl.end_ns[ops]
     for lane in np.unique(tl.lane[ops]).tolist():
         on = np.flatnonzero(tl.lane[ops] == lane)
         q = np.flatnonzero(ok & (tl.lane[np.maximum(launches, 0)] == lane))
         t = tl.start_ns[launches[q]]
         pos = np.searchsorted(tl.start_ns[ops[on]], t, side="right") - 1
-        hit = (pos >= 0) & (tl.end_ns[ops[on[np.maximum(pos, 0)]]] > t)
-        out[q[hit]] = on[pos[hit]]
+        c = np.where(pos >= 0, on[np.maximum(pos, 0)], -1)
+        while True:  # climb out of ops that ended before the launch, to the one still open
+            closed = (c >= 0) & (end[np.maximum(c, 0)] <= t)
+            if not closed.any():
+                break
+            c = np.where(closed, parent[np.maximum(c, 0)], c)
+        out[q] = c
     return out
 
 
@@ -274,10 +303,17 @@ def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config) -> Wor
     """The work model of the window (pure)."""
     rows, ns, launch = _kernels(tl, links, window)
     ops, works = _modelled_ops(tl)
-    owner = _op_of_launch(tl, ops, launch)
+    parent = _parents(tl, ops)
+    owner = _op_of_launch(tl, ops, parent, launch)
     name, peak, n_dev, notes = _peak_of(tl, rows)
     op_ns = np.bincount(owner[owner >= 0], weights=ns[owner >= 0], minlength=ops.size).astype(np.int64)
-    counted = op_ns > 0
+    counted = _counted(works, op_ns, parent)
+    # An op with FLOPs counted inside it: its own kernels (outside the inner op) are unmodelled.
+    outer = np.array([w.flops > 0 for w in works], dtype=np.bool_) & ~counted if works else np.zeros(0, dtype=np.bool_)
+    if outer.any():
+        owner[(owner >= 0) & outer[np.maximum(owner, 0)]] = -1
+    op_ns[outer] = 0
+    counted |= (op_ns > 0) & ~outer  # ops that only move data count where their kernels ran
     flops = np.array([w.flops for w in works], dtype=np.int64) * counted if works else np.zeros(0, dtype=np.int64)
     precisions = [w.precision for w in works]
     by_precision: dict[str, int] = {}

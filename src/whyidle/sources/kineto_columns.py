@@ -143,7 +143,7 @@ class _Local(msgspec.Struct):
 
 
 _GET = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")}
-_ARG = {f: attrgetter(f) for f in ("correlation", "blocks_per_sm", "occupancy", "bytes", "grid", "block", "call_stack", "input_dims", "input_type", "concrete", "flops")}
+_ARG = {f: attrgetter(f) for f in ("correlation", "blocks_per_sm", "occupancy", "bytes", "grid", "block", "call_stack", "input_dims", "input_type", "concrete", "flops", "strides")}
 _STR_OR_NONE = {str, type(None)}
 
 
@@ -229,13 +229,14 @@ _ENCODE = msgspec.json.Encoder().encode
 
 
 def _inputs_text(a: Any) -> str | None:
-    """An op's recorded inputs as one JSON text, [dims, types, concrete inputs, flops]: what the
+    """An op's recorded inputs as one JSON text, [dims, types, concrete inputs, flops(, strides)]: what the
     work model (analyses/work.py) reads; None when the op recorded no dims."""
     d = a.input_dims
     if type(d) is not list:
         return None
-    t, c, f = a.input_type, a.concrete, a.flops
-    return _ENCODE([d, t if type(t) is list else None, c if type(c) is list else None, f if type(f) in (int, float) else None]).decode()
+    t, c, f, st = a.input_type, a.concrete, a.flops, a.strides
+    lists = [d, t if type(t) is list else None, c if type(c) is list else None, f if type(f) in (int, float) else None]
+    return _ENCODE([*lists, st] if type(st) is list else lists).decode()
 
 
 def _host_columns(args: list[Any], is_device: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[str]]:

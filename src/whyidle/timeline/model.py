@@ -18,7 +18,8 @@ Columns
     grid              int64   kernels: blocks in the grid (x * y * z), -1 if unknown
     block             int32   kernels: threads per block (x * y * z), -1 if unknown
     inputs            int32   cpu ops: index into ``strings`` of the op's recorded inputs, -1 if none:
-                              the JSON list [dims, types, concrete inputs, flops] (``record_shapes``)
+                              the JSON list [dims, types, concrete inputs, flops, strides] (``record_shapes``;
+                              strides where recorded)
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ class Timeline(msgspec.Struct):
         return self.strings[int(self.name[i])]
 
     def inputs_of(self, i: int) -> str:
-        """The op's recorded inputs as JSON text ([dims, types, concrete, flops]), "" if none."""
+        """The op's recorded inputs as JSON text ([dims, types, concrete, flops, strides?]), "" if none."""
         j = int(self.inputs[i])
         return self.strings[j] if j >= 0 else ""
 
