@@ -25,7 +25,8 @@ late in a step whose kernels run in the next is still the step's work), and **MF
 FLOPs would take at the device's peak for each precision, over the step's time (one precision:
 model FLOPs / (step time x peak)); several devices multiply the peak. Kernel time, summed over
 streams, is split into near-roofline, compute-bound-slow, memory-bound, unrated (a modelled op
-whose precision has no peak) and unmodelled.
+whose precision has no peak) and unmodelled. A trace without device kernels (a CPU run) gets the
+FLOPs of its ops that started in the window, and no rates.
 """
 
 from __future__ import annotations
@@ -281,7 +282,8 @@ def _peak_of(tl: Timeline, kernel_rows: I64) -> tuple[str, DevicePeak | None, in
     if len({str(d.get("name", "")) for d in devs}) > 1:
         notes.append("the trace holds different devices; the first one's peaks are used")
     if peak is None:
-        notes.append(f"{name or 'the device'} is not in whyidle's table of device peaks: achieved rates are shown without a fraction of peak")
+        what = f"{name or 'the device'} is not in whyidle's table of device peaks" if devs else "the trace names no device"
+        notes.append(f"{what}: achieved rates are shown without a fraction of peak")
     return name, peak, max(len(used), 1), notes
 
 
@@ -307,7 +309,13 @@ def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config) -> Wor
     owner = _op_of_launch(tl, ops, parent, launch)
     name, peak, n_dev, notes = _peak_of(tl, rows)
     op_ns = np.bincount(owner[owner >= 0], weights=ns[owner >= 0], minlength=ops.size).astype(np.int64)
-    counted = _counted(works, op_ns, parent)
+    host_only = not (tl.kind == int(Kind.KERNEL)).any()
+    if host_only:  # a CPU run: every op that started in the window did its work on the host
+        starts = tl.start_ns[ops]
+        notes.append("no device kernels: the FLOPs are those of every op that started in the window (the whole trace when it has none), run on the host")
+        lo, hi = (window.start_ns, window.end_ns) if window.end_ns > window.start_ns else (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+    ran = ((starts >= lo) & (starts < hi)).astype(np.int64) if host_only else op_ns
+    counted = _counted(works, ran, parent)
     # An op with FLOPs counted inside it: its own kernels (outside the inner op) are unmodelled.
     outer = np.array([w.flops > 0 for w in works], dtype=np.bool_) & ~counted if works else np.zeros(0, dtype=np.bool_)
     if outer.any():
