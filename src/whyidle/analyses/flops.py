@@ -63,6 +63,8 @@ _COPY = frozenset(("copy_",))
 _CONV = frozenset(("convolution", "_convolution", "convolution_backward", "cudnn_convolution_backward"))
 _BYTES_ONLY = {**dict.fromkeys(_ELEMENTWISE, "elementwise"), **dict.fromkeys(_NORM, "norm"), **dict.fromkeys(_SOFTMAX, "softmax"), **dict.fromkeys(_REDUCTION, "reduction")}
 
+_GEMM = frozenset(("mm", "addmm", "_scaled_mm", "bmm", "baddbmm", "matmul", "linear"))
+
 # Attention ops: (position of q in the inputs, position of the is_causal flag, backward?).
 _ATTENTION = {
     "scaled_dot_product_attention": (0, 5, False),
@@ -75,6 +77,9 @@ _ATTENTION = {
     "_scaled_dot_product_efficient_attention_backward": (1, 11, True),
     "_scaled_dot_product_cudnn_attention_backward": (1, 14, True),
 }
+
+
+_KNOWN = _GEMM | _CONV | frozenset(_ATTENTION) | _COPY | frozenset(_BYTES_ONLY) | {"embedding"}
 
 
 class OpWork(msgspec.Struct, frozen=True):
@@ -252,7 +257,8 @@ def op_work(name: str, inputs_text: str, out_spatial: list[int] | None = None) -
         dims, types, concrete, flops, *rest = msgspec.json.decode(inputs_text)
     except (msgspec.DecodeError, ValueError, TypeError):
         return None
-    if type(dims) is not list:
+    counted = type(flops) in (int, float) and flops > 0
+    if type(dims) is not list or not (counted or op in _KNOWN):
         return None
     strides = rest[0] if rest and type(rest[0]) is list else []
     x = _Inputs(dims, types if type(types) is list else [], concrete if type(concrete) is list else [], strides)
@@ -260,13 +266,13 @@ def op_work(name: str, inputs_text: str, out_spatial: list[int] | None = None) -
         return None
     dtype = str(x.types[x.tensors[0]])
     work = _modelled(op, x, dtype, out_spatial)
-    if work is None and type(flops) in (int, float) and flops > 0:  # the profiler's own count
+    if work is None and counted:  # the profiler's own count
         return OpWork(int(flops), x.read_bytes(), precision_of(dtype), "profiler", "FLOPs from the profiler's count (with_flops)")
     return work
 
 
 def _modelled(op: str, x: _Inputs, dtype: str, out_spatial: list[int] | None) -> OpWork | None:
-    if op in ("mm", "addmm", "_scaled_mm", "bmm", "baddbmm", "matmul", "linear"):
+    if op in _GEMM:
         g = _gemm(op, x)
         if g is None:
             return None

@@ -31,12 +31,15 @@ FLOPs of its ops that started in the window, and no rates.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 import msgspec
 
 from whyidle.analyses.flops import OpWork, needs_output, op_work
 from whyidle.analyses.links import Links
+from whyidle.analyses.nesting import OpenIndex
 from whyidle.analyses.peaks import DevicePeak, device_peak
 from whyidle.analyses.window import Window
 from whyidle.config import Config
@@ -110,60 +113,85 @@ def _modelled_ops(tl: Timeline) -> tuple[I64, list[OpWork]]:
     todo = [j for j, w in enumerate(works) if needs_output(w)]
     if todo:
         recorded = np.flatnonzero(tl.inputs >= 0)  # in start order
-        by_lane = {ln: recorded[tl.lane[recorded] == ln] for ln in np.unique(tl.lane[rows[todo]]).tolist()}
+        lanes = {ln: recorded[tl.lane[recorded] == ln] for ln in np.unique(tl.lane[rows[todo]]).tolist()}
+        by_lane = {ln: (r, tl.start_ns[r]) for ln, r in lanes.items()}
+        outputs = _Outputs(tl)
         for j in todo:
-            better = _with_output(tl, int(rows[j]), by_lane[int(tl.lane[rows[j]])])
+            better = outputs.work(int(rows[j]), *by_lane[int(tl.lane[rows[j]])])
             works[j] = better if better is not None else works[j]
     return rows, works
 
 
 def _parents(tl: Timeline, ops: I64) -> I64:
-    """For each op (index into ``ops``), the nearest modelled op enclosing it on its thread, -1 if none."""
+    """For each op (index into ``ops``), the nearest modelled op enclosing it on its thread (the
+    last earlier one still open at its start), -1 if none."""
     parent = np.full(ops.size, -1, dtype=np.int64)
-    open_on: dict[int, list[int]] = {}
-    for i, (lane, start, end) in enumerate(zip(tl.lane[ops].tolist(), tl.start_ns[ops].tolist(), tl.end_ns[ops].tolist(), strict=True)):
-        stack = open_on.setdefault(lane, [])
-        while stack and tl.end_ns[ops[stack[-1]]] <= start:
-            stack.pop()
-        parent[i] = stack[-1] if stack else -1
-        if end > start:
-            stack.append(i)
+    for lane in np.unique(tl.lane[ops]).tolist():
+        on = np.flatnonzero(tl.lane[ops] == lane)
+        start = tl.start_ns[ops[on]]
+        found = OpenIndex(start, tl.end_ns[ops[on]]).last_spanning(np.arange(on.size, dtype=np.int64), start)
+        parent[on] = np.where(found >= 0, on[np.maximum(found, 0)], -1)
     return parent
 
 
-def _counted(works: list[OpWork], own_ns: I64, parent: I64) -> npt.NDArray[np.bool_]:
+def _counted(flops: I64, own_ns: I64, parent: I64) -> npt.NDArray[np.bool_]:
     """Which ops' FLOPs count: an op with FLOPs whose subtree ran kernels, unless an op with FLOPs
-    inside it counts already (``aten::linear`` holds ``aten::addmm``: the addmm's count)."""
+    inside it counts already (``aten::linear`` holds ``aten::addmm``: the addmm's count). Level by
+    level from the deepest, so every op is decided after all the ops inside it."""
+    depth = np.zeros(parent.size, dtype=np.int64)
+    up = parent.copy()
+    while (up >= 0).any():
+        depth += up >= 0
+        up = np.where(up >= 0, parent[np.maximum(up, 0)], -1)
     sub_ns = own_ns.astype(np.int64).copy()
-    inner = np.zeros(len(works), dtype=np.bool_)
-    counted = np.zeros(len(works), dtype=np.bool_)
-    for i in range(len(works) - 1, -1, -1):  # children start after their parents: seen first
-        counted[i] = works[i].flops > 0 and sub_ns[i] > 0 and not inner[i]
-        p = int(parent[i])
-        if p >= 0:
-            sub_ns[p] += sub_ns[i]
-            inner[p] |= inner[i] or counted[i]
+    inner = np.zeros(parent.size, dtype=np.bool_)
+    counted = np.zeros(parent.size, dtype=np.bool_)
+    for d in range(int(depth.max(initial=0)), -1, -1):
+        level = np.flatnonzero(depth == d)
+        counted[level] = (flops[level] > 0) & (sub_ns[level] > 0) & ~inner[level]
+        if d:
+            np.add.at(sub_ns, parent[level], sub_ns[level])
+            inner[parent[level][inner[level] | counted[level]]] = True
     return counted
 
 
-def _with_output(tl: Timeline, row: int, recorded: I64) -> OpWork | None:
+class _Outputs:
     """A convolution's work with its output size read from the next op on its thread whose first
-    input is [N, C_out, ...] (the batch norm or activation that consumes it), None if none is.
-    ``recorded``: the thread's rows with recorded inputs, in start order."""
-    try:
-        dims = msgspec.json.decode(tl.inputs_of(row))[0]
+    input is [N, C_out, ...] (the batch norm or activation that consumes it). Each inputs text is
+    decoded once, each (op, inputs, output size) counted once."""
+
+    def __init__(self, tl: Timeline) -> None:
+        self.tl = tl
+        self.dims: dict[int, list[Any] | None] = {}
+        self.done: dict[tuple[int, int, tuple[int, ...]], OpWork | None] = {}
+
+    def _dims(self, row: int) -> list[Any] | None:
+        i = int(self.tl.inputs[row])
+        if i not in self.dims:
+            try:
+                d = msgspec.json.decode(self.tl.strings[i])[0]
+            except (msgspec.DecodeError, IndexError, TypeError, KeyError):
+                d = None
+            self.dims[i] = d if type(d) is list else None
+        return self.dims[i]
+
+    def work(self, row: int, recorded: I64, starts: I64) -> OpWork | None:
+        """The op's work, None when no op after it takes its output. ``recorded``: the thread's
+        rows with recorded inputs, in start order; ``starts``: their starts."""
+        tl, dims = self.tl, self._dims(row)
+        if not dims or len(dims) < 2 or type(dims[0]) is not list or type(dims[1]) is not list or not dims[0] or not dims[1]:
+            return None
         n, c_out, nd = dims[0][0], dims[1][0], len(dims[0])
-    except (msgspec.DecodeError, IndexError, TypeError):
+        first = int(np.searchsorted(starts, tl.end_ns[row], side="left"))
+        for r in recorded[first : first + _LOOK_AHEAD].tolist():
+            nxt = self._dims(r)
+            d = nxt[0] if nxt else None
+            if type(d) is list and len(d) == nd and d[:2] == [n, c_out]:
+                key = (int(tl.name[row]), int(tl.inputs[row]), tuple(d[2:]))
+                if key not in self.done:
+                    self.done[key] = op_work(tl.name_of(row), tl.inputs_of(row), out_spatial=list(d[2:]))
+                return self.done[key]
         return None
-    first = int(np.searchsorted(tl.start_ns[recorded], tl.end_ns[row], side="left"))
-    for r in recorded[first : first + _LOOK_AHEAD].tolist():
-        try:
-            d = msgspec.json.decode(tl.inputs_of(r))[0][0]
-        except (msgspec.DecodeError, IndexError, TypeError):
-            continue
-        if type(d) is list and len(d) == nd and d[0] == n and d[1] == c_out:
-            return op_work(tl.name_of(row), tl.inputs_of(row), out_spatial=list(d[2:]))
-    return None
 
 
 # Ops read after a convolution for the one consuming its output (batch norm, activation, add).
@@ -229,18 +257,18 @@ def _group_roofs(tl: Timeline, ops: I64, works: list[OpWork], op_ns: I64, peak: 
     """One OpRoof per (name, inputs) among the ops with kernel time, longest first."""
     used = np.flatnonzero(op_ns > 0)
     key = tl.name[ops[used]].astype(np.int64) << 32 | tl.inputs[ops[used]].astype(np.int64)
-    uniq, inverse = np.unique(key, return_inverse=True)
+    uniq, first, inverse, count = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
+    flops, nbytes, group_ns = (np.zeros(uniq.size, dtype=np.int64) for _ in range(3))  # exact sums: int64, not bincount's floats
+    np.add.at(flops, inverse, np.array([works[i].flops for i in used.tolist()], dtype=np.int64))
+    np.add.at(nbytes, inverse, np.array([works[i].nbytes for i in used.tolist()], dtype=np.int64))
+    np.add.at(group_ns, inverse, op_ns[used])
     out = []
     for g in range(uniq.size):
-        members = used[inverse == g]
-        w0 = works[int(members[0])]
-        flops = sum(works[int(i)].flops for i in members.tolist())
-        nbytes = sum(works[int(i)].nbytes for i in members.tolist())
-        ns = int(op_ns[members].sum())
-        total = OpWork(flops, nbytes, w0.precision, w0.family, w0.note)
+        i = int(used[first[g]])
+        w0, row, ns = works[i], int(ops[i]), int(group_ns[g])
+        total = OpWork(int(flops[g]), int(nbytes[g]), w0.precision, w0.family, w0.note)
         tflops, tbps, intensity, bound, fraction = _roof(total, ns, peak)
-        row = int(ops[int(members[0])])
-        out.append(OpRoof(tl.name_of(row), tl.inputs_of(row), w0.family, w0.precision, int(members.size), flops, nbytes, ns, tflops, tbps, intensity, bound, fraction, w0.note))
+        out.append(OpRoof(tl.name_of(row), tl.inputs_of(row), w0.family, w0.precision, int(count[g]), total.flops, total.nbytes, ns, tflops, tbps, intensity, bound, fraction, w0.note))
     return sorted(out, key=lambda r: -r.kernel_ns)
 
 
@@ -301,6 +329,22 @@ def _steps(window: Window, op_start: I64, flops: I64, by_prec: list[str], peak: 
     return tuple(out)
 
 
+def _started_in(starts: I64, window: Window) -> I64:
+    """1 for each op that started in the window (every op when the window is empty), else 0."""
+    if window.end_ns <= window.start_ns:
+        return np.ones(starts.size, dtype=np.int64)
+    return ((starts >= window.start_ns) & (starts < window.end_ns)).astype(np.int64)
+
+
+def _sum_by(keys: list[str], values: I64) -> dict[str, int]:
+    """The values summed per key, for the keys with a value above 0, in first-seen order."""
+    out: dict[str, int] = {}
+    for k, v in zip(keys, values.tolist(), strict=True):
+        if v > 0:
+            out[k] = out.get(k, 0) + int(v)
+    return out
+
+
 def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config) -> WorkSummary:
     """The work model of the window (pure)."""
     rows, ns, launch = _kernels(tl, links, window)
@@ -308,32 +352,28 @@ def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config) -> Wor
     parent = _parents(tl, ops)
     owner = _op_of_launch(tl, ops, parent, launch)
     name, peak, n_dev, notes = _peak_of(tl, rows)
-    op_ns = np.bincount(owner[owner >= 0], weights=ns[owner >= 0], minlength=ops.size).astype(np.int64)
-    host_only = not (tl.kind == int(Kind.KERNEL)).any()
-    if host_only:  # a CPU run: every op that started in the window did its work on the host
-        starts = tl.start_ns[ops]
+    op_ns = np.zeros(ops.size, dtype=np.int64)
+    np.add.at(op_ns, owner[owner >= 0], ns[owner >= 0])
+    ran = op_ns
+    if not (tl.kind == int(Kind.KERNEL)).any():  # a CPU run: every op in the window did its work on the host
+        ran = _started_in(tl.start_ns[ops], window)
         notes.append("no device kernels: the FLOPs are those of every op that started in the window (the whole trace when it has none), run on the host")
-        lo, hi = (window.start_ns, window.end_ns) if window.end_ns > window.start_ns else (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
-    ran = ((starts >= lo) & (starts < hi)).astype(np.int64) if host_only else op_ns
-    counted = _counted(works, ran, parent)
+    work_flops = np.fromiter((w.flops for w in works), dtype=np.int64, count=len(works))
+    work_bytes = np.fromiter((w.nbytes for w in works), dtype=np.int64, count=len(works))
+    counted = _counted(work_flops, ran, parent)
     # An op with FLOPs counted inside it: its own kernels (outside the inner op) are unmodelled.
-    outer = np.array([w.flops > 0 for w in works], dtype=np.bool_) & ~counted if works else np.zeros(0, dtype=np.bool_)
+    outer = (work_flops > 0) & ~counted
     if outer.any():
         owner[(owner >= 0) & outer[np.maximum(owner, 0)]] = -1
     op_ns[outer] = 0
     counted |= (op_ns > 0) & ~outer  # ops that only move data count where their kernels ran
-    flops = np.array([w.flops for w in works], dtype=np.int64) * counted if works else np.zeros(0, dtype=np.int64)
+    flops = work_flops * counted
     precisions = [w.precision for w in works]
-    by_precision: dict[str, int] = {}
-    for i in np.flatnonzero(flops > 0).tolist():
-        by_precision[precisions[i]] = by_precision.get(precisions[i], 0) + int(flops[i])
+    by_precision = _sum_by(precisions, flops)
     roofs = _group_roofs(tl, ops, works, op_ns, peak)
     near, compute, memory, unrated = _split(roofs, cfg)
     lost = owner < 0
-    unmodelled: dict[str, int] = {}
-    for r, t in zip(rows[lost].tolist(), ns[lost].tolist(), strict=True):
-        k = tl.name_of(r)
-        unmodelled[k] = unmodelled.get(k, 0) + t
+    unmodelled = _sum_by(tl.names_of(rows[lost]), ns[lost])
     if not (tl.inputs >= 0).any():
         notes.append("the trace recorded no input shapes: no op's work is known (profile with record_shapes=True)")
     duration = window.end_ns - window.start_ns
@@ -346,7 +386,7 @@ def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config) -> Wor
         peak=peak,
         devices_used=n_dev,
         flops=int(flops.sum()),
-        nbytes=int(sum(w.nbytes for w, c in zip(works, counted.tolist(), strict=True) if c)),
+        nbytes=int(work_bytes[counted].sum()),
         flops_by_precision=by_precision,
         kernel_ns=int(ns.sum()),
         near_roofline_ns=near,

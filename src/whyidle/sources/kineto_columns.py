@@ -228,15 +228,15 @@ def _device_columns(args: list[Any], is_device: np.ndarray, n: int) -> dict[str,
 _ENCODE = msgspec.json.Encoder().encode
 
 
-def _inputs_text(a: Any) -> str | None:
-    """An op's recorded inputs as one JSON text, [dims, types, concrete inputs, flops(, strides)]: what the
-    work model (analyses/work.py) reads; None when the op recorded no dims."""
-    d = a.input_dims
-    if type(d) is not list:
-        return None
-    t, c, f, st = a.input_type, a.concrete, a.flops, a.strides
-    lists = [d, t if type(t) is list else None, c if type(c) is list else None, f if type(f) in (int, float) else None]
-    return _ENCODE([*lists, st] if type(st) is list else lists).decode()
+def _inputs_texts(hargs: list[Any]) -> list[bytes | None]:
+    """Each op's recorded inputs as one JSON text, [dims, types, concrete inputs, flops, strides]
+    (null where not recorded): what the work model (analyses/work.py) reads, which checks each
+    part's type; None when the op recorded no dims. Bytes: only the distinct ones are decoded."""
+    enc = _ENCODE
+    return [
+        enc((d, a.input_type, a.concrete, a.flops, a.strides)) if a is not None and type(d := a.input_dims) is list else None
+        for a in hargs
+    ]
 
 
 def _host_columns(args: list[Any], is_device: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[str]]:
@@ -249,7 +249,7 @@ def _host_columns(args: list[Any], is_device: np.ndarray, n: int) -> tuple[np.nd
     if not host_idx:
         return stack, shape0, inputs, [], []
     stack_of: dict[str, int] = {}
-    inputs_of: dict[str, int] = {}
+    inputs_of: dict[bytes, int] = {}
     hargs = [args[i] for i in host_idx]
     if set(map(type, _field(hargs, _ARG["call_stack"]))) != {type(None)}:  # else none has a stack
         stack[host_idx] = [stack_of.setdefault(st, len(stack_of)) if a is not None and type(st := a.call_stack) is str and st else -1 for a in hargs]
@@ -259,9 +259,8 @@ def _host_columns(args: list[Any], is_device: np.ndarray, n: int) -> tuple[np.nd
             d0[0] if a is not None and type(d := a.input_dims) is list and d and type(d0 := d[0]) is list and d0 and type(d0[0]) is int else -1
             for a in hargs
         ]
-        texts = [None if a is None else _inputs_text(a) for a in hargs]
-        inputs[host_idx] = [-1 if x is None else inputs_of.setdefault(x, len(inputs_of)) for x in texts]
-    return stack, shape0, inputs, list(stack_of), list(inputs_of)
+        inputs[host_idx] = [-1 if x is None else inputs_of.setdefault(x, len(inputs_of)) for x in _inputs_texts(hargs)]
+    return stack, shape0, inputs, list(stack_of), [t.decode() for t in inputs_of]
 
 
 def _local_columns(events: list[Any], style: str, path: str) -> _Local:
