@@ -118,7 +118,7 @@ class _Inputs:
         broadcast view (a stride of 0 from ``expand``: one copy read for every batch)."""
         if i not in self.tensors:
             return 0
-        d = self.dims[i]
+        d: list[int] = self.dims[i]
         st = self.strides[i] if i < len(self.strides) else None
         n = math.prod(d)
         if type(st) is list and len(st) == len(d) and all(type(x) is int for x in st) and n > 0:

@@ -108,7 +108,7 @@ def device_peak(device: dict[str, Any]) -> DevicePeak | None:
     the device is not in the table."""
     n = str(device.get("name", "")).lower()
     mem = device.get("totalGlobalMem")
-    mem_gb = float(mem) / 1e9 if type(mem) in (int, float) else 0.0
+    mem_gb = float(mem) / 1e9 if isinstance(mem, (int, float)) else 0.0
     if "mi250" in n:
         cus = device.get("numSms")
         if type(cus) is int and cus in (104, 110):
