@@ -207,8 +207,8 @@ def test_an_unknown_device_has_no_peak() -> None:
 class Job:
     """A thread of ops with recorded inputs, each launching kernels of known length (us)."""
 
-    def __init__(self, device: str = "NVIDIA H100 80GB HBM3") -> None:
-        self.b = TimelineBuilder(TimelineMeta(source_format="test", devices=[{"name": device, "computeMajor": 9}]))
+    def __init__(self, device: str = "NVIDIA H100 80GB HBM3", major: int = 9) -> None:
+        self.b = TimelineBuilder(TimelineMeta(source_format="test", devices=[{"name": device, "computeMajor": major, "computeMinor": 0}]))
         self.main = self.b.lane_id(LaneKind.CPU_THREAD, -1, "1", "1", "main")
         self.stream = self.b.lane_id(LaneKind.GPU_STREAM, 0, "0", "7")
         self.corr = 0
@@ -288,3 +288,21 @@ def test_a_precision_without_a_peak_gives_no_mfu() -> None:
     j.kernel("gemm", 1, 10, 20)
     w, _ = j.work()
     assert w.mfu is None and w.ops[0].fraction is None and any("no fp32 peak" in n for n in w.notes)
+
+
+def test_the_fp32_finding_quotes_the_rate_reached() -> None:
+    """FP32 GEMM kernels (sgemm) on a V100: the finding says what rate they reached against the
+    FP32 peak, from the work model."""
+    from whyidle import diagnose
+
+    j = Job(device="Tesla V100-SXM2-32GB", major=7)
+    fp32_mm = text([[2048, 2048], [2048, 2048]], ["float", "float"])
+    for i in range(4):
+        t0 = i * 3000
+        j.op("aten::mm", t0, t0 + 20, fp32_mm)
+        j.kernel("volta_sgemm_128x64_nn", t0 + 1, t0 + 30, t0 + 2030)  # 2 ms each
+    (f,) = [f for f in diagnose(j.b.build()).findings if f.id == "fp32_math"]
+    facts = dict(f.evidence.facts)
+    rate = 2 * 2048**3 / 2e-3 / 1e12
+    assert facts["fp32_gemm_tflops"] == round(rate, 3) and facts["fp32_peak_tflops"] == 15.7 and facts["bf16_peak_tflops"] == 125.0
+    assert f"{rate / 15.7:.0%} of the V100 SXM2's 15.7 TFLOP/s FP32 peak" in f.fix.expected

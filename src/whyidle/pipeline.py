@@ -51,7 +51,8 @@ def analyse(
     util = measure_utilization(tl, links, window, gaps, cfg)
     kern = kernel_stats(tl, links, window, cfg) if kernels is None else kernels()
     quality = assess_quality(tl, links, window, gaps, cfg)
-    return Analyses(tl, window, gaps, util, kern, quality, ThreadIndex(tl), links, advice_context(tl, gaps.workload))
+    work = measure_work(tl, links, window, cfg) if links.device_rows.size else None
+    return Analyses(tl, window, gaps, util, kern, quality, ThreadIndex(tl), links, advice_context(tl, gaps.workload), work)
 
 
 class _Strings:
@@ -206,7 +207,7 @@ def _report_without_predictions(a: Analyses, cfg: Config, on_findings: Callable[
         activity=device_activity(tl, a.links, a.window),
         lanes=tuple(tl.lanes),
         name_times=name_times(tl, a.links, a.window),
-        work=measure_work(tl, a.links, a.window, cfg) if a.links.device_rows.size else None,
+        work=a.work,
     )
 
 

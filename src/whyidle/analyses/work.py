@@ -85,6 +85,7 @@ class WorkSummary(msgspec.Struct, frozen=True):
     flops: int
     nbytes: int
     flops_by_precision: dict[str, int]
+    ns_by_precision: dict[str, int]  # kernel time of the ops whose FLOPs count, by precision
     kernel_ns: int
     near_roofline_ns: int
     compute_slow_ns: int
@@ -370,6 +371,7 @@ def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config) -> Wor
     flops = work_flops * counted
     precisions = [w.precision for w in works]
     by_precision = _sum_by(precisions, flops)
+    ns_by_precision = _sum_by(precisions, op_ns * (flops > 0))
     roofs = _group_roofs(tl, ops, works, op_ns, peak)
     near, compute, memory, unrated = _split(roofs, cfg)
     lost = owner < 0
@@ -388,6 +390,7 @@ def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config) -> Wor
         flops=int(flops.sum()),
         nbytes=int(work_bytes[counted].sum()),
         flops_by_precision=by_precision,
+        ns_by_precision=ns_by_precision,
         kernel_ns=int(ns.sum()),
         near_roofline_ns=near,
         compute_slow_ns=compute,
