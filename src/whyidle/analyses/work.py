@@ -43,6 +43,7 @@ from whyidle.analyses.nesting import OpenIndex
 from whyidle.analyses.peaks import DevicePeak, device_peak
 from whyidle.analyses.window import Window
 from whyidle.config import Config
+from whyidle.timeline.arrays import unique_inverse, unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
 __all__ = ["OpRoof", "StepWork", "WorkSummary", "measure_work"]
@@ -106,7 +107,7 @@ def _modelled_ops(tl: Timeline) -> tuple[I64, list[OpWork]]:
     if rows.size == 0:
         return rows, []
     key = tl.name[rows].astype(np.int64) << 32 | tl.inputs[rows].astype(np.int64)
-    uniq, inverse = np.unique(key, return_inverse=True)
+    uniq, inverse = unique_inverse(key)
     table = [op_work(tl.strings[int(k >> 32)], tl.strings[int(k & 0xFFFFFFFF)]) for k in uniq.tolist()]
     has = np.array([w is not None for w in table], dtype=np.bool_)[inverse]
     rows, inverse = rows[has], inverse[has]
@@ -114,7 +115,7 @@ def _modelled_ops(tl: Timeline) -> tuple[I64, list[OpWork]]:
     todo = [j for j, w in enumerate(works) if needs_output(w)]
     if todo:
         recorded = np.flatnonzero(tl.inputs >= 0)  # in start order
-        lanes = {ln: recorded[tl.lane[recorded] == ln] for ln in np.unique(tl.lane[rows[todo]]).tolist()}
+        lanes = {ln: recorded[tl.lane[recorded] == ln] for ln in unique_sorted(tl.lane[rows[todo]]).tolist()}
         by_lane = {ln: (r, tl.start_ns[r]) for ln, r in lanes.items()}
         outputs = _Outputs(tl)
         for j in todo:
@@ -127,7 +128,7 @@ def _parents(tl: Timeline, ops: I64) -> I64:
     """For each op (index into ``ops``), the nearest modelled op enclosing it on its thread (the
     last earlier one still open at its start), -1 if none."""
     parent = np.full(ops.size, -1, dtype=np.int64)
-    for lane in np.unique(tl.lane[ops]).tolist():
+    for lane in unique_sorted(tl.lane[ops]).tolist():
         on = np.flatnonzero(tl.lane[ops] == lane)
         start = tl.start_ns[ops[on]]
         found = OpenIndex(start, tl.end_ns[ops[on]]).last_spanning(np.arange(on.size, dtype=np.int64), start)
@@ -206,7 +207,7 @@ def _op_of_launch(tl: Timeline, ops: I64, parent: I64, launches: I64) -> I64:
     if ops.size == 0 or not ok.any():
         return out
     end = tl.end_ns[ops]
-    for lane in np.unique(tl.lane[ops]).tolist():
+    for lane in unique_sorted(tl.lane[ops]).tolist():
         on = np.flatnonzero(tl.lane[ops] == lane)
         q = np.flatnonzero(ok & (tl.lane[np.maximum(launches, 0)] == lane))
         t = tl.start_ns[launches[q]]
@@ -258,7 +259,10 @@ def _group_roofs(tl: Timeline, ops: I64, works: list[OpWork], op_ns: I64, peak: 
     """One OpRoof per (name, inputs) among the ops with kernel time, longest first."""
     used = np.flatnonzero(op_ns > 0)
     key = tl.name[ops[used]].astype(np.int64) << 32 | tl.inputs[ops[used]].astype(np.int64)
-    uniq, first, inverse, count = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
+    uniq, inverse = unique_inverse(key)
+    count = np.bincount(inverse, minlength=uniq.size)
+    first = np.full(uniq.size, inverse.size, dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(inverse.size, dtype=np.int64))
     flops, nbytes, group_ns = (np.zeros(uniq.size, dtype=np.int64) for _ in range(3))  # exact sums: int64, not bincount's floats
     np.add.at(flops, inverse, np.array([works[i].flops for i in used.tolist()], dtype=np.int64))
     np.add.at(nbytes, inverse, np.array([works[i].nbytes for i in used.tolist()], dtype=np.int64))
@@ -303,7 +307,7 @@ def _at_peak_s(by_precision: dict[str, int], peak: DevicePeak | None, n_dev: int
 
 def _peak_of(tl: Timeline, kernel_rows: I64) -> tuple[str, DevicePeak | None, int, list[str]]:
     """(device name, its peaks, devices used, notes)."""
-    used = np.unique(tl.device_of(kernel_rows)).tolist() if kernel_rows.size else []
+    used = unique_sorted(tl.device_of(kernel_rows)).tolist() if kernel_rows.size else []
     devs = tl.meta.devices
     name = str(devs[0].get("name", "")) if devs else ""
     peak = device_peak(devs[0]) if devs else None
