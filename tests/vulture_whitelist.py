@@ -89,3 +89,5 @@ segments_left_out
 format_version
 # argparse calls _print_message (cli.py's _Parser: --help to a full disk is an error)
 _._print_message
+# analyses/peaks.py: DevicePeak.tflops reads a precision field by name (getattr), fp16 among them
+fp16

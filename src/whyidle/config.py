@@ -221,6 +221,16 @@ class Config(msgspec.Struct, frozen=True, metaclass=_Checked):
     # one CTA of 256 threads per SM read 12.5%, above it.
     small_grid_low_occupancy_pct: float = 10.0
 
+    # --- work model and roofline (analyses/work.py) ------------------------------------------
+    # An op reaching at least this fraction of its roofline bound (min(peak, intensity x bandwidth))
+    # counts as near the roofline. Half the bound is the line NVIDIA's Nsight Compute roofline
+    # guidance and TraceLens use between "near" and "far"; tuned cuBLAS GEMMs at large shapes reach
+    # 60-80 % of peak, so a kernel under half its bound has headroom a change of shape or dtype can win.
+    roofline_near_fraction: float = 0.5
+    # The work report lists this many op shapes (the longest kernel time first); every op counts
+    # in the totals.
+    work_top_ops: int = 25
+
     # --- trace quality -----------------------------------------------------------------------
     # A single runtime call longer than this among first-call costs (context creation, module
     # loading, first kernel launches) marks a cold start. Warm launches take 5-50 us.

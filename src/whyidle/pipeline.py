@@ -20,6 +20,7 @@ from whyidle.analyses.links import Links, link_launches
 from whyidle.analyses.quality import assess_quality
 from whyidle.analyses.utilization import measure_utilization
 from whyidle.analyses.window import Window, select_window
+from whyidle.analyses.work import measure_work
 from whyidle.config import Config
 from whyidle.errors import ArgumentError, require_path
 from whyidle.analyses.names import name_times
@@ -50,7 +51,8 @@ def analyse(
     util = measure_utilization(tl, links, window, gaps, cfg)
     kern = kernel_stats(tl, links, window, cfg) if kernels is None else kernels()
     quality = assess_quality(tl, links, window, gaps, cfg)
-    return Analyses(tl, window, gaps, util, kern, quality, ThreadIndex(tl), links, advice_context(tl, gaps.workload))
+    work = measure_work(tl, links, window, cfg) if links.device_rows.size else None
+    return Analyses(tl, window, gaps, util, kern, quality, ThreadIndex(tl), links, advice_context(tl, gaps.workload), work)
 
 
 class _Strings:
@@ -205,6 +207,7 @@ def _report_without_predictions(a: Analyses, cfg: Config, on_findings: Callable[
         activity=device_activity(tl, a.links, a.window),
         lanes=tuple(tl.lanes),
         name_times=name_times(tl, a.links, a.window),
+        work=a.work,
     )
 
 

@@ -12,6 +12,7 @@ from whyidle.analyses.links import Links
 from whyidle.analyses.quality import Quality
 from whyidle.analyses.utilization import Utilization
 from whyidle.analyses.window import Window
+from whyidle.analyses.work import WorkSummary
 from whyidle.timeline.model import Timeline
 
 __all__ = ["Analyses"]
@@ -29,3 +30,4 @@ class Analyses(msgspec.Struct, frozen=True):
     index: ThreadIndex
     links: Links
     advice: AdviceContext  # what the job is and already does: the only input advice branches on
+    work: WorkSummary | None = None  # FLOPs, bytes, roofline, MFU (None: no device work)

@@ -42,7 +42,7 @@ class Malformed(ValueError):
 # that their string annotations resolve here.
 _TYPE_MODULES = (
     "whyidle.analyses.advice_context", "whyidle.analyses.counters", "whyidle.analyses.kernels",
-    "whyidle.analyses.names", "whyidle.analyses.strip", "whyidle.analyses.utilization",
+    "whyidle.analyses.names", "whyidle.analyses.strip", "whyidle.analyses.utilization", "whyidle.analyses.work",
 )  # fmt: skip
 
 

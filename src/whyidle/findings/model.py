@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # annotations only: a Kineto diagnosis need not import the co
     from whyidle.analyses.names import NameTimes
     from whyidle.analyses.strip import DeviceActivity
     from whyidle.analyses.utilization import Utilization
+    from whyidle.analyses.work import WorkSummary
 
 __all__ = [
     "Prediction", "Fix", "Evidence", "Finding", "Skipped", "GapRecord", "GapColumns", "SourceInfo", "WindowInfo",
@@ -264,6 +265,9 @@ class DiagnosisData(msgspec.Struct, frozen=True):
     # What the job is and already does, as the trace shows it: every fix was chosen from it (None:
     # an input with no events, or a report saved before it was recorded).
     advice: AdviceContext | None = None
+    # The useful work inside busy time: FLOPs and bytes per op, the roofline, MFU per step
+    # (analyses/work.py; None: an input without events, or a report saved before it was recorded).
+    work: WorkSummary | None = None
 
     @property
     def idle_ns(self) -> int:

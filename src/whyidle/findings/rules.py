@@ -246,6 +246,32 @@ def fp32_findings(a: Analyses, cfg: Config) -> list[Finding | Skipped]:
     return [] if out is None else [out]
 
 
+def _fp32_rate(a: Analyses) -> tuple[tuple[tuple[str, Any], ...], str]:
+    """The rate the FP32 GEMMs reached, from the work model (ops with recorded shapes): facts and
+    words; nothing when no FP32 op with FLOPs ran kernels."""
+    w = a.work
+    if w is None:
+        return (), ""
+    peak = w.peak
+    # FP32 convolutions count as TF32 (cuDNN's default); on a device without TF32 they run in FP32
+    bins = ("fp32",) if peak is not None and peak.tflops("tf32") else ("fp32", "tf32")
+    ns = sum(w.ns_by_precision.get(b, 0) for b in bins)
+    if ns <= 0:
+        return (), ""
+    tflops = sum(w.flops_by_precision.get(b, 0) for b in bins) / ns / 1e3
+    facts: tuple[tuple[str, Any], ...] = (("fp32_gemm_tflops", round(tflops, 3)),)
+    what = "GEMMs and convolutions" if len(bins) == 2 else "GEMMs"
+    words = f" (the FP32 {what} with recorded shapes ran at {tflops:.3g} TFLOP/s"
+    fp32, b16 = (peak.tflops("fp32"), peak.tflops("bf16")) if peak is not None else (None, None)
+    if peak is not None and fp32:
+        facts += (("fp32_peak_tflops", fp32),)
+        words += f", {tflops / fp32:.0%} of the {peak.name}'s {fp32:g} TFLOP/s FP32 peak"
+        if b16:
+            facts += (("bf16_peak_tflops", b16),)
+            words += f"; its 16-bit tensor cores peak at {b16:g}"
+    return facts, words + ")"
+
+
 def _fp32_finding(a: Analyses, cfg: Config) -> Finding | Skipped | None:
     k = a.kernels
     if k.fp32_math_ns == 0:
@@ -271,12 +297,13 @@ def _fp32_finding(a: Analyses, cfg: Config) -> Finding | Skipped | None:
         ("fp32_math_share_of_kernel_time", round(k.fp32_math_share, 4)),
         ("tensor_core_share_of_kernel_time", round(k.tensor_core_share, 4)),
     )
+    rate_facts, rate_words = _fp32_rate(a)
     top_ops = tuple((name, ns, 0) for name, ns in k.top_fp32_kernels)
-    ev = Evidence(0, 0, None, None, top_ops, (), (), facts)
+    ev = Evidence(0, 0, None, None, top_ops, (), (), facts + rate_facts)
     expected = (
         f"{format_ns(k.fp32_math_ns)} of kernel time ({k.fp32_math_share:.0%}) runs FP32 GEMM/convolution "
         f"without tensor cores on compute capability {cc[0]}.{cc[1]}: the share of kernel time that tensor cores "
-        "can shorten; re-profile to measure the step time saved"
+        f"can shorten{rate_words}; re-profile to measure the step time saved"
     )
     return Finding(
         id="fp32_math",

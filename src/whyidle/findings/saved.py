@@ -24,6 +24,7 @@ import numpy.typing as npt
 
 from whyidle.analyses import causes as C
 from whyidle.analyses.advice_context import AdviceContext
+from whyidle.analyses.work import WorkSummary
 from whyidle.analyses.counters import BurstPattern, CounterAnalysis, Distribution, GpuCounters
 from whyidle.analyses.kernel_fill import KernelFill
 from whyidle.analyses.names import NameTimes
@@ -437,6 +438,7 @@ def _built(d: dict[str, Any]) -> DiagnosisData:
         name_times=_name_times(d["name_times"]) if d.get("name_times") is not None else None,
         counters=_counters(d["counters"]) if d.get("counters") is not None else None,
         advice=msgspec.convert(d["advice_context"], AdviceContext) if d.get("advice_context") is not None else None,
+        work=msgspec.convert(d["work"], WorkSummary) if d.get("work") is not None else None,
     )
     return data
 

@@ -1,12 +1,15 @@
 """Presentation helpers the renderers share (terminal, HTML): the report's title, the headline's
-busy and idle figures in the input's own terms, a busy-time finding's worth, a counter reading."""
+busy and idle figures in the input's own terms, a busy-time finding's worth, a counter reading,
+the work model's rows."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["TITLE_GPU", "title", "busy_idle_rows", "busy_finding_stat", "counter_value"]
+import msgspec
+
+__all__ = ["TITLE_GPU", "title", "busy_idle_rows", "busy_finding_stat", "counter_value", "work_rows", "op_roof_cells"]
 
 TITLE_GPU = "whyidle: why is this GPU idle?"
 
@@ -77,3 +80,47 @@ def rhythm_words(p: Any, fmt_ns: Callable[[float], str]) -> str:
     if p.period_ns is not None and p.regular and p.period_ns > p.mean_pause_ns:
         return f"Rhythm: bursts every {fmt_ns(p.period_ns)}; {share} (regularity {p.regularity:.2f}, {p.pauses} pauses)"
     return f"Rhythm: none regular; {share}"
+
+
+def _flops_words(flops: float) -> str:
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if flops >= scale:
+            return f"{flops / scale:.3g} {unit}"
+    return f"{flops:.0f} FLOP"
+
+
+def work_rows(w: Any, fmt_ns: Callable[[float], str]) -> list[tuple[str, str, str]]:
+    """The work model's headline as (label, value, detail): MFU, model FLOPs, and the split of
+    kernel time by where each op sits on the roofline (analyses/work.py)."""
+    peak = w.peak
+    precisions = "/".join(p.upper() for p in w.flops_by_precision) or "no modelled FLOPs"
+    if w.mfu is not None and peak is not None:
+        mfu = (f"{w.mfu:.1%}", f"of {peak.name}'s {precisions} peak{' x ' + str(w.devices_used) if w.devices_used > 1 else ''} ({peak.source})")
+    else:
+        mfu = ("unknown", "; ".join(w.notes) or "no FLOPs modelled")
+    steps = [s.flops for s in w.steps]
+    per = f"{_flops_words(sum(steps) / len(steps))} per step" if steps else f"{_flops_words(w.flops)} in the window"
+    rate = w.flops / w.duration_ns / 1e3 if w.duration_ns > 0 else 0.0
+    rows = [("MFU", *mfu), ("Model FLOPs", per, f"({rate:.3g} TFLOP/s over the window, {_flops_words(w.flops)} in all)")]
+    if w.kernel_ns > 0:
+        parts = [
+            ("near the roofline", w.near_roofline_ns),
+            ("compute-bound, slow", w.compute_slow_ns),
+            ("memory-bound", w.memory_bound_ns),
+            ("no peak to rate", w.unrated_ns),
+            ("unmodelled", w.unmodelled_ns),
+        ]
+        split = ", ".join(f"{label} {ns / w.kernel_ns:.0%}" for label, ns in parts if ns > 0)
+        rows.append(("Kernel time", fmt_ns(w.kernel_ns), f"(summed over streams): {split}"))
+    return rows
+
+
+def op_roof_cells(r: Any) -> tuple[str, str, str, str, str, str]:
+    """One op shape's row: (op and dims, precision, time, TFLOP/s, TB/s, bound and fraction)."""
+    try:
+        recorded = msgspec.json.decode(r.inputs)[0]
+    except (msgspec.DecodeError, IndexError, TypeError, KeyError):
+        recorded = []
+    dims = ", ".join("x".join(map(str, d)) for d in recorded if isinstance(d, list) and d and all(isinstance(x, int) for x in d))
+    where = f"{r.bound}-bound, {r.fraction:.0%}" if r.fraction is not None else "no peak"
+    return (f"{r.name} {dims}", r.precision or "bytes", str(r.count), f"{r.tflops:.3g}", f"{r.tbps:.3g}", where)

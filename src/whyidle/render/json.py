@@ -293,6 +293,7 @@ def report_to_dict(r: DiagnosisData, columns: bool = False) -> dict[str, Any]:
         **({"gap_columns": gap_columns_to_dict(r.gap_columns)} if r.gap_columns is not None and columns else {}),
         **({"activity": [_activity(a) for a in r.activity]} if r.activity is not None and columns else {}),
         **({"name_times": _name_times(r.name_times)} if r.name_times is not None else {}),
+        **({"work": msgspec.to_builtins(r.work)} if r.work is not None else {}),
     }
 
 

@@ -20,7 +20,7 @@ from whyidle.findings.labels import cause_label
 from whyidle.findings.model import Finding, DiagnosisData
 from whyidle.output import clean
 from whyidle.pages import PAGES, explain_command
-from whyidle.render.helpers import busy_finding_stat, busy_idle_rows, counter_value, rhythm_words, title
+from whyidle.render.helpers import busy_finding_stat, busy_idle_rows, counter_value, op_roof_cells, rhythm_words, title, work_rows
 from whyidle.units import format_ns
 
 __all__ = ["render_terminal", "print_report", "console_text"]
@@ -76,6 +76,9 @@ def _headline(r: DiagnosisData) -> Table:
     if k.tensor_core_ns or k.fp32_math_ns:  # the name markers are NVIDIA's: nothing to say on other devices
         fp32 = f"; FP32 GEMM/convolution without them {k.fp32_math_share:.0%}" if k.fp32_math_ns else ""
         t.add_row("Tensor cores", f"{k.tensor_core_share:.0%} of kernel time in tensor-core (MMA) kernels, by kernel name{fp32}")
+    if r.work is not None:
+        for label, value, detail in work_rows(r.work, format_ns):
+            t.add_row(label, f"{value}: {detail}" if value == "unknown" else f"{value} {detail}")
     artifacts = r.artifact_idle_ns
     if artifacts and r.window.duration_ns > 0:
         total = sum(artifacts.values())
@@ -148,6 +151,20 @@ def console_text(draw: Callable[[Console], None], width: int = 80, color: bool =
     return "\n".join(line.rstrip() for line in buf.getvalue().split("\n"))
 
 
+def _roofline_table(r: DiagnosisData) -> Table:
+    """The op shapes with the most kernel time, where each sits on the roofline."""
+    assert r.work is not None
+    t = Table(title=f"Op shapes by kernel time (top {min(_TOP_OPS, len(r.work.ops))}; rates over their kernels' time):", title_justify="left", box=None, padding=(0, 1))
+    for col in ("op and input dims", "dtype", "calls", "TFLOP/s", "TB/s", "roofline"):
+        t.add_column(col, justify="left" if col in ("op and input dims", "dtype", "roofline") else "right", overflow="fold")
+    for op in r.work.ops[:_TOP_OPS]:
+        t.add_row(*op_roof_cells(op))
+    return t
+
+
+_TOP_OPS = 5
+
+
 def _counters_section(r: DiagnosisData) -> Group:
     """GPU counter figures per GPU, with what each metric means (only when the report has counters)."""
     from whyidle.findings.counter_rules import explanations_for
@@ -206,6 +223,8 @@ def print_report(r: DiagnosisData, console: Console) -> None:
         console.print(Text("No finding: cold start dominates this capture; diagnose a capture taken after warm-up.", style="bold yellow"))
     elif not r.no_device_activity:
         console.print(Text("No problem finding: no cause explains 5% or more of the window.", style="bold green"))
+    if r.work is not None and r.work.ops:
+        console.print(_roofline_table(r))
     unattributed = r.idle_by_group_ns.get("unattributed", 0) - sum(r.artifact_idle_ns.values())
     if unattributed and r.utilization.idle_ns:
         console.print(Text(f"Unattributed: {format_ns(unattributed)} ({unattributed / r.utilization.idle_ns:.0%} of idle) that the trace cannot explain.", style="dim"))

@@ -59,6 +59,10 @@ class _Args(msgspec.Struct, gc=False):
     block: Any = None  # [x, y, z] threads
     call_stack: Any = msgspec.field(default=None, name="Call stack")
     input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    input_type: Any = msgspec.field(default=None, name="Input type")
+    concrete: Any = msgspec.field(default=None, name="Concrete Inputs")
+    strides: Any = msgspec.field(default=None, name="Input Strides")
+    flops: Any = None  # with_flops=True: the profiler's own count for the op
     name: Any = None  # metadata events: process / thread name
     labels: Any = None  # metadata events: process labels ("GPU 0", "CPU")
 

@@ -139,10 +139,11 @@ class _Local(msgspec.Struct):
     stacks: list[str]
     negative: int
     cols: dict[str, np.ndarray]
+    inputs: list[str] = []  # the recorded inputs' texts (Timeline.inputs)
 
 
 _GET = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")}
-_ARG = {f: attrgetter(f) for f in ("correlation", "blocks_per_sm", "occupancy", "bytes", "grid", "block", "call_stack", "input_dims")}
+_ARG = {f: attrgetter(f) for f in ("correlation", "blocks_per_sm", "occupancy", "bytes", "grid", "block", "call_stack", "input_dims", "input_type", "concrete", "flops", "strides")}
 _STR_OR_NONE = {str, type(None)}
 
 
@@ -224,14 +225,31 @@ def _device_columns(args: list[Any], is_device: np.ndarray, n: int) -> dict[str,
     return cols
 
 
-def _host_columns(args: list[Any], is_device: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(stack id, leading input dimension) of host events; -1 elsewhere. And the batch's stacks."""
+_ENCODE = msgspec.json.Encoder().encode
+
+
+def _inputs_texts(hargs: list[Any]) -> list[bytes | None]:
+    """Each op's recorded inputs as one JSON text, [dims, types, concrete inputs, flops, strides]
+    (null where not recorded): what the work model (analyses/work.py) reads, which checks each
+    part's type; None when the op recorded no dims. Bytes: only the distinct ones are decoded."""
+    enc = _ENCODE
+    return [
+        enc((d, a.input_type, a.concrete, a.flops, a.strides)) if a is not None and type(d := a.input_dims) is list else None
+        for a in hargs
+    ]
+
+
+def _host_columns(args: list[Any], is_device: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[str]]:
+    """(stack id, leading input dimension, inputs id) of host events; -1 elsewhere. And the
+    batch's tables of stacks and of inputs texts (the ids index them)."""
     stack = np.full(n, -1, dtype=np.int32)
     shape0 = np.full(n, -1, dtype=np.int64)
+    inputs = np.full(n, -1, dtype=np.int32)
     host_idx = np.flatnonzero(~is_device).tolist()
     if not host_idx:
-        return stack, shape0, []
+        return stack, shape0, inputs, [], []
     stack_of: dict[str, int] = {}
+    inputs_of: dict[bytes, int] = {}
     hargs = [args[i] for i in host_idx]
     if set(map(type, _field(hargs, _ARG["call_stack"]))) != {type(None)}:  # else none has a stack
         stack[host_idx] = [stack_of.setdefault(st, len(stack_of)) if a is not None and type(st := a.call_stack) is str and st else -1 for a in hargs]
@@ -241,7 +259,8 @@ def _host_columns(args: list[Any], is_device: np.ndarray, n: int) -> tuple[np.nd
             d0[0] if a is not None and type(d := a.input_dims) is list and d and type(d0 := d[0]) is list and d0 and type(d0[0]) is int else -1
             for a in hargs
         ]
-    return stack, shape0, list(stack_of)
+        inputs[host_idx] = [-1 if x is None else inputs_of.setdefault(x, len(inputs_of)) for x in _inputs_texts(hargs)]
+    return stack, shape0, inputs, list(stack_of), [t.decode() for t in inputs_of]
 
 
 def _local_columns(events: list[Any], style: str, path: str) -> _Local:
@@ -285,7 +304,7 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
     if negative:
         dur_ns = np.maximum(dur_ns, 0)
     n = len(xs)
-    stack, shape0, stacks = _host_columns(args, is_device, n)
+    stack, shape0, inputs, stacks, texts = _host_columns(args, is_device, n)
     cols = {
         "start_ns": start_ns,
         "end_ns": start_ns + dur_ns,  # base time is added at the end
@@ -295,9 +314,10 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
         "corr": _int_or(_field(args, _ARG["correlation"]), -1),
         "stack": stack,
         "shape0": shape0,
+        "inputs": inputs,
         **_device_columns(args, is_device, n),
     }
-    return _Local(len(events), seen_ph, True, thread_names, unknown, names, lane_keys, stacks, negative, cols)
+    return _Local(len(events), seen_ph, True, thread_names, unknown, names, lane_keys, stacks, negative, cols, texts)
 
 
 class _Columns:
@@ -314,6 +334,7 @@ class _Columns:
         self.thread_names: list[tuple[str, str, Any]] = []
         self.stack_ids: dict[str, int] = {}  # stacks are interned after every name, as in memory
         self.stacks: list[str] = []
+        self.input_ids: dict[str, int] = {}  # inputs texts, interned after the stacks
         self.negative = 0
         self.n_events = 0
         self.seen_ph = False
@@ -351,6 +372,9 @@ class _Columns:
         if loc.stacks:
             remap = np.array([self._stack(st) for st in loc.stacks] + [-1], dtype=np.int32)
             c["stack"] = remap[c["stack"]]
+        if loc.inputs:
+            remap = np.array([self.input_ids.setdefault(t, len(self.input_ids)) for t in loc.inputs] + [-1], dtype=np.int32)
+            c["inputs"] = remap[c["inputs"]]
         b.add_columns(**c)
 
     def _stack(self, s: str) -> int:
@@ -397,9 +421,11 @@ class _Columns:
             raise TraceFormatError(self.path, "holds no Chrome trace events (no 'ph' fields); expected a PyTorch profiler trace")
         # Stacks after every name, in first-use order, as the in-memory reader interns them.
         remap = np.array([b.intern(s) for s in self.stacks] + [-1], dtype=np.int32)
+        remap_inputs = np.array([b.intern(t) for t in self.input_ids] + [-1], dtype=np.int32)
         for chunk in b._chunks:
             st = chunk["stack"]
             chunk["stack"] = remap[st]  # -1 indexes the trailing -1
+            chunk["inputs"] = remap_inputs[chunk["inputs"]]
             if base_ns and chunk["start_ns"].size and int(np.abs(chunk["end_ns"]).max()) >= MAX_TIME_NS - abs(base_ns):
                 raise TraceFormatError(self.path, "has times that overflow 64-bit nanoseconds once 'baseTimeNanoseconds' is added; expected times relative to it")
             if base_ns:

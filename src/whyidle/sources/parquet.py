@@ -18,6 +18,7 @@ Columns (one row per event, sorted by start time; see docs/scale.md)
     grid              int64    kernels: blocks in the grid, -1 if unknown (absent from files of whyidle
                                before it: read as unknown)
     block             int32    kernels: threads per block, -1 if unknown (likewise)
+    inputs            int32    cpu ops: strings index of the recorded inputs, -1 if none (likewise)
     kind_name         dictionary<string>  the kind in words ("kernel", "cpu_op", ...)
     name_text         dictionary<string>  the name resolved ("ncclKernel_AllReduce...")
     lane_label        dictionary<string>  the lane resolved ("GPU 0 stream 7")
@@ -50,7 +51,7 @@ METADATA_KEY = b"whyidle.timeline"
 FORMAT_VERSION = 1
 _KIND_NAMES = {int(k): k.name.lower() for k in Kind}
 # Columns added after format version 1 was first written: absent from older files, read as unknown.
-_ADDED_COLUMNS: dict[str, tuple[int, type]] = {"grid": (-1, np.int64), "block": (-1, np.int32)}
+_ADDED_COLUMNS: dict[str, tuple[int, type]] = {"grid": (-1, np.int64), "block": (-1, np.int32), "inputs": (-1, np.int32)}
 
 
 def require_pyarrow() -> None:
@@ -107,7 +108,7 @@ class _Side(msgspec.Struct):
 _DTYPES = {c: np.dtype(t) for c, t in {
     "start_ns": np.int64, "end_ns": np.int64, "lane": np.int32, "kind": np.int8, "name": np.int32, "corr": np.int64,
     "stack": np.int32, "shape0": np.int64, "blocks_per_sm": np.float32, "occupancy": np.float32, "nbytes": np.int64,
-    "grid": np.int64, "block": np.int32,
+    "grid": np.int64, "block": np.int32, "inputs": np.int32,
 }.items()}  # fmt: skip
 
 

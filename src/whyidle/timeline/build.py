@@ -113,6 +113,7 @@ class TimelineBuilder:
         nbytes: int = -1,
         grid: int = -1,
         block: int = -1,
+        inputs: str | None = None,
     ) -> None:
         r = self._rows
         r["start_ns"].append(start_ns)
@@ -128,6 +129,7 @@ class TimelineBuilder:
         r["nbytes"].append(nbytes)
         r["grid"].append(grid)
         r["block"].append(block)
+        r["inputs"].append(self.intern(inputs) if inputs else -1)
 
     def add_columns(self, **cols: np.ndarray) -> None:
         """Add many rows at once; missing optional columns get their 'unknown' value."""
@@ -141,6 +143,7 @@ class TimelineBuilder:
             "nbytes": (-1, np.int64),
             "grid": (-1, np.int64),
             "block": (-1, np.int32),
+            "inputs": (-1, np.int32),
         }
         chunk: dict[str, np.ndarray] = {}
         for c in Timeline.COLUMNS:
@@ -172,6 +175,7 @@ class TimelineBuilder:
             "nbytes": np.int64,
             "grid": np.int64,
             "block": np.int32,
+            "inputs": np.int32,
         }
         chunks = list(self._chunks)
         if self._rows["start_ns"]:

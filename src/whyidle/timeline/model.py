@@ -17,6 +17,9 @@ Columns
     nbytes            int64   copies and memsets: bytes moved, -1 if unknown
     grid              int64   kernels: blocks in the grid (x * y * z), -1 if unknown
     block             int32   kernels: threads per block (x * y * z), -1 if unknown
+    inputs            int32   cpu ops: index into ``strings`` of the op's recorded inputs, -1 if none:
+                              the JSON list [dims, types, concrete inputs, flops, strides] (``record_shapes``;
+                              strides where recorded)
 """
 
 from __future__ import annotations
@@ -145,6 +148,7 @@ class Timeline(msgspec.Struct):
     nbytes: I64
     grid: I64
     block: npt.NDArray[np.int32]
+    inputs: npt.NDArray[np.int32]
     lanes: list[Lane]
     strings: list[str]
     meta: TimelineMeta
@@ -163,6 +167,7 @@ class Timeline(msgspec.Struct):
         "nbytes",
         "grid",
         "block",
+        "inputs",
     )
 
     def __len__(self) -> int:
@@ -181,6 +186,11 @@ class Timeline(msgspec.Struct):
 
     def name_of(self, i: int) -> str:
         return self.strings[int(self.name[i])]
+
+    def inputs_of(self, i: int) -> str:
+        """The op's recorded inputs as JSON text ([dims, types, concrete, flops, strides?]), "" if none."""
+        j = int(self.inputs[i])
+        return self.strings[j] if j >= 0 else ""
 
     def stack_of(self, i: int) -> str:
         j = int(self.stack[i])
