@@ -243,3 +243,19 @@ def test_a_saved_report_is_the_same_diagnosis(source: Path, tmp_path: Path) -> N
     summary = whyidle.load_report(saved)
     assert summary.gap_columns is None and summary.render("json") == r.render("json") and str(summary) == str(r)
     assert whyidle.compare(summary, r).to_dict() == whyidle.compare(r, r).to_dict()
+
+
+def test_compare_shows_mfu_and_the_kernel_time_split(resnet0: Path, resnet4: Path) -> None:
+    """Issue 26: compare shows the useful work inside busy time before and after."""
+    from whyidle.comparison.analysis import compare_reports
+    from whyidle.comparison.render import render_text
+
+    before, after = whyidle.diagnose(resnet0), whyidle.diagnose(resnet4)
+    assert before.work is not None and after.work is not None
+    c = compare_reports(before, after)
+    assert c.mfu.before == before.work.mfu and c.mfu.after == after.work.mfu
+    assert set(c.kernel_split) == {"near_roofline", "compute_slow", "memory_bound", "unmodelled"}
+    assert abs(sum(ch.before or 0 for ch in c.kernel_split.values()) + (before.work.unrated_ns / before.work.kernel_ns) - 1) < 1e-9
+    text = render_text(c)
+    assert "MFU (model FLOPs / peak)" in text and "kernel time near-roofline" in text
+    assert c.to_dict()["mfu"]["before"] == before.work.mfu

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from whyidle.analyses import causes as C
@@ -156,6 +156,11 @@ class Comparison:
     verdict: str
     notes: tuple[str, ...]
     prediction: PredictionCheck | None = None
+    # Useful work inside busy time (analyses/work.py), where both runs' traces carry shapes: MFU,
+    # and kernel time split into near-roofline / compute-bound-slow / memory-bound / unmodelled,
+    # as shares of kernel time.
+    mfu: Change = Change(None, None)
+    kernel_split: dict[str, Change] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         def names(xs: tuple[NameChange, ...]) -> list[dict[str, Any]]:
@@ -180,6 +185,8 @@ class Comparison:
             "regression": self.regression,
             "notes": list(self.notes),
             "prediction": self.prediction.to_dict() if self.prediction is not None else None,
+            "mfu": self.mfu.to_dict(),
+            "kernel_time_split": {k: v.to_dict() for k, v in self.kernel_split.items()},
         }
 
 
@@ -334,7 +341,21 @@ def compare_reports(
         verdict=_verdict(by_cause, unit, scale),
         notes=tuple(notes),
         prediction=_prediction_check(before, after, by_cause),
+        mfu=Change(before.work.mfu if before.work else None, after.work.mfu if after.work else None),
+        kernel_split=_kernel_split(before, after),
     )
+
+
+_SPLIT = ("near_roofline_ns", "compute_slow_ns", "memory_bound_ns", "unmodelled_ns")
+
+
+def _kernel_split(before: DiagnosisData, after: DiagnosisData) -> dict[str, Change]:
+    """Each class of kernel time as a share of kernel time, before and after ({} unless both runs
+    have a work model)."""
+    b, a = before.work, after.work
+    if b is None or a is None or b.kernel_ns <= 0 or a.kernel_ns <= 0:
+        return {}
+    return {k.removesuffix("_ns"): Change(getattr(b, k) / b.kernel_ns, getattr(a, k) / a.kernel_ns) for k in _SPLIT}
 
 
 def read_side(source: str | os.PathLike[str] | DiagnosisData, config: Config | None = None, *, read_ahead: Any = None, jobs: int = 1) -> DiagnosisData:

@@ -59,6 +59,11 @@ def render_text(c: Any) -> str:
     b = c.busy_fraction
     row("GPU busy (device basis)", f"{b.before:.1%}", f"{b.after:.1%}", f"{100 * (b.delta or 0):+.1f} points")
     row(f"GPU idle {unit}", format_ns(c.idle_ns.before), format_ns(c.idle_ns.after), _signed(c.idle_ns.delta))
+    m = c.mfu
+    if m.before is not None and m.after is not None:
+        row("MFU (model FLOPs / peak)", f"{m.before:.1%}", f"{m.after:.1%}", f"{100 * (m.delta or 0):+.1f} points")
+    for name, ch in c.kernel_split.items():
+        row(f"  kernel time {name.replace('_', '-')}", f"{ch.before:.0%}", f"{ch.after:.0%}", f"{100 * (ch.delta or 0):+.0f} points")
     lines.append("")
     lines.append(f"  Idle by group, {unit}")
     for g, ch in c.idle_by_group_ns.items():
