@@ -102,8 +102,15 @@ def _names(tl: Timeline, kinds: tuple[Kind, ...], pattern: re.Pattern[str]) -> n
     return np.flatnonzero(tl.kind_name_mask(lambda s: bool(pattern.search(s)), *kinds))
 
 
-def _has_frame(tl: Timeline, prefix: str) -> bool:
-    return bool(tl.kind_name_mask(lambda s: s.startswith(prefix), Kind.PYTHON, Kind.CPU_OP, Kind.ANNOTATION).any())
+def _host_names(tl: Timeline) -> tuple[str, ...]:
+    """The distinct names of the host's frames, ops and ranges (read once: every frame test below
+    looks at these, not at the rows)."""
+    rows = np.flatnonzero(tl.mask(Kind.PYTHON, Kind.CPU_OP, Kind.ANNOTATION))
+    return tuple(tl.strings[int(i)] for i in unique_sorted(tl.name[rows]))
+
+
+def _has_frame(names: tuple[str, ...], prefix: str) -> bool:
+    return any(s.startswith(prefix) for s in names)
 
 
 def _generation(tl: Timeline) -> str:
@@ -167,12 +174,12 @@ def _precision(tl: Timeline) -> str:
     return "bf16" if dur[bf16].sum() >= 0.5 * dur[half].sum() else "fp16"
 
 
-def _framework(tl: Timeline, workload: Workload) -> str:
-    if tl.meta.source_format in ("xplane", "jax") or _has_frame(tl, "jax/") or _has_frame(tl, "jaxlib/"):
+def _framework(tl: Timeline, workload: Workload, names: tuple[str, ...]) -> str:
+    if tl.meta.source_format in ("xplane", "jax") or _has_frame(names, "jax/") or _has_frame(names, "jaxlib/"):
         return "jax"
-    if workload.kind in ("training", "inference") or (workload.kind == "serving" and _has_frame(tl, "torch/")):
+    if workload.kind in ("training", "inference") or (workload.kind == "serving" and _has_frame(names, "torch/")):
         return "pytorch"
-    if _has_frame(tl, "cupy/") or _has_frame(tl, "cupyx/") or bool(tl.kind_name_mask(lambda s: s.startswith("cupy_"), Kind.KERNEL).any()):
+    if _has_frame(names, "cupy/") or _has_frame(names, "cupyx/") or bool(tl.kind_name_mask(lambda s: s.startswith("cupy_"), Kind.KERNEL).any()):
         return "cupy"
     if workload.kind == "serving":
         return "pytorch" if (tl.kind == int(Kind.CPU_OP)).any() else "unknown"
@@ -229,15 +236,16 @@ def _in_words(c: AdviceContext, tl: Timeline) -> tuple[tuple[str, ...], tuple[st
 
 def advice_context(tl: Timeline, workload: Workload) -> AdviceContext:
     """The advice context of a timeline (pure; see the module docstring)."""
-    framework = _framework(tl, workload)
-    engine = next((name for prefix, name in ENGINES.items() if _has_frame(tl, prefix)), "")
+    names = _host_names(tl)
+    framework = _framework(tl, workload, names)
+    engine = next((name for prefix, name in ENGINES.items() if _has_frame(names, prefix)), "")
     idiom = "engine" if engine else framework
     if idiom not in IDIOMS:  # not identified: PyTorch's ops are there, or it is the runtime's C API
         idiom = "pytorch" if (tl.kind == int(Kind.CPU_OP)).any() else "hip" if tl.meta.vendor == "amd" else "cuda"
     compiled_rows = _names(tl, (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON), _COMPILED_RANGE)
     # Not torch/_dynamo frames alone: optimizers and other eager code pass through dynamo's disable
     # wrappers; a compiled graph runs as a named range or through inductor's generated code.
-    compiled = bool(compiled_rows.size) or _has_frame(tl, "torch/_inductor/")
+    compiled = bool(compiled_rows.size) or _has_frame(names, "torch/_inductor/")
     graphs = int(tl.kind_name_mask(is_graph_launch, Kind.RUNTIME).sum())
     loads = int(_names(tl, (Kind.RUNTIME, Kind.CPU_OP, Kind.ANNOTATION), _MODULE_LOAD).size)
     loader = ""
