@@ -341,21 +341,21 @@ def compare_reports(
         verdict=_verdict(by_cause, unit, scale),
         notes=tuple(notes),
         prediction=_prediction_check(before, after, by_cause),
-        mfu=Change(before.work.mfu if before.work else None, after.work.mfu if after.work else None),
-        kernel_split=_kernel_split(before, after),
+        **_work_changes(before, after),
     )
 
 
 _SPLIT = ("near_roofline_ns", "compute_slow_ns", "memory_bound_ns", "unmodelled_ns")
 
 
-def _kernel_split(before: DiagnosisData, after: DiagnosisData) -> dict[str, Change]:
-    """Each class of kernel time as a share of kernel time, before and after ({} unless both runs
-    have a work model)."""
+def _work_changes(before: DiagnosisData, after: DiagnosisData) -> dict[str, Any]:
+    """MFU before and after, and each class of kernel time as a share of kernel time (the split
+    only where both runs have a work model)."""
     b, a = before.work, after.work
+    mfu = Change(b.mfu if b else None, a.mfu if a else None)
     if b is None or a is None or b.kernel_ns <= 0 or a.kernel_ns <= 0:
-        return {}
-    return {k.removesuffix("_ns"): Change(getattr(b, k) / b.kernel_ns, getattr(a, k) / a.kernel_ns) for k in _SPLIT}
+        return {"mfu": mfu, "kernel_split": {}}
+    return {"mfu": mfu, "kernel_split": {k.removesuffix("_ns"): Change(getattr(b, k) / b.kernel_ns, getattr(a, k) / a.kernel_ns) for k in _SPLIT}}
 
 
 def read_side(source: str | os.PathLike[str] | DiagnosisData, config: Config | None = None, *, read_ahead: Any = None, jobs: int = 1) -> DiagnosisData:
