@@ -59,3 +59,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
     pipeline.diagnose = checked(pipeline.diagnose)  # type: ignore[method-assign]
     pipeline.report_from = checked(pipeline.report_from)  # type: ignore[method-assign]
+    import whyidle.capture.tracker_report as tracker_report
+
+    tracker_report.report_from_tracker = checked(tracker_report.report_from_tracker)  # type: ignore[method-assign]

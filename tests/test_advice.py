@@ -313,3 +313,18 @@ def test_readable_names_and_formats_from_the_bytes(tmp_path: Path) -> None:
     dcgmi = shared_trace("counters/ai-inference-energy__GV100_lstm_1380MHz_run0.dcgmi.txt")
     joined = whyidle.diagnose(data / "lab_h2d_cuda.pt.trace.json.gz", counters=dcgmi)
     assert any("nvidia-smi dmon -o DT" in q for q in joined.quality), joined.quality
+
+
+def test_the_step_trackers_fix_has_no_placeholder() -> None:
+    """The tracker's report (whyidle.track, whyidle run on CPU) fills the lever's worker count and
+    the loop's batch size, as a trace's report does."""
+    from whyidle.capture.tracker import StepRecord
+    from whyidle.capture.tracker_records import LoaderInfo, TrackerStats
+    from whyidle.capture.tracker_report import report_from_tracker
+
+    steps = tuple(StepRecord(i, i * 20_000_000, (i + 1) * 20_000_000, 15_000_000, 0, 16, None) for i in range(12))
+    loader = LoaderInfo("DataLoader", 0, False, 16, None, False)
+    r = report_from_tracker(TrackerStats(steps=steps, device="cpu", device_timing=False, loader=loader, loop_line="train.py:9 in main", skip_first=1))
+    f = _finding(r, "input_pipeline")
+    workers = whyidle.Config().whatif_loader_workers
+    assert "{" not in f.fix.code and f"num_workers={workers}," in f.fix.code and "batch_size=16," in f.fix.code

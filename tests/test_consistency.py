@@ -56,8 +56,9 @@ BREAKS: dict[str, tuple[Callable[[DiagnosisData], DiagnosisData], str]] = {
     ),
     "ranked finding worth nothing": (lambda d: _top(d, idle_ns=0, compute_wait_ns=0, affected_busy_ns=0), "ranked with no time"),
     "share outside 0..1": (lambda d: _top(d, share_of_idle=1.4), "outside 0..1"),
-    "text quoting another number": (lambda d: _fix(d, expected="up to 9.9 ms of device idle can be recovered"), "does not quote its idle time"),
+    "text quoting another number": (lambda d: _fix(d, expected="up to 9.9 ms of device idle can be recovered"), "quotes neither its idle time"),
     "a raw address": (lambda d: _fix(d, steps=("see <built-in method acquire of _thread.lock object at 0x7fa790e161c0>",)), "raw address"),
+    "an unfilled placeholder": (lambda d: _fix(d, code="loader = DataLoader(ds, num_workers={workers})"), "unfilled placeholder"),
     "a quantity of nothing": (lambda d: _fix(d, steps=("Seen here: for 0.0 ms the kernels ran",)), "quotes '0.0 ms'"),
     "causes not adding up to idle": (lambda d: msgspec.structs.replace(d, idle_by_cause_ns={**d.idle_by_cause_ns, "unattributed/untraced_host": 5}), "the causes hold"),
 }

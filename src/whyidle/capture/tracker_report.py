@@ -29,6 +29,8 @@ from whyidle.analyses.utilization import StepFigures, Utilization
 from whyidle.capture.tracker_records import SOURCE_FORMAT, StepRecord, TrackerStats
 from whyidle.config import Config
 from whyidle.diagnosis import Diagnosis
+from whyidle.findings.advice import fit_lever
+from whyidle.findings.cause_details import with_trace_batch_size
 from whyidle.findings.levers import lever_for
 from whyidle.findings.model import (
     Evidence,
@@ -167,7 +169,9 @@ def _finding(run: _Run, cause: C.Cause, ns: int, cfg: Config) -> Finding:
     per = [f.idle_by_cause_ns[ci] for f in figures]
     per_step = float(np.mean(per))
     variant = _variant(st) if cause is C.INPUT_PIPELINE else ""
-    lever = lever_for(cause.cause, variant)
+    # The tracker sees a PyTorch loop and its loader, not a trace: the lever's unconditional steps
+    # and code, with the worker count the prediction replays and the loop's own batch size.
+    lever = fit_lever(lever_for(cause.cause, variant), None, cfg.whatif_loader_workers)
     label = {C.INPUT_PIPELINE: "DataLoader.__next__ (measured by whyidle.track)", C.IDLE_HOST: "no request: between model calls (measured by whyidle run)"}.get(cause, "tracker.copy() blocks")
     n_steps = sum(1 for v in per if v > 0)
     li = st.loader
@@ -196,13 +200,22 @@ def _finding(run: _Run, cause: C.Cause, ns: int, cfg: Config) -> Finding:
         + (f": samples/s up to {speedup:.2f}x" if speedup else "")
         + "; an upper bound, since removing this wait may expose the next one"
     )
-    fix = Fix(lever.summary, _seen_here(cause, st, per_step, mean_step) + lever.steps, lever.code, lever.verify, expected, lever.docs)
+    code = with_trace_batch_size(lever.code, run.batch)
+    fix = Fix(lever.summary, _seen_here(cause, st, per_step, mean_step) + lever.steps, code, lever.verify, expected, lever.docs)
     finding = cause_finding(cause, lever, variant, ns, run.idle_ns, run.window_ns, ev, fix)
     # Workers are predicted only where the loader ran in the training process (its wait is
     # then the whole per-batch production cost).
     if cause is C.H2D_COPY or (cause is C.INPUT_PIPELINE and not li.num_workers):
         waits = [s.data_wait_ns if cause is C.INPUT_PIPELINE else s.copy_ns for s in steps]
         pred = predict_from_steps([s.duration_ns for s in steps], waits, cause.cause, cfg, run.batch)
+        if pred is not None and pred.step_ns_before - pred.step_ns_after > per_step * 1.02 + 10_000:
+            # medians against a mean: said, so the two numbers do not read as a contradiction
+            pred = msgspec.structs.replace(
+                pred,
+                note=f"predicts {(pred.step_ns_before - pred.step_ns_after) / 1e6:.2f} ms per step recovered against {per_step / 1e6:.2f} ms "
+                "explained: the prediction is made on the median tracked step (a busy machine has outlier steps), the time "
+                "explained is the mean over the steps",
+            )
         finding = msgspec.structs.replace(finding, prediction=pred)
     return finding
 

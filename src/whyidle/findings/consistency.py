@@ -22,6 +22,8 @@ _ADDRESS = re.compile(r"\bat 0x[0-9a-f]{6,}")
 # A quantity of nothing, said of a finding the report ranks.
 _NOTHING = re.compile(r"(?<![\d.])0(\.0+)? (ns|us|ms|s)\b(?! per)")
 _WORKERS = re.compile(r"DataLoader with (\d+) worker processes")
+# A lever's placeholder the advice did not fill (findings/advice.py fit_lever).
+_PLACEHOLDER = re.compile(r"\{(workers|optimizer|optimizer_flag)\}")
 
 
 def _texts(f: Finding) -> list[str]:
@@ -56,8 +58,13 @@ def _finding(f: Finding, d: DiagnosisData, n_steps: int) -> list[str]:
         out.append(f"{f.id}: ranked with no time (idle, compute wait and busy time all 0)")
     if not 0 <= f.share_of_idle <= 1 + 1e-9 or not 0 <= f.share_of_window <= 1 + 1e-9:
         out.append(f"{f.id}: a share outside 0..1 (of idle {f.share_of_idle}, of the window {f.share_of_window})")
-    if f.idle_ns and f.basis == "" and format_ms(f.idle_ns) not in f.fix.expected and format_ns(f.idle_ns) not in f.fix.expected:
-        out.append(f"{f.id}: its expected effect does not quote its idle time ({format_ns(f.idle_ns)}): {f.fix.expected!r}")
+    per_step = f.evidence.per_step_idle_ns
+    quoted = [fmt(v) for v in (f.idle_ns, per_step) if v is not None for fmt in (format_ms, format_ns)]
+    if f.idle_ns and f.basis == "" and not any(q in f.fix.expected for q in quoted):
+        out.append(f"{f.id}: its expected effect quotes neither its idle time ({format_ns(f.idle_ns)}) nor its time per step: {f.fix.expected!r}")
+    for text in (*_texts(f), f.fix.code):
+        if (hole := _PLACEHOLDER.search(text)) is not None:
+            out.append(f"{f.id}: an unfilled placeholder {hole.group(0)} in {text[:80]!r}")
     for text in _texts(f):
         if _ADDRESS.search(text):
             out.append(f"{f.id}: a raw address from the trace in {text[:80]!r}")
