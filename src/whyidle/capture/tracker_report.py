@@ -42,7 +42,7 @@ from whyidle.findings.model import (
 )
 from whyidle.findings.predict import predict_from_steps
 from whyidle.findings.rules import cause_finding
-from whyidle.units import format_ms
+from whyidle.units import format_ns
 
 __all__ = ["report_from_tracker", "SOURCE_FORMAT"]
 
@@ -88,16 +88,16 @@ def _seen_here(cause: C.Cause, st: TrackerStats, per_step_ns: float, mean_step_n
         if li.num_workers == 0:
             return (
                 f"Seen here: {li.kind}(num_workers=0) prepares every batch in the training process; "
-                f"the loop waited {format_ms(per_step_ns)} per step for it (step {format_ms(mean_step_ns)}).",
+                f"the loop waited {format_ns(per_step_ns)} per step for it (step {format_ns(mean_step_ns)}).",
             )
         if li.num_workers is not None:
             return (
                 f"Seen here: {li.num_workers} worker(s) cannot keep up; the loop still waited "
-                f"{format_ms(per_step_ns)} per step (step {format_ms(mean_step_ns)}).",
+                f"{format_ns(per_step_ns)} per step (step {format_ns(mean_step_ns)}).",
             )
-        return (f"Seen here: the loop waited {format_ms(per_step_ns)} per step for the next batch (step {format_ms(mean_step_ns)}).",)
+        return (f"Seen here: the loop waited {format_ns(per_step_ns)} per step for the next batch (step {format_ns(mean_step_ns)}).",)
     if cause is C.IDLE_HOST:
-        return (f"Seen here: the model waited {format_ms(per_step_ns)} per call for a request (call {format_ms(mean_step_ns)} with the wait).",)
+        return (f"Seen here: the model waited {format_ns(per_step_ns)} per call for a request (call {format_ns(mean_step_ns)} with the wait).",)
     if cause is C.H2D_COPY and li.pin_memory is False:
         return ("Seen here: the DataLoader does not pin memory (pin_memory=False), so copies cannot run asynchronously.",)
     return ()
@@ -196,7 +196,7 @@ def _finding(run: _Run, cause: C.Cause, ns: int, cfg: Config) -> Finding:
         facts=tuple(facts),
     )
     expected = (
-        f"up to {format_ms(per_step)} per step ({per_step / mean_step:.0%} of step time) can be recovered"
+        f"up to {format_ns(per_step)} per step ({per_step / mean_step:.0%} of step time) can be recovered"
         + (f": samples/s up to {speedup:.2f}x" if speedup else "")
         + "; an upper bound, since removing this wait may expose the next one"
     )
