@@ -36,7 +36,7 @@ from whyidle.findings.model import Evidence, Finding, Fix
 from whyidle.findings.rules import Analyses
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind
-from whyidle.units import format_ms
+from whyidle.units import format_ns
 
 __all__ = ["nsys_findings"]
 
@@ -130,7 +130,7 @@ def _pageable(a: Analyses, cfg: Config) -> Finding | None:
     fix = Fix(
         summary="Copy from pinned memory so the copy is truly asynchronous and overlaps compute.",
         steps=(
-            f"{int(hit.sum())} device-idle gaps ({format_ms(ns)}) end with a cudaMemcpyAsync from pageable host memory: the driver "
+            f"{int(hit.sum())} device-idle gaps ({format_ns(ns)}) end with a cudaMemcpyAsync from pageable host memory: the driver "
             "stages it through a bounce buffer and the host waits, so nothing overlaps.",
             "PyTorch: DataLoader(pin_memory=True) and tensor.to(device, non_blocking=True)."
             if a.advice.idiom == "pytorch"
@@ -143,7 +143,7 @@ def _pageable(a: Analyses, cfg: Config) -> Finding | None:
             "host = cupyx.empty_pinned(shape, dtype)\nx_gpu.set(host, stream=stream)",
         ),
         verify="Re-capture with nsys: the copies should read 'Pinned -> Device' and the gaps before them shrink.",
-        expected=f"up to {format_ms(ns)} of device idle; an upper bound",
+        expected=f"up to {format_ns(ns)} of device idle; an upper bound",
         docs=_DOCS,
     )
     return _finding("api.pageable_memcpy", C.H2D_COPY, "Async copies from pageable memory block the host", ns, int(hit.sum()), a, facts, fix)
@@ -162,14 +162,14 @@ def _sync_copies(a: Analyses, cfg: Config) -> Finding | None:
     fix = Fix(
         summary="Replace synchronous cudaMemcpy/cudaMemset with their Async forms on a stream, from pinned memory.",
         steps=(
-            f"{int(rows.size)} synchronous calls ({', '.join(names)}) held the launching thread for {format_ms(ns)} of device idle: "
+            f"{int(rows.size)} synchronous calls ({', '.join(names)}) held the launching thread for {format_ns(ns)} of device idle: "
             "each waits for all queued work and for the copy itself.",
             "Use cudaMemcpyAsync/cudaMemsetAsync on the work stream"
             + (" (PyTorch: .to(device, non_blocking=True) from pinned tensors; avoid .cpu()/.item() inside the loop)." if a.advice.idiom == "pytorch" else ", from pinned host memory."),
         ),
         code="cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream);",
         verify="Re-capture with nsys: cudaMemcpy/cudaMemset should be gone from the CUDA API summary.",
-        expected=f"up to {format_ms(ns)} of device idle; an upper bound",
+        expected=f"up to {format_ns(ns)} of device idle; an upper bound",
         docs=_DOCS,
     )
     return _finding("api.sync_memcpy", C.HOST_SYNC, "Synchronous cudaMemcpy/cudaMemset stall the device", ns, int(hit.sum()), a, facts, fix)
@@ -202,7 +202,7 @@ def _sync_calls(a: Analyses, cfg: Config) -> Finding | None:
     fix = Fix(
         summary="Synchronise less: only where the host needs a result, and not every iteration.",
         steps=(
-            f"{int(rows.size)} calls ({per_s:.1f} per second) left the device idle for {format_ms(ns)} in {int(hit.sum())} gaps: the host "
+            f"{int(rows.size)} calls ({per_s:.1f} per second) left the device idle for {format_ns(ns)} in {int(hit.sum())} gaps: the host "
             "waited for the queue to empty, then had to refill it.",
             "Remove debugging/timing syncs from the loop (use CUDA events), "
             + ("read scalars (loss.item()) every N steps, " if a.advice.idiom == "pytorch" else "synchronise only where the host reads a result, ")
@@ -215,7 +215,7 @@ def _sync_calls(a: Analyses, cfg: Config) -> Finding | None:
             "for it in range(iters):\n    step(x)\n    if it % 50 == 0:\n        cupy.cuda.get_current_stream().synchronize()   # not every iteration",
         ),
         verify="Re-capture with nsys: fewer cudaStreamSynchronize/cudaDeviceSynchronize calls and shorter gaps after them.",
-        expected=f"up to {format_ms(ns)} of device idle; an upper bound",
+        expected=f"up to {format_ns(ns)} of device idle; an upper bound",
         docs=_DOCS,
     )
     return _finding("api.sync_calls", C.HOST_SYNC, title, ns, int(hit.sum()), a, facts, fix)
@@ -255,7 +255,7 @@ def _blocked_host(a: Analyses, cfg: Config) -> Finding | None:
         if got:
             name = tl.name_of(r)
             by_name[name] = by_name.get(name, 0) + got
-    calls = ", ".join(f"{k} {format_ms(v)}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:5])
+    calls = ", ".join(f"{k} {format_ns(v)}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:5])
     group = "starvation" if g.training else "insufficient_demand" if serving else "unattributed"
     facts: list[tuple[str, Any]] = [("blocking_calls", calls), ("gaps", int(hit.size))]
     if not g.training and not serving:
@@ -279,14 +279,14 @@ def _blocked_host(a: Analyses, cfg: Config) -> Finding | None:
         lever = "Batch requests (dynamic batching) or serve more clients per GPU."
     fix = Fix(
         summary="The launching thread was blocked in the OS, not computing: feed it sooner.",
-        steps=(f"During {format_ms(ns)} of device idle the launching thread sat in blocking OS calls ({calls}).", what, lever),
+        steps=(f"During {format_ns(ns)} of device idle the launching thread sat in blocking OS calls ({calls}).", what, lever),
         code=(
             f"loader = DataLoader(ds, num_workers={cfg.whatif_loader_workers}, persistent_workers=True, pin_memory=True)"
             if g.training and a.advice.idiom == "pytorch"
             else "nsys profile -t cuda,nvtx,osrt --osrt-backtrace-threshold=1000 -o run ./app   # the blocking call's backtrace"
         ),
         verify="Re-capture with nsys -t cuda,nvtx,osrt: the blocking calls inside the gaps should shrink.",
-        expected=f"up to {format_ms(ns)} of device idle; an upper bound",
+        expected=f"up to {format_ns(ns)} of device idle; an upper bound",
         docs=_DOCS,
     )
     f = _finding("api.blocked_host", cause, "The launching thread was blocked in OS calls while the GPU waited", ns, int(hit.size), a, facts, fix)
