@@ -228,7 +228,7 @@ def test_no_prediction_claims_more_than_its_finding_without_saying_why(rel: str)
     and a fix the replay finds no gain for says so instead of being recommended."""
     from conftest import shared_trace
     from whyidle.errors import WhyidleError
-    from whyidle.findings.predict import explained_per_step_ns
+    from whyidle.findings.predict import beyond_explained, explained_per_step_ns
 
     if rel == "(none)":
         pytest.skip("../shared/traces is absent on this machine")
@@ -242,7 +242,7 @@ def test_no_prediction_claims_more_than_its_finding_without_saying_why(rel: str)
         if p is None or p.batch_factor != 1:
             continue
         recovered = p.step_ns_before - p.step_ns_after
-        if recovered > explained_per_step_ns(f, n) * 1.02 + 10_000:
+        if beyond_explained(recovered, explained_per_step_ns(f, n)):
             assert p.note.startswith("predicts "), (rel, f.id, p.note)
         if p.step_ns_after > p.step_ns_before * 0.995:
             assert not p.recommended and "no gain" in p.summary(), (rel, f.id)

@@ -25,6 +25,7 @@ Each item is decided from records a profiler writes for that feature, not from t
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import msgspec.structs
 import numpy as np
@@ -34,7 +35,7 @@ from whyidle.analyses.workload import Workload
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
-__all__ = ["AdviceContext", "advice_context", "IDIOMS", "ENGINES"]
+__all__ = ["AdviceContext", "advice_context", "count_in_ranges", "IDIOMS", "ENGINES"]
 
 # The language and idiom a snippet is written in.
 IDIOMS = ("pytorch", "cuda", "hip", "cupy", "jax", "engine")
@@ -150,16 +151,28 @@ def _optimizer(tl: Timeline) -> tuple[str, str]:
     return cls, impl
 
 
-def _zero_grad_fills(tl: Timeline) -> bool | None:
-    ranges = np.flatnonzero(tl.kind_name_mask(lambda s: s.startswith("Optimizer.zero_grad"), Kind.CPU_OP, Kind.ANNOTATION))
+def count_in_ranges(tl: Timeline, range_pred: Callable[[str], bool], op_pred: Callable[[str], bool]) -> tuple[int, int]:
+    """(number of ranges matching range_pred, ops matching op_pred inside them on the same thread)."""
+    ranges = np.flatnonzero(tl.kind_name_mask(range_pred, Kind.CPU_OP, Kind.ANNOTATION))
     if ranges.size == 0:
-        return None
-    fills = np.flatnonzero(tl.kind_name_mask(lambda s: s in ("aten::zero_", "aten::fill_"), Kind.CPU_OP))
-    for r in ranges.tolist():
-        on = fills[tl.lane[fills] == tl.lane[r]]
-        if ((tl.start_ns[on] >= tl.start_ns[r]) & (tl.end_ns[on] <= tl.end_ns[r])).any():
-            return True
-    return False
+        return 0, 0
+    ops = np.flatnonzero(tl.kind_name_mask(op_pred, Kind.CPU_OP, Kind.RUNTIME))
+    total = 0
+    # Per thread: ops sorted by start; the ones inside a range are those starting in it and
+    # ending by its end (binary search for the candidates, then a check on the few found).
+    for lane in unique_sorted(tl.lane[ranges]):
+        on = ops[tl.lane[ops] == lane]  # timeline rows are sorted by start
+        starts = tl.start_ns[on]
+        for r in ranges[tl.lane[ranges] == lane]:
+            a = int(np.searchsorted(starts, tl.start_ns[r], side="left"))
+            b = int(np.searchsorted(starts, tl.end_ns[r], side="right"))
+            total += int((tl.end_ns[on[a:b]] <= tl.end_ns[r]).sum())
+    return int(ranges.size), total
+
+
+def _zero_grad_fills(tl: Timeline) -> bool | None:
+    n_zero, fills = count_in_ranges(tl, lambda s: s.startswith("Optimizer.zero_grad"), lambda s: s in ("aten::zero_", "aten::fill_"))
+    return fills > 0 if n_zero else None
 
 
 def _precision(tl: Timeline) -> str:

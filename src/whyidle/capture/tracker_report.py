@@ -40,7 +40,7 @@ from whyidle.findings.model import (
     SourceInfo,
     WindowInfo,
 )
-from whyidle.findings.predict import predict_from_steps
+from whyidle.findings.predict import beyond_explained, predict_from_steps
 from whyidle.findings.rules import cause_finding
 from whyidle.units import format_ns
 
@@ -208,7 +208,7 @@ def _finding(run: _Run, cause: C.Cause, ns: int, cfg: Config) -> Finding:
     if cause is C.H2D_COPY or (cause is C.INPUT_PIPELINE and not li.num_workers):
         waits = [s.data_wait_ns if cause is C.INPUT_PIPELINE else s.copy_ns for s in steps]
         pred = predict_from_steps([s.duration_ns for s in steps], waits, cause.cause, cfg, run.batch)
-        if pred is not None and pred.step_ns_before - pred.step_ns_after > per_step * 1.02 + 10_000:
+        if pred is not None and beyond_explained(pred.step_ns_before - pred.step_ns_after, per_step):
             # medians against a mean: said, so the two numbers do not read as a contradiction
             pred = msgspec.structs.replace(
                 pred,

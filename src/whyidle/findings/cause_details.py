@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 
 from whyidle.analyses import causes as C
+from whyidle.analyses.advice_context import count_in_ranges
 from whyidle.analyses.calls import is_kernel_launch
 from whyidle.analyses.context import CauseEvidence
 from whyidle.analyses.hostops import is_dataloader, is_sync_call
@@ -52,25 +53,6 @@ def _loader_variant(ev: CauseEvidence) -> str:
     return ""
 
 
-def _count_in_ranges(tl: Timeline, range_pred: Any, op_pred: Any) -> tuple[int, int]:
-    """(number of ranges matching range_pred, ops matching op_pred inside them on the same thread)."""
-    ranges = np.flatnonzero(tl.kind_name_mask(range_pred, Kind.CPU_OP, Kind.ANNOTATION))
-    if ranges.size == 0:
-        return 0, 0
-    ops = np.flatnonzero(tl.kind_name_mask(op_pred, Kind.CPU_OP, Kind.RUNTIME))
-    total = 0
-    # Per thread: ops sorted by start; the ones inside a range are those starting in it and
-    # ending by its end (binary search for the candidates, then a check on the few found).
-    for lane in unique_sorted(tl.lane[ranges]):
-        on = ops[tl.lane[ops] == lane]  # timeline rows are sorted by start
-        starts = tl.start_ns[on]
-        for r in ranges[tl.lane[ranges] == lane]:
-            a = int(np.searchsorted(starts, tl.start_ns[r], side="left"))
-            b = int(np.searchsorted(starts, tl.end_ns[r], side="right"))
-            total += int((tl.end_ns[on[a:b]] <= tl.end_ns[r]).sum())
-    return int(ranges.size), total
-
-
 def _host_overhead_facts(a: Analyses) -> tuple[tuple[str, Any], ...]:
     k = a.kernels
     facts: list[tuple[str, Any]] = [
@@ -79,10 +61,10 @@ def _host_overhead_facts(a: Analyses) -> tuple[tuple[str, Any], ...]:
         ("median_kernel_ns", k.median_ns),
         ("mean_launch_call_ns", k.mean_launch_ns),
     ]
-    n_zero, fills = _count_in_ranges(a.tl, lambda s: s.startswith("Optimizer.zero_grad"), lambda s: s in ("aten::zero_", "aten::fill_"))
+    n_zero, fills = count_in_ranges(a.tl, lambda s: s.startswith("Optimizer.zero_grad"), lambda s: s in ("aten::zero_", "aten::fill_"))
     if n_zero and fills:
         facts.append(("zero_grad_fill_ops_per_call", fills // (2 * n_zero) or fills // n_zero))
-    n_step, launches = _count_in_ranges(a.tl, lambda s: s.startswith("Optimizer.step"), is_kernel_launch)
+    n_step, launches = count_in_ranges(a.tl, lambda s: s.startswith("Optimizer.step"), is_kernel_launch)
     if n_step and launches:
         facts.append(("optimizer_step_kernel_launches_per_call", launches // n_step))
     if a.advice.optimizer:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from whyidle.findings.model import DiagnosisData, Finding
-from whyidle.findings.predict import explained_per_step_ns
+from whyidle.findings.predict import beyond_explained, explained_per_step_ns
 from whyidle.units import format_ms, format_ns
 
 __all__ = ["contradictions"]
@@ -39,7 +39,7 @@ def _prediction(f: Finding, n_steps: int) -> list[str]:
     if p.batch_factor == 1 and not p.note:
         recovered = p.step_ns_before - p.step_ns_after
         explained = explained_per_step_ns(f, n_steps)
-        if recovered > explained * 1.02 + 10_000:
+        if beyond_explained(recovered, explained):
             out.append(f"{f.id}: predicts {recovered / 1e6:.2f} ms per step recovered against {explained / 1e6:.2f} ms explained, without saying why")
     if p.recommended == (p.step_ns_after > p.step_ns_before * 0.995):
         out.append(f"{f.id}: recommended is {p.recommended} for a step of {p.step_ns_before:.0f} -> {p.step_ns_after:.0f} ns")

@@ -42,6 +42,7 @@ __all__ = [
     "levers_of",
     "lever_of",
     "explained_per_step_ns",
+    "beyond_explained",
 ]
 
 
@@ -428,13 +429,19 @@ def explained_per_step_ns(f: Finding, n_steps: int) -> float:
     return (f.idle_ns + max(f.compute_wait_ns, f.affected_busy_ns)) / max(n_steps, 1)
 
 
+def beyond_explained(recovered_ns: float, explained_ns: float) -> bool:
+    """A prediction recovers more per step than its finding explains (2 % and 10 us of slack: the
+    replay's rounding and its clock): then a note must say why."""
+    return recovered_ns > explained_ns * 1.02 + 10_000
+
+
 def _beyond_note(f: Finding, p: Prediction, lever: str, n_steps: int) -> str:
     """Why the prediction recovers more than the finding explains (2 % and 10 us of slack), or ''."""
     if p.batch_factor != 1:
         return ""
     recovered = p.step_ns_before - p.step_ns_after
     explained = explained_per_step_ns(f, n_steps)
-    if recovered <= explained * 1.02 + 10_000:
+    if not beyond_explained(recovered, explained):
         return ""
     why = _ALSO_SHORTENS.get(lever, "the replay's critical path shortens by more than these gaps")
     return (
