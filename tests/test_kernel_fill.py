@@ -67,7 +67,7 @@ def test_finding_states_the_share_the_recoverable_time_and_the_kernels() -> None
     assert f.share_of_window == pytest.approx(150 / 350)
     facts = dict(f.evidence.facts)
     assert facts["sm_count"] == "100" and facts["unused_sm_share_of_kernel_busy"] == pytest.approx(150 / 350, abs=1e-4)
-    assert facts["threshold_share_of_kernel_busy"] == Config().small_grid_min_unused_share
+    assert facts["threshold_share_of_kernel_busy"] == Config().findings.small_grid_min_unused_share
     assert facts["top_kernels"][0]["grid"] == 25 and facts["top_kernels"][0]["block"] == 256
     assert f.evidence.top_ops[0] == ("grid 25 x 256 threads, 0.25 blocks/SM: k0", 100 * US, 0)
     assert "up to 150.0 us of device time (43% of the window)" in f.fix.expected

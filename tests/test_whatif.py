@@ -559,4 +559,4 @@ def test_pinned_over_pageable_bandwidth_from_the_trace() -> None:
     lv = lever_edits("h2d_copy", Config(), copy_speedup=g.pinned_speedup)
     assert lv.point.pageable_copy_factor == 4.0 and "this trace's pinned over pageable" in lv.assumption
     # Without both kinds the configured point stays.
-    assert lever_edits("h2d_copy", Config()).point.pageable_copy_factor == Config().whatif_pinned_copy_speedup[0]
+    assert lever_edits("h2d_copy", Config()).point.pageable_copy_factor == Config().predictions.whatif_pinned_copy_speedup[0]

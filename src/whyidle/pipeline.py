@@ -94,16 +94,16 @@ def _gap_tables(a: Analyses, cfg: Config) -> tuple[GapColumns, tuple[GapRecord, 
     op_start = np.where(ops >= 0, tl.start_ns[np.maximum(ops, 0)], 0).astype(i64) if n else np.zeros(0, dtype=i64)
     op_end = np.where(ops >= 0, tl.end_ns[np.maximum(ops, 0)], 0).astype(i64) if n else np.zeros(0, dtype=i64)
     before, line, runtime = (np.full(n, -1, dtype=i64) for _ in range(3))
-    order = np.argsort(-g.dur_ns, kind="stable")[: max(cfg.context_gaps, cfg.report_top_gaps)]
+    order = np.argsort(-g.dur_ns, kind="stable")[: max(cfg.render.context_gaps, cfg.render.report_top_gaps)]
     records = []
     for rank, i in enumerate(order.tolist()):
-        if rank < cfg.report_top_gaps:
+        if rank < cfg.render.report_top_gaps:
             ctx = gap_context(tl, g, i, a.index)
             records.append(_gap_record(a, i, ctx, next_work, strings))
             brief = (ctx.before, ctx.python_line, ctx.runtime_call)
         else:
             brief = brief_context(tl, g, i, a.index)
-        if rank < cfg.context_gaps:
+        if rank < cfg.render.context_gaps:
             before[i], line[i], runtime[i] = (strings.add(x) for x in brief)
     columns = GapColumns(
         start_ns=g.start_ns,
@@ -245,10 +245,10 @@ def diagnose(
 
         tl = load(
             source,
-            step_pattern=cfg.step_range,
+            step_pattern=cfg.read.step_range,
             jobs=jobs,
-            counters_utc_offset_min=cfg.counters_utc_offset_min,
-            counters_interval_ms=cfg.counters_interval_ms,
+            counters_utc_offset_min=cfg.read.counters_utc_offset_min,
+            counters_interval_ms=cfg.read.counters_interval_ms,
         )
     if tl.meta.counters is not None and len(tl) == 0:
         return _counter_report(tl, cfg)
@@ -291,7 +291,7 @@ def _join_counters(report: Diagnosis, a: Analyses, path: str | os.PathLike[str],
     from whyidle.sources.counters import load_counters
     from whyidle.timeline.model import LaneKind
 
-    log = load_counters(os.fspath(path), utc_offset_min=cfg.counters_utc_offset_min, interval_ms=cfg.counters_interval_ms)
+    log = load_counters(os.fspath(path), utc_offset_min=cfg.read.counters_utc_offset_min, interval_ms=cfg.read.counters_interval_ms)
     devices = sorted({ln.device for ln in a.tl.lanes if ln.kind is LaneKind.GPU_STREAM})
     joined = join_counters(log, (a.window.start_ns, a.window.end_ns), a.tl.meta.devices, devices, cfg)
     return as_diagnosis(with_counters(report, joined, cfg))

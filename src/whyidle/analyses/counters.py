@@ -219,7 +219,7 @@ def burst_pattern(busy: npt.NDArray[np.bool_], interval_ns: int, basis: str, thr
     pauses = int(edges.size)
     pause_samples = int((~busy).sum())
     mean_pause = pause_samples * interval_ns / pauses if pauses else 0.0
-    regular = period is not None and regularity >= cfg.counter_rhythm_min_autocorr and pauses >= cfg.counter_rhythm_min_pauses
+    regular = period is not None and regularity >= cfg.attribution.counter_rhythm_min_autocorr and pauses >= cfg.attribution.counter_rhythm_min_pauses
     return BurstPattern(basis, threshold, duty, period, regularity, pauses, mean_pause, regular)
 
 
@@ -241,8 +241,8 @@ def _grid(series: dict[str, CounterSeries], interval_ns: int, cfg: Config) -> _G
     end = max(int(s.time_ns[-1]) for s in series.values()) + interval
     n = max(int((end - start) // interval), 1)
     samples = sum(len(s) for s in series.values())
-    if n > cfg.counter_grid_points_per_sample * samples + (1 << 16):  # a clock jump (one sample years away):
-        n = cfg.counter_grid_points_per_sample * samples + (1 << 16)  # a coarser grid, never one sized by the span
+    if n > cfg.attribution.counter_grid_points_per_sample * samples + (1 << 16):  # a clock jump (one sample years away):
+        n = cfg.attribution.counter_grid_points_per_sample * samples + (1 << 16)  # a coarser grid, never one sized by the span
         interval = -(-(end - start) // n)
     return _Grid(start, end, interval, n)
 
@@ -259,8 +259,8 @@ def _busy_threshold(u: F64, valid: npt.NDArray[np.bool_], basis: str, cfg: Confi
     if basis == "sm_active_pct":
         # SM activity rarely reaches GPU-Util's levels: split at the midpoint of its own range
         lo_v, hi_v = np.percentile(u[valid], [5, 95])
-        return float((lo_v + hi_v) / 2) if hi_v - lo_v >= cfg.counter_sm_split_min_range_pct else cfg.counter_busy_min_pct
-    return cfg.counter_busy_min_pct
+        return float((lo_v + hi_v) / 2) if hi_v - lo_v >= cfg.attribution.counter_sm_split_min_range_pct else cfg.attribution.counter_busy_min_pct
+    return cfg.attribution.counter_busy_min_pct
 
 
 def _busy_time(util: CounterSeries, g: _Grid, threshold: float) -> tuple[float, int]:
@@ -308,7 +308,7 @@ def _gpu(log: CounterLog, gpu: str, mine: dict[str, CounterSeries], host_cpu: Co
         sm = series.get("sm_active_pct")
         if sm is not None and basis == "gpu_util_pct" and np.isfinite(sm.value).any():
             smv = g.values(sm)
-            under = valid & np.isfinite(smv) & (u >= cfg.counter_busy_min_pct) & (smv < cfg.counter_sm_active_low_pct)
+            under = valid & np.isfinite(smv) & (u >= cfg.attribution.counter_busy_min_pct) & (smv < cfg.attribution.counter_sm_active_low_pct)
             underfilled = int(under.sum()) * g.interval
         rx_on, rx_off = _burst_pause_means(series.get("pcie_rx_bytes_per_s"), g, valid, busy)
         if rx_on is not None and rx_off is not None and rx_on > 0:

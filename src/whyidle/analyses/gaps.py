@@ -12,7 +12,7 @@ launched by a call ``[L, Le)`` from some thread (found by correlation id). What 
 that thread were doing decides the cause:
 
 1. **Queued** (``Le <= gs``: the launch had returned before the device went idle): not the host.
-   Up to ``Config.kernel_boundary_max_ns`` it is the device's own start-up cost between kernels
+   Up to ``AttributionSettings.kernel_boundary_max_ns`` it is the device's own start-up cost between kernels
    (kernel boundaries); a pageable host-to-device copy is staging (h2d copy); work that waited on
    a dependency the trace shows (a stream-wait call issued before it, a collective) is a
    dependency wait; work launched before the capture began is a capture artifact; anything else
@@ -175,7 +175,7 @@ class _Launch:
         # call that long is staging a pageable copy.
         is_kernel_launch = np.zeros(n, dtype=np.bool_)
         is_kernel_launch[self.has_launch] = tl.name_mask(is_launch_call, launch_row[self.has_launch])
-        self.cold = is_kernel_launch & ((self.launch_e - self.launch_t) >= cfg.cold_call_min_ns)
+        self.cold = is_kernel_launch & ((self.launch_e - self.launch_t) >= cfg.attribution.cold_call_min_ns)
         # A launch call that blocks the thread until its work is done (a synchronous copy).
         self.blocking = np.zeros(n, dtype=np.bool_)
         self.blocking[self.has_launch] = tl.name_mask(is_sync_call, launch_row[self.has_launch])
@@ -198,7 +198,7 @@ def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
     # Waiting for the host: [gs, L] split by what the launching thread was doing.
     drained = np.zeros(n, dtype=np.bool_)
     lanes_used = unique_sorted(la.thread[la.thread >= 0])
-    sets = host_sets(tl, links, lanes_used, cfg.cold_call_min_ns, cfg.python_overhead_max_ns, cfg.first_call_min_ratio)
+    sets = host_sets(tl, links, lanes_used, cfg.attribution.cold_call_min_ns, cfg.attribution.python_overhead_max_ns, cfg.attribution.first_call_min_ratio)
     pre = np.zeros((n, len(C.CAUSES)), dtype=np.int64)  # host-side part, before the post-launch tail
     serving = workload.kind == "serving"
     dep_wait = np.zeros(n, dtype=np.bool_)
@@ -236,7 +236,7 @@ def _device_side(
     """Fill ``pre`` for gaps whose launch had returned (queued, or launched before the capture)
     or was still running (in flight) when the device went idle."""
     coll_next = (next_row >= 0) & (tl.kind[np.maximum(next_row, 0)] == int(Kind.COLLECTIVE))
-    kb = queued_any & (dur <= cfg.kernel_boundary_max_ns)
+    kb = queued_any & (dur <= cfg.attribution.kernel_boundary_max_ns)
     pre[kb, C.cause_index(C.KERNEL_BOUNDARIES)] = dur[kb]
     waiting = queued_any & ~kb
     for mask, cause in (
@@ -323,10 +323,10 @@ def _gated_by_stream_wait(hs: HostSets, launch_t: I64) -> npt.NDArray[np.bool_]:
 
 def _repeated_jit(hs: HostSets, a: I64, b: I64, cfg: Config) -> Intervals:
     """The thread's JIT compilation and module loading when it recurs through the window: in
-    ``Config.jit_min_gaps`` of its gaps ``[a, b)`` or more (the job compiles kernels on first use
+    ``AttributionSettings.jit_min_gaps`` of its gaps ``[a, b)`` or more (the job compiles kernels on first use
     as it runs); in one gap it is a start-up cost (cold start)."""
     seen = int((hs.jit.overlap(a, b) > 0).sum()) if len(hs.jit) else 0
-    return hs.jit if seen >= cfg.jit_min_gaps else Intervals.empty()
+    return hs.jit if seen >= cfg.attribution.jit_min_gaps else Intervals.empty()
 
 
 def _split_host_time(
@@ -357,7 +357,7 @@ def _split_host_time(
     ]
     # Inside the sync when the device went idle (woken up to sync_wake_tolerance_ns before it):
     # a sync that began after the gap opened found the queue already empty.
-    tol = cfg.sync_wake_tolerance_ns
+    tol = cfg.attribution.sync_wake_tolerance_ns
     drained = hs.sync.overlap(a - tol, a + 1) > 0
     drained_h2d = drained & (hs.h2d.overlap(a - tol, a + 1) > 0)
     sync_col = np.where(drained_h2d, C.cause_index(C.H2D_COPY), C.cause_index(C.HOST_SYNC))
@@ -378,7 +378,7 @@ def _split_host_time(
     # Nothing traced: short stretches are the interpreter between ops, long ones untraced work.
     uncovered = np.maximum(b - a, 0) - done
     nothing = covered.complement(window.start_ns, window.end_ns)
-    long = nothing.lengths >= cfg.python_overhead_max_ns
+    long = nothing.lengths >= cfg.attribution.python_overhead_max_ns
     long_unc = np.minimum(Intervals(nothing.start[long], nothing.end[long]).overlap(a, b), uncovered)
     add(C.UNTRACED_HOST, long_unc, True)
     add(C.HOST_OVERHEAD, uncovered - long_unc, True)

@@ -21,7 +21,7 @@ kernel-busy time):
   idle time, and an upper bound, since a small grid may be all the parallelism the work has until
   the batch grows;
 * ``low_occupancy_ns``: time of kernels whose grid does fill the SMs but whose ``est. achieved
-  occupancy %`` (Kineto) is above 0 and below ``Config.small_grid_low_occupancy_pct``: few warps
+  occupancy %`` (Kineto) is above 0 and below ``AttributionSettings.small_grid_low_occupancy_pct``: few warps
   per SM to hide memory latency. Kineto writes 0 when it cannot compute the estimate (library
   GEMMs launched with dynamic shared memory or clusters read 0 on H200), so 0 is unknown, not low.
 
@@ -145,7 +145,7 @@ def kernel_fill(tl: Timeline, links: Links, window: Window, cfg: Config) -> Kern
     known = np.isfinite(bps) & (bps > 0)
     fill = np.where(known, np.minimum(np.where(known, bps, 1.0), 1.0), 1.0)
     occ = tl.occupancy[k].astype(np.float64)
-    low_occ = (fill >= 1.0) & np.isfinite(occ) & (occ > 0) & (occ < cfg.small_grid_low_occupancy_pct)
+    low_occ = (fill >= 1.0) & np.isfinite(occ) & (occ > 0) & (occ < cfg.attribution.small_grid_low_occupancy_pct)
     busy = under = unused = 0
     for dev in unique_sorted(device).tolist():
         on = device == dev

@@ -6,7 +6,7 @@
 * tensor-core share: share of kernel time in kernels whose names mark tensor-core (MMA) code;
 * FP32 math share: share of kernel time in FP32 GEMM/convolution kernels that do not use tensor
   cores (SGEMM, FP32 cuDNN convolutions, FFT/Winograd convolutions);
-* short kernels: count and time of kernels shorter than ``Config.short_kernel_ns``, against the
+* short kernels: count and time of kernels shorter than ``AttributionSettings.short_kernel_ns``, against the
   mean host time of one launch call;
 * fill: how much of the device the kernels' grids could occupy over busy time
   (:mod:`whyidle.analyses.kernel_fill`).
@@ -97,7 +97,7 @@ def kernel_stats(tl: Timeline, links: Links, window: Window, cfg: Config) -> Ker
     k = k[(tl.end_ns[k] > lo) & (tl.start_ns[k] < hi)]
     dur = (tl.end_ns[k] - tl.start_ns[k]).astype(np.int64)
     total = int(dur.sum())
-    short = dur < cfg.short_kernel_ns
+    short = dur < cfg.attribution.short_kernel_ns
     bps = tl.blocks_per_sm[k].astype(np.float64)
     have = np.isfinite(bps)
     sm_eff = float((np.minimum(bps[have], 1.0) * dur[have]).sum() / dur[have].sum()) if have.any() and dur[have].sum() > 0 else None

@@ -79,7 +79,7 @@ def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: 
         notes.append(f"{ov} device events overlap the previous event on the same stream (clock skew or a corrupt trace)")
     cold_ns = int(gaps.slices[:, C.cause_index(C.COLD_START)].sum()) if len(gaps) else 0
     idle = int(gaps.dur_ns.sum()) if len(gaps) else 0
-    cold = idle > 0 and cold_ns / idle > cfg.cold_start_max_share_of_idle
+    cold = idle > 0 and cold_ns / idle > cfg.attribution.cold_start_max_share_of_idle
     if cold:
         notes.append(
             f"cold start: first-call costs (CUDA context and module loading, allocator growth, cuDNN "
@@ -91,6 +91,6 @@ def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: 
     elif cold_ns:
         share = cold_ns / max(idle, 1)
         notes.append(f"cold start costs (module loading, first launches, allocator growth) hold {format_ns(cold_ns)} ({'<1%' if share < 0.005 else f'{share:.0%}'}) of device idle")
-    if window.basis == "steps" and len(window.steps) < cfg.min_profiled_steps:
-        notes.append(f"only {len(window.steps)} profiled step(s): capture at least {cfg.min_profiled_steps} active steps for stable figures")
+    if window.basis == "steps" and len(window.steps) < cfg.attribution.min_profiled_steps:
+        notes.append(f"only {len(window.steps)} profiled step(s): capture at least {cfg.attribution.min_profiled_steps} active steps for stable figures")
     return Quality(tuple(notes), cold, False, has_host)

@@ -18,7 +18,7 @@ serving) and knows the batch sizes::
   (``handle_request``, ``request``) nested in it;
 * traffic: batches and requests served per second over the first to the last batch, and the
   **arrival rate**: requests per second from the first batch the server had to wait for
-  (``Config.serving_wait_min_ns`` blocked before or inside it) to the end. Before that it was
+  (``AttributionSettings.serving_wait_min_ns`` blocked before or inside it) to the end. Before that it was
   draining a backlog (requests queued before the capture), which inflates the served rate; once
   it waits, it keeps up, and what it serves is what arrived;
 * the curve: per batch size, the median and 90th percentile of what the server spent on the
@@ -198,7 +198,7 @@ def serving_loop(tl: Timeline, cfg: Config) -> ServingLoop:
             "or give a request log (whyidle batching --requests LOG) and measure the curve (whyidle batching --measure MODULE:FUNCTION)",
         ))
     n_req = int(sizes.sum())
-    waited = np.flatnonzero(before >= cfg.serving_wait_min_ns)
+    waited = np.flatnonzero(before >= cfg.attribution.serving_wait_min_ns)
     arrival = None
     if waited.size and ends[-1] > starts[waited[0]]:
         arrival = int(sizes[waited[0] :].sum()) / ((int(ends[-1]) - int(starts[waited[0]])) / 1e9)

@@ -13,7 +13,7 @@ Clock skew. Device work cannot start before the host call that launched it began
 
 CUPTI converts GPU timestamps to the host clock; when that conversion drifts (long captures,
 some virtualised GPUs) or a trace is stitched from two clocks, device events land early. A device
-start more than ``Config.clock_skew_min_ns`` before its launch is skew, and the gap attribution
+start more than ``AttributionSettings.clock_skew_min_ns`` before its launch is skew, and the gap attribution
 near launches (which compares launch times with gap starts) is uncertain by about that much.
 
 Pure: (Timeline, Links, Window, Config) -> notes.
@@ -79,7 +79,7 @@ def clock_skew_notes(tl: Timeline, links: Links, cfg: Config) -> tuple[str, ...]
         return ()
     dev = links.device_rows[linked]
     early = tl.start_ns[links.launch_of[linked]] - tl.start_ns[dev]
-    skewed = early > cfg.clock_skew_min_ns
+    skewed = early > cfg.attribution.clock_skew_min_ns
     n = int(skewed.sum())
     if not n:
         return ()

@@ -222,8 +222,8 @@ def measure_utilization(tl: Timeline, links: Links, window: Window, gaps: Gaps, 
         by_cause = _split_gaps_by_step(gaps, a, b)
         steps.append(StepFigures(st.number, a, b, comp, comm, mc, ms, idle, tuple(int(x) for x in by_cause)))
     batch: int | None
-    if cfg.batch_size is not None:
-        batch, basis = cfg.batch_size, "option"
+    if cfg.window.batch_size is not None:
+        batch, basis = cfg.window.batch_size, "option"
     else:
         derived = _derive_batch_size(tl, links, window)
         batch, basis = derived, ("trace: leading dimension of the first tensor copied to the device each step" if derived else "")

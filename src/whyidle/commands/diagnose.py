@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
     # The trace is read while numpy imports, and decoded by a forked child while the analyses do.
     with ReadAhead(imports=("whyidle.pipeline", "whyidle.render.perfetto", "whyidle.render.json")) as read_ahead:
-        read_ahead.start(args.trace, cfg.stream_min_bytes)
+        read_ahead.start(args.trace, cfg.read.stream_min_bytes)
         from whyidle.commands._ranks import is_run_dir, run_ranks
 
         if is_run_dir(args.trace) or args.workers or args.scheduler:
@@ -170,11 +170,11 @@ def run(args: argparse.Namespace) -> int:
             with progress(f"whyidle: reading {args.trace}"):
                 timeline = load(
                     args.trace,
-                    step_pattern=cfg.step_range,
+                    step_pattern=cfg.read.step_range,
                     jobs=jobs,
                     read_ahead=read_ahead,
-                    counters_utc_offset_min=cfg.counters_utc_offset_min,
-                    counters_interval_ms=cfg.counters_interval_ms,
+                    counters_utc_offset_min=cfg.read.counters_utc_offset_min,
+                    counters_interval_ms=cfg.read.counters_interval_ms,
                 )
                 from whyidle.pipeline import diagnose  # imported by load already when it forked
 

@@ -81,7 +81,7 @@ def _overlap_per_gap(a: Analyses, rows: I64, lo: I64, hi: I64) -> I64:
 def _sync_gaps(a: Analyses, rows: I64, cfg: Config) -> tuple[npt.NDArray[np.bool_], int]:
     """Gaps a call of ``rows`` drained or held, and the synchronization time attributed to them."""
     g = a.gaps
-    tol = cfg.sync_wake_tolerance_ns
+    tol = cfg.attribution.sync_wake_tolerance_ns
     at_start = _overlap_per_gap(a, rows, g.start_ns - tol, g.start_ns + tol) > 0
     during = _overlap_per_gap(a, rows, g.start_ns, g.host_end_ns) > 0
     sync_col = g.slices[:, C.cause_index(C.HOST_SYNC)]
@@ -122,7 +122,7 @@ def _pageable(a: Analyses, cfg: Config) -> Finding | None:
     # copy; what came before the call belongs to the gap's other causes
     waited = g.end_ns - np.maximum(g.start_ns, np.where(g.launch_row >= 0, tl.start_ns[launch], g.end_ns))
     ns = int(np.maximum(waited, 0)[hit].sum())
-    if ns <= 0 or ns < cfg.min_finding_share_of_window * a.utilization.capacity_ns:
+    if ns <= 0 or ns < cfg.findings.min_finding_share_of_window * a.utilization.capacity_ns:
         return None
     copies = np.flatnonzero((tl.kind == int(Kind.MEMCPY)) & tl.name_mask(lambda s: "Pageable" in s))
     nbytes = int(tl.nbytes[copies][tl.nbytes[copies] > 0].sum())
@@ -138,7 +138,7 @@ def _pageable(a: Analyses, cfg: Config) -> Finding | None:
         ),
         code=_in_idiom(
             a,
-            f"loader = DataLoader(ds, pin_memory=True, num_workers={cfg.whatif_loader_workers})\nx = x.to('cuda', non_blocking=True)",
+            f"loader = DataLoader(ds, pin_memory=True, num_workers={cfg.predictions.whatif_loader_workers})\nx = x.to('cuda', non_blocking=True)",
             "cudaMallocHost(&h_buf, bytes);   // or cudaHostRegister(existing, bytes, cudaHostRegisterDefault)\ncudaMemcpyAsync(d_buf, h_buf, bytes, cudaMemcpyHostToDevice, stream);",
             "host = cupyx.empty_pinned(shape, dtype)\nx_gpu.set(host, stream=stream)",
         ),
@@ -155,7 +155,7 @@ def _sync_copies(a: Analyses, cfg: Config) -> Finding | None:
     if rows.size == 0 or len(g) == 0:
         return None
     hit, ns = _sync_gaps(a, rows, cfg)
-    if ns <= 0 or ns < cfg.min_finding_share_of_window * a.utilization.capacity_ns:
+    if ns <= 0 or ns < cfg.findings.min_finding_share_of_window * a.utilization.capacity_ns:
         return None
     names = sorted({a.tl.name_of(int(r)) for r in rows})
     facts: list[tuple[str, Any]] = [("calls", int(rows.size)), ("apis", ", ".join(names)), ("gaps", int(hit.sum()))]
@@ -183,10 +183,10 @@ def _sync_calls(a: Analyses, cfg: Config) -> Finding | None:
     hit, ns = _sync_gaps(a, rows, cfg)
     window_s = a.window.duration_ns / 1e9
     per_s = rows.size / window_s if window_s > 0 else 0.0
-    if ns <= 0 or ns < cfg.min_finding_share_of_window * a.utilization.capacity_ns:
+    if ns <= 0 or ns < cfg.findings.min_finding_share_of_window * a.utilization.capacity_ns:
         return None
     names = sorted({a.tl.name_of(int(r)) for r in rows})
-    frequent = per_s >= cfg.sync_calls_min_per_s
+    frequent = per_s >= cfg.findings.sync_calls_min_per_s
     facts: list[tuple[str, Any]] = [
         ("calls", int(rows.size)),
         ("calls_per_s", round(per_s, 2)),
@@ -240,7 +240,7 @@ def _blocked_host(a: Analyses, cfg: Config) -> Finding | None:
     nothing = g.slices[:, C.cause_index(C.UNTRACED_HOST)] + g.slices[:, C.cause_index(C.IDLE_HOST)]
     per_gap = np.minimum(_overlap_per_gap(a, rows, g.start_ns, g.host_end_ns), nothing)
     ns = int(per_gap.sum())
-    if ns <= 0 or ns < cfg.min_finding_share_of_window * a.utilization.capacity_ns:
+    if ns <= 0 or ns < cfg.findings.min_finding_share_of_window * a.utilization.capacity_ns:
         return None
     # which calls: overlap of each call name with the gaps' host side, on the launching threads
     by_name: dict[str, int] = {}
@@ -281,7 +281,7 @@ def _blocked_host(a: Analyses, cfg: Config) -> Finding | None:
         summary="The launching thread was blocked in the OS, not computing: feed it sooner.",
         steps=(f"During {format_ns(ns)} of device idle the launching thread sat in blocking OS calls ({calls}).", what, lever),
         code=(
-            f"loader = DataLoader(ds, num_workers={cfg.whatif_loader_workers}, persistent_workers=True, pin_memory=True)"
+            f"loader = DataLoader(ds, num_workers={cfg.predictions.whatif_loader_workers}, persistent_workers=True, pin_memory=True)"
             if g.training and a.advice.idiom == "pytorch"
             else "nsys profile -t cuda,nvtx,osrt --osrt-backtrace-threshold=1000 -o run ./app   # the blocking call's backtrace"
         ),

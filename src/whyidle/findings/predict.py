@@ -87,7 +87,7 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
     if lever in ("input_pipeline", "loader_speedup"):
         return _loader_lever(lever, cfg, workers)
     if lever == "h2d_copy":
-        point, low, high = cfg.whatif_pinned_copy_speedup
+        point, low, high = cfg.predictions.whatif_pinned_copy_speedup
         source = f"{high:g}x measured on an H200"
         if copy_speedup > 0:
             point, low, high = max(copy_speedup, 1.0), min(low, copy_speedup), max(high, copy_speedup)
@@ -111,8 +111,8 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
             W.Edit("host_sync", sync_removed=True),
         )
     if lever == "host_overhead":
-        f = cfg.whatif_host_overhead_factor
-        lo, hi = cfg.whatif_host_overhead_factor_range
+        f = cfg.predictions.whatif_host_overhead_factor
+        lo, hi = cfg.predictions.whatif_host_overhead_factor_range
         return Lever(
             "torch.compile / CUDA graphs (host cost per launch cut)",
             f"host time of the step scaled by {f:g} (range {lo:g}-{hi:g}), kernel time unchanged: a stated assumption, not a measurement",
@@ -140,7 +140,7 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
             batch_factor=k,
         )
     if lever == "fp32_math":
-        point, low, high = cfg.whatif_tensor_core_factor
+        point, low, high = cfg.predictions.whatif_tensor_core_factor
         return Lever(
             "tensor cores for FP32 GEMM/convolution (TF32 or bf16 autocast)",
             f"FP32 GEMM/convolution kernels {point:g}x faster (range {low:g}-{high:g}x; {high:g}x is the datasheet peak ratio)",
@@ -154,9 +154,9 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
 def _loader_lever(lever: str, cfg: Config, workers: int | None) -> Lever:
     """The DataLoader's levers: workers where the loader runs in the training process, faster
     batches where workers exist already."""
-    h = cfg.whatif_loader_handoff_ns
+    h = cfg.predictions.whatif_loader_handoff_ns
     if lever == "input_pipeline":
-        w = workers or cfg.whatif_loader_workers
+        w = workers or cfg.predictions.whatif_loader_workers
         return Lever(
             f"DataLoader with {w} worker processes",
             f"the loader's time overlaps compute: each batch costs the host {h / 1e3:.0f} us to take from a worker, "
@@ -165,7 +165,7 @@ def _loader_lever(lever: str, cfg: Config, workers: int | None) -> Lever:
             W.Edit("input_pipeline", loader_workers=w, loader_handoff_ns=0),
             W.Edit("input_pipeline", loader_workers=w, loader_handoff_ns=h),
         )
-    point, low, high = cfg.whatif_loader_speedup
+    point, low, high = cfg.predictions.whatif_loader_speedup
     return Lever(
         f"DataLoader batches ready {point:g}x sooner (more workers than now where CPU cores are free, or cheaper samples: "
         "cached preprocessing, packed shards, GPU decoding)",
@@ -294,8 +294,8 @@ def _graph(tl: Timeline, cfg: Config, window: Window | None = None, links: Links
         from whyidle.analyses.window import select_window
 
         window = select_window(tl, links, cfg)
-    window = _middle_steps(window, cfg.whatif_max_steps)
-    return W.build_graph(tl, links, window, cfg.kernel_boundary_max_ns, cfg.whatif_profiler_gap_quantile, cfg.whatif_copy_bandwidth_min_bytes), window
+    window = _middle_steps(window, cfg.predictions.whatif_max_steps)
+    return W.build_graph(tl, links, window, cfg.attribution.kernel_boundary_max_ns, cfg.predictions.whatif_profiler_gap_quantile, cfg.predictions.whatif_copy_bandwidth_min_bytes), window
 
 
 def _middle_steps(window: Window, n: int) -> Window:
@@ -317,7 +317,7 @@ def predict_lever(tl: Timeline, lever: str, cfg: Config | None = None, batch_siz
         return None
     if lever == "h2d_copy":
         kw.setdefault("copy_speedup", g.pinned_speedup)
-    return predict_from_graph(g, lever_edits(lever, cfg, **kw), batch_size, untraced=untraced, warmup=cfg.whatif_profiled_warmup)
+    return predict_from_graph(g, lever_edits(lever, cfg, **kw), batch_size, untraced=untraced, warmup=cfg.predictions.whatif_profiled_warmup)
 
 
 class LeverPredictions(msgspec.Struct, frozen=True):
@@ -355,7 +355,7 @@ def predictions_on(pg: PredictionGraph, levers: tuple[str, ...], cfg: Config) ->
     g, cache = pg.graph, pg.replays
     if g is None or cache is None:
         return LeverPredictions({}, None)
-    by_lever = {name: predict_from_graph(g, lever_edits(name, cfg, copy_speedup=g.pinned_speedup), None, cache, warmup=cfg.whatif_profiled_warmup) for name in levers}
+    by_lever = {name: predict_from_graph(g, lever_edits(name, cfg, copy_speedup=g.pinned_speedup), None, cache, warmup=cfg.predictions.whatif_profiled_warmup) for name in levers}
     return LeverPredictions(by_lever, pg.critical_path)
 
 
@@ -367,7 +367,7 @@ def replay_ahead(pg: PredictionGraph, cfg: Config) -> Iterator[None]:
         return
     for name in (*_CAUSE_LEVER.values(), *_VARIANT_LEVER.values()):
         for e in lever_edits(name, cfg, copy_speedup=g.pinned_speedup).edits:
-            yield from cache.profiled_steps(e, cfg.whatif_profiled_warmup)
+            yield from cache.profiled_steps(e, cfg.predictions.whatif_profiled_warmup)
 
 
 def lever_predictions(tl: Timeline, window: Window, levers: tuple[str, ...], cfg: Config, links: Links | None = None) -> LeverPredictions:

@@ -283,13 +283,13 @@ def _why(rank: int, steps: tuple[int, ...], profiles: list[RankProfile], cfg: Co
         return None, ()
     excess = per_rank[rank] - _median_others(per_rank, rank)
     keys = [c.key for c in C.CAUSES] + [COMPUTE_CAUSE]
-    found = [StragglerCause(keys[i], float(excess[i])) for i in np.argsort(-excess) if excess[i] >= cfg.straggler_min_lateness_ns]
+    found = [StragglerCause(keys[i], float(excess[i])) for i in np.argsort(-excess) if excess[i] >= cfg.attribution.straggler_min_lateness_ns]
     own = dims[rank]
     ref = _median_others(dims, rank)
     known = (own > 0) & (ref > 0)
     if known.any():
         ratio = float((own[known] / ref[known]).mean())
-        if ratio >= 1.0 + cfg.uneven_input_min_ratio and found and found[0].key == COMPUTE_CAUSE:
+        if ratio >= 1.0 + cfg.attribution.uneven_input_min_ratio and found and found[0].key == COMPUTE_CAUSE:
             # More compute because the rank got a larger input: the shapes are the reason.
             first = found[0]
             shaped = StragglerCause(
@@ -304,7 +304,7 @@ def _why(rank: int, steps: tuple[int, ...], profiles: list[RankProfile], cfg: Co
 
 
 def _stragglers(matches: list[CollectiveMatch], profiles: list[RankProfile], cfg: Config) -> list[Straggler]:
-    thr = cfg.straggler_min_lateness_ns
+    thr = cfg.attribution.straggler_min_lateness_ns
     late = [m for m in matches if m.lateness_ns >= thr]
     if not late:
         return []

@@ -143,7 +143,7 @@ def _gap_args(d: DiagnosisData, g: GapColumns, i: int, key: str) -> dict[str, An
         args["launching_thread"] = d.lanes[lane].label
     if g.op[i] >= 0:
         args["cpu_op_during"] = g.text(g.op, i)
-    if g.before[i] >= 0:  # looked up for the largest gaps only (Config.context_gaps)
+    if g.before[i] >= 0:  # looked up for the largest gaps only (RenderSettings.context_gaps)
         args["cpu_op_before"] = g.text(g.before, i)
         args["python_line"] = g.text(g.python_line, i)
         if g.text(g.runtime_call, i):

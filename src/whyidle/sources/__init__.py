@@ -146,7 +146,7 @@ def _load(
     from whyidle.config import Config
 
     try:  # gzip size fields are modulo 4 GiB: a larger content is found out while reading
-        raw = read_bytes(p, read_ahead, max_bytes=Config().stream_min_bytes)
+        raw = read_bytes(p, read_ahead, max_bytes=Config().read.stream_min_bytes)
     except TooLargeForMemory:
         if not looks_like_rocprof(_text_head(p)):
             from whyidle.sources.kineto_stream import load_kineto_stream
@@ -197,24 +197,24 @@ def _large(p: Path) -> bool:
     from whyidle.config import Config
 
     try:
-        return p.is_file() and estimated_size(p) >= Config().stream_min_bytes
+        return p.is_file() and estimated_size(p) >= Config().read.stream_min_bytes
     except OSError:
         return False  # read_bytes says why in words
 
 
 def _read_rocprof(p: Path, cap: int | None = None) -> bytes:
     """rocprofv3 JSON past the in-memory Kineto reader's range: read whole up to ``cap``
-    (config.rocprof_max_bytes)."""
+    (config.read.rocprof_max_bytes)."""
     from whyidle.config import Config
 
-    cap = Config().rocprof_max_bytes if cap is None else cap
+    cap = Config().read.rocprof_max_bytes if cap is None else cap
     try:
         return read_bytes(p, max_bytes=cap)
     except TooLargeForMemory:
         raise InputError(
             p,
             f"is rocprofv3 JSON output over {cap / (1 << 20):.0f} MiB decompressed, more than whyidle reads into memory "
-            "(config.rocprof_max_bytes); record a shorter stretch (rocprofv3 --collection-period) or one process per file",
+            "(config.read.rocprof_max_bytes); record a shorter stretch (rocprofv3 --collection-period) or one process per file",
         ) from None
 
 
