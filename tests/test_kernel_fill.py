@@ -40,7 +40,7 @@ def _timeline(kernels: list[tuple[float, float, int, float, int, int, float]], d
 def _fill(tl: Timeline, cfg: Config | None = None):  # type: ignore[no-untyped-def]
     cfg = cfg or Config()
     links = link_launches(tl)
-    return kernel_fill(tl, links, select_window(tl, links, cfg), cfg)
+    return kernel_fill(tl, links, select_window(tl, links, cfg.window), cfg.attribution)
 
 
 NAN = float("nan")

@@ -13,7 +13,7 @@ autocorrelation's highest peak after lag 0 gives the dominant period; the peak's
 regular the rhythm is (1.0: perfectly periodic). With SM activity logged (DCGM), time with GPU-Util
 high but SM activity low is *underfilled* work: a kernel was running, but on few SMs.
 
-Pure: (CounterLog, Config) -> CounterAnalysis; no printing, no prose beyond metric names.
+Pure: (CounterLog, AttributionSettings) -> CounterAnalysis; no printing, no prose beyond metric names.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.errors import UsageError
 from whyidle.timeline.counters import HOST_SERIES, METRICS, CounterLog, CounterSeries, on_epoch_clock
 
@@ -189,7 +189,7 @@ def _resample(s: CounterSeries, start: int, interval_ns: int, n: int) -> F64:
     return filled
 
 
-def burst_pattern(busy: npt.NDArray[np.bool_], interval_ns: int, basis: str, threshold: float, cfg: Config) -> BurstPattern:
+def burst_pattern(busy: npt.NDArray[np.bool_], interval_ns: int, basis: str, threshold: float, cfg: AttributionSettings) -> BurstPattern:
     """Duty cycle, dominant period and pauses of a regularly sampled busy/pause signal."""
     n = busy.size
     duty = float(busy.mean()) if n else 0.0
@@ -219,7 +219,7 @@ def burst_pattern(busy: npt.NDArray[np.bool_], interval_ns: int, basis: str, thr
     pauses = int(edges.size)
     pause_samples = int((~busy).sum())
     mean_pause = pause_samples * interval_ns / pauses if pauses else 0.0
-    regular = period is not None and regularity >= cfg.attribution.counter_rhythm_min_autocorr and pauses >= cfg.attribution.counter_rhythm_min_pauses
+    regular = period is not None and regularity >= cfg.counter_rhythm_min_autocorr and pauses >= cfg.counter_rhythm_min_pauses
     return BurstPattern(basis, threshold, duty, period, regularity, pauses, mean_pause, regular)
 
 
@@ -235,14 +235,14 @@ class _Grid(msgspec.Struct, frozen=True):
         return _resample(s, self.start, self.interval, self.n)
 
 
-def _grid(series: dict[str, CounterSeries], interval_ns: int, cfg: Config) -> _Grid:
+def _grid(series: dict[str, CounterSeries], interval_ns: int, cfg: AttributionSettings) -> _Grid:
     interval = interval_ns or 1
     start = min(int(s.time_ns[0]) for s in series.values())
     end = max(int(s.time_ns[-1]) for s in series.values()) + interval
     n = max(int((end - start) // interval), 1)
     samples = sum(len(s) for s in series.values())
-    if n > cfg.attribution.counter_grid_points_per_sample * samples + (1 << 16):  # a clock jump (one sample years away):
-        n = cfg.attribution.counter_grid_points_per_sample * samples + (1 << 16)  # a coarser grid, never one sized by the span
+    if n > cfg.counter_grid_points_per_sample * samples + (1 << 16):  # a clock jump (one sample years away):
+        n = cfg.counter_grid_points_per_sample * samples + (1 << 16)  # a coarser grid, never one sized by the span
         interval = -(-(end - start) // n)
     return _Grid(start, end, interval, n)
 
@@ -255,12 +255,12 @@ def _busy_basis(series: dict[str, CounterSeries]) -> tuple[CounterSeries | None,
     return util, "gpu_util_pct"
 
 
-def _busy_threshold(u: F64, valid: npt.NDArray[np.bool_], basis: str, cfg: Config) -> float:
+def _busy_threshold(u: F64, valid: npt.NDArray[np.bool_], basis: str, cfg: AttributionSettings) -> float:
     if basis == "sm_active_pct":
         # SM activity rarely reaches GPU-Util's levels: split at the midpoint of its own range
         lo_v, hi_v = np.percentile(u[valid], [5, 95])
-        return float((lo_v + hi_v) / 2) if hi_v - lo_v >= cfg.attribution.counter_sm_split_min_range_pct else cfg.attribution.counter_busy_min_pct
-    return cfg.attribution.counter_busy_min_pct
+        return float((lo_v + hi_v) / 2) if hi_v - lo_v >= cfg.counter_sm_split_min_range_pct else cfg.counter_busy_min_pct
+    return cfg.counter_busy_min_pct
 
 
 def _busy_time(util: CounterSeries, g: _Grid, threshold: float) -> tuple[float, int]:
@@ -286,7 +286,7 @@ def _burst_pause_means(s: CounterSeries | None, g: _Grid, valid: npt.NDArray[np.
     return (float(v[on].mean()) if on.any() else None), (float(v[off].mean()) if off.any() else None)
 
 
-def _gpu(log: CounterLog, gpu: str, mine: dict[str, CounterSeries], host_cpu: CounterSeries | None, cfg: Config) -> GpuCounters | None:
+def _gpu(log: CounterLog, gpu: str, mine: dict[str, CounterSeries], host_cpu: CounterSeries | None, cfg: AttributionSettings) -> GpuCounters | None:
     series = {m: s for m, s in mine.items() if len(s)}
     if not any(np.isfinite(s.value).any() for s in series.values()):
         return None  # columns without a single reading (the sampler could not read this GPU)
@@ -308,7 +308,7 @@ def _gpu(log: CounterLog, gpu: str, mine: dict[str, CounterSeries], host_cpu: Co
         sm = series.get("sm_active_pct")
         if sm is not None and basis == "gpu_util_pct" and np.isfinite(sm.value).any():
             smv = g.values(sm)
-            under = valid & np.isfinite(smv) & (u >= cfg.attribution.counter_busy_min_pct) & (smv < cfg.attribution.counter_sm_active_low_pct)
+            under = valid & np.isfinite(smv) & (u >= cfg.counter_busy_min_pct) & (smv < cfg.counter_sm_active_low_pct)
             underfilled = int(under.sum()) * g.interval
         rx_on, rx_off = _burst_pause_means(series.get("pcie_rx_bytes_per_s"), g, valid, busy)
         if rx_on is not None and rx_off is not None and rx_on > 0:
@@ -333,7 +333,7 @@ def _gpu(log: CounterLog, gpu: str, mine: dict[str, CounterSeries], host_cpu: Co
     )
 
 
-def analyse_counters(log: CounterLog | None, cfg: Config, window: tuple[int, int] | None = None, notes: tuple[str, ...] = ()) -> CounterAnalysis:
+def analyse_counters(log: CounterLog | None, cfg: AttributionSettings, window: tuple[int, int] | None = None, notes: tuple[str, ...] = ()) -> CounterAnalysis:
     """Per-GPU counter figures over the whole log, or over ``window`` (same clock as the log).
 
     ``log`` is a Timeline's counters track (``tl.meta.counters``); a Timeline without one (a
@@ -392,7 +392,7 @@ _TIMESTAMPED = {
 
 
 def join_counters(
-    log: CounterLog, window: tuple[int, int], devices: list[dict[str, object]], trace_devices: list[int], cfg: Config
+    log: CounterLog, window: tuple[int, int], devices: list[dict[str, object]], trace_devices: list[int], cfg: AttributionSettings
 ) -> CounterAnalysis:
     """The counters over a trace's window, when both are on the UTC epoch clock.
 

@@ -58,7 +58,7 @@ from whyidle.analyses.hostwork import ContextSets
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
 from whyidle.analyses.workload import Workload, workload_kind
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
@@ -157,7 +157,7 @@ class _Launch:
     """Per gap: the launching thread and call ``[L, Le)`` of the work that ended it (see 1-2 in
     the module docstring)."""
 
-    def __init__(self, tl: Timeline, links: Links, window: Window, ge: I64, next_row: I64, launch_row: I64, cfg: Config) -> None:
+    def __init__(self, tl: Timeline, links: Links, window: Window, ge: I64, next_row: I64, launch_row: I64, cfg: AttributionSettings) -> None:
         n = ge.size
         self.has_launch = launch_row >= 0
         lr = np.maximum(launch_row, 0)
@@ -175,13 +175,13 @@ class _Launch:
         # call that long is staging a pageable copy.
         is_kernel_launch = np.zeros(n, dtype=np.bool_)
         is_kernel_launch[self.has_launch] = tl.name_mask(is_launch_call, launch_row[self.has_launch])
-        self.cold = is_kernel_launch & ((self.launch_e - self.launch_t) >= cfg.attribution.cold_call_min_ns)
+        self.cold = is_kernel_launch & ((self.launch_e - self.launch_t) >= cfg.cold_call_min_ns)
         # A launch call that blocks the thread until its work is done (a synchronous copy).
         self.blocking = np.zeros(n, dtype=np.bool_)
         self.blocking[self.has_launch] = tl.name_mask(is_sync_call, launch_row[self.has_launch])
 
 
-def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
+def find_gaps(tl: Timeline, links: Links, window: Window, cfg: AttributionSettings) -> Gaps:
     workload = workload_kind(tl)
     has_host = bool((tl.kind == int(Kind.RUNTIME)).any())
     if links.device_rows.size == 0 or window.duration_ns <= 0:
@@ -198,7 +198,7 @@ def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
     # Waiting for the host: [gs, L] split by what the launching thread was doing.
     drained = np.zeros(n, dtype=np.bool_)
     lanes_used = unique_sorted(la.thread[la.thread >= 0])
-    sets = host_sets(tl, links, lanes_used, cfg.attribution.cold_call_min_ns, cfg.attribution.python_overhead_max_ns, cfg.attribution.first_call_min_ratio)
+    sets = host_sets(tl, links, lanes_used, cfg.cold_call_min_ns, cfg.python_overhead_max_ns, cfg.first_call_min_ratio)
     pre = np.zeros((n, len(C.CAUSES)), dtype=np.int64)  # host-side part, before the post-launch tail
     serving = workload.kind == "serving"
     dep_wait = np.zeros(n, dtype=np.bool_)
@@ -231,12 +231,12 @@ def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
 
 
 def _device_side(
-    pre: I64, dur: I64, queued_any: B, pre_capture: B, in_flight: B, h2d_next: B, dep_wait: B, la: _Launch, tl: Timeline, next_row: I64, cfg: Config
+    pre: I64, dur: I64, queued_any: B, pre_capture: B, in_flight: B, h2d_next: B, dep_wait: B, la: _Launch, tl: Timeline, next_row: I64, cfg: AttributionSettings
 ) -> None:
     """Fill ``pre`` for gaps whose launch had returned (queued, or launched before the capture)
     or was still running (in flight) when the device went idle."""
     coll_next = (next_row >= 0) & (tl.kind[np.maximum(next_row, 0)] == int(Kind.COLLECTIVE))
-    kb = queued_any & (dur <= cfg.attribution.kernel_boundary_max_ns)
+    kb = queued_any & (dur <= cfg.kernel_boundary_max_ns)
     pre[kb, C.cause_index(C.KERNEL_BOUNDARIES)] = dur[kb]
     waiting = queued_any & ~kb
     for mask, cause in (
@@ -321,16 +321,16 @@ def _gated_by_stream_wait(hs: HostSets, launch_t: I64) -> npt.NDArray[np.bool_]:
     return np.asarray(last_wait > prev, dtype=np.bool_)
 
 
-def _repeated_jit(hs: HostSets, a: I64, b: I64, cfg: Config) -> Intervals:
+def _repeated_jit(hs: HostSets, a: I64, b: I64, cfg: AttributionSettings) -> Intervals:
     """The thread's JIT compilation and module loading when it recurs through the window: in
     ``AttributionSettings.jit_min_gaps`` of its gaps ``[a, b)`` or more (the job compiles kernels on first use
     as it runs); in one gap it is a start-up cost (cold start)."""
     seen = int((hs.jit.overlap(a, b) > 0).sum()) if len(hs.jit) else 0
-    return hs.jit if seen >= cfg.attribution.jit_min_gaps else Intervals.empty()
+    return hs.jit if seen >= cfg.jit_min_gaps else Intervals.empty()
 
 
 def _split_host_time(
-    hs: HostSets, a: I64, b: I64, serving: bool, window: Window, cfg: Config
+    hs: HostSets, a: I64, b: I64, serving: bool, window: Window, cfg: AttributionSettings
 ) -> tuple[I64, npt.NDArray[np.bool_]]:
     """Split each host interval [a, b) of one thread into causes (see the module docstring).
 
@@ -357,7 +357,7 @@ def _split_host_time(
     ]
     # Inside the sync when the device went idle (woken up to sync_wake_tolerance_ns before it):
     # a sync that began after the gap opened found the queue already empty.
-    tol = cfg.attribution.sync_wake_tolerance_ns
+    tol = cfg.sync_wake_tolerance_ns
     drained = hs.sync.overlap(a - tol, a + 1) > 0
     drained_h2d = drained & (hs.h2d.overlap(a - tol, a + 1) > 0)
     sync_col = np.where(drained_h2d, C.cause_index(C.H2D_COPY), C.cause_index(C.HOST_SYNC))
@@ -378,7 +378,7 @@ def _split_host_time(
     # Nothing traced: short stretches are the interpreter between ops, long ones untraced work.
     uncovered = np.maximum(b - a, 0) - done
     nothing = covered.complement(window.start_ns, window.end_ns)
-    long = nothing.lengths >= cfg.attribution.python_overhead_max_ns
+    long = nothing.lengths >= cfg.python_overhead_max_ns
     long_unc = np.minimum(Intervals(nothing.start[long], nothing.end[long]).overlap(a, b), uncovered)
     add(C.UNTRACED_HOST, long_unc, True)
     add(C.HOST_OVERHEAD, uncovered - long_unc, True)

@@ -29,7 +29,7 @@ Kernels without a launch configuration count as filling the device (nothing is c
 ``known_ns`` says how much kernel time had one. Communication kernels (NCCL) are left out: they use
 few blocks by design.
 
-Pure: (Timeline, Links, Window, Config) -> KernelFill.
+Pure: (Timeline, Links, Window, AttributionSettings) -> KernelFill.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
@@ -117,7 +117,7 @@ def _sweep(start: I64, end: I64, fill: F64) -> tuple[int, int, int]:
     return int(seg[on].sum()), int(seg[under].sum()), int(round(float((seg * (1.0 - share))[under].sum())))
 
 
-def kernel_fill(tl: Timeline, links: Links, window: Window, cfg: Config) -> KernelFill | None:
+def kernel_fill(tl: Timeline, links: Links, window: Window, cfg: AttributionSettings) -> KernelFill | None:
     """How much of the device the window's compute kernels could fill; None without kernels."""
     lo, hi = window.start_ns, window.end_ns
     rows = links.device_rows
@@ -145,7 +145,7 @@ def kernel_fill(tl: Timeline, links: Links, window: Window, cfg: Config) -> Kern
     known = np.isfinite(bps) & (bps > 0)
     fill = np.where(known, np.minimum(np.where(known, bps, 1.0), 1.0), 1.0)
     occ = tl.occupancy[k].astype(np.float64)
-    low_occ = (fill >= 1.0) & np.isfinite(occ) & (occ > 0) & (occ < cfg.attribution.small_grid_low_occupancy_pct)
+    low_occ = (fill >= 1.0) & np.isfinite(occ) & (occ > 0) & (occ < cfg.small_grid_low_occupancy_pct)
     busy = under = unused = 0
     for dev in unique_sorted(device).tolist():
         on = device == dev

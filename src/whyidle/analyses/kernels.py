@@ -23,7 +23,7 @@ from whyidle.analyses.calls import is_kernel_launch
 from whyidle.analyses.kernel_fill import KernelFill, kernel_fill
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.timeline.model import Kind, Timeline
 
 __all__ = ["KernelStats", "kernel_stats", "is_tensor_core_kernel", "is_fp32_math_kernel"]
@@ -90,14 +90,14 @@ class KernelStats(msgspec.Struct, frozen=True):
         return self.fp32_math_ns / self.total_ns if self.total_ns else 0.0
 
 
-def kernel_stats(tl: Timeline, links: Links, window: Window, cfg: Config) -> KernelStats:
+def kernel_stats(tl: Timeline, links: Links, window: Window, cfg: AttributionSettings) -> KernelStats:
     lo, hi = window.start_ns, window.end_ns
     rows = links.device_rows
     k = rows[(tl.kind[rows] == int(Kind.KERNEL)) | (tl.kind[rows] == int(Kind.COLLECTIVE))]
     k = k[(tl.end_ns[k] > lo) & (tl.start_ns[k] < hi)]
     dur = (tl.end_ns[k] - tl.start_ns[k]).astype(np.int64)
     total = int(dur.sum())
-    short = dur < cfg.attribution.short_kernel_ns
+    short = dur < cfg.short_kernel_ns
     bps = tl.blocks_per_sm[k].astype(np.float64)
     have = np.isfinite(bps)
     sm_eff = float((np.minimum(bps[have], 1.0) * dur[have]).sum() / dur[have].sum()) if have.any() and dur[have].sum() > 0 else None

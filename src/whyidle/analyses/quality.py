@@ -16,7 +16,7 @@ from whyidle.analyses.links import Links, uncorrelated_by_design
 from whyidle.analyses.trace_checks import clock_skew_notes, step_numbering_notes
 from whyidle.analyses.window import Window
 from whyidle.catalogue import warmup_capture
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.timeline.model import Kind, Timeline
 from whyidle.units import format_ns
 
@@ -43,7 +43,7 @@ def _overlapping_on_stream(tl: Timeline, links: Links) -> int:
     return int((same & overlap).sum())
 
 
-def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: Config) -> Quality:
+def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: AttributionSettings) -> Quality:
     notes: list[str] = list(tl.meta.quality)
     notes.extend(window.notes)
     no_device = links.device_rows.size == 0
@@ -79,7 +79,7 @@ def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: 
         notes.append(f"{ov} device events overlap the previous event on the same stream (clock skew or a corrupt trace)")
     cold_ns = int(gaps.slices[:, C.cause_index(C.COLD_START)].sum()) if len(gaps) else 0
     idle = int(gaps.dur_ns.sum()) if len(gaps) else 0
-    cold = idle > 0 and cold_ns / idle > cfg.attribution.cold_start_max_share_of_idle
+    cold = idle > 0 and cold_ns / idle > cfg.cold_start_max_share_of_idle
     if cold:
         notes.append(
             f"cold start: first-call costs (CUDA context and module loading, allocator growth, cuDNN "
@@ -91,6 +91,6 @@ def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: 
     elif cold_ns:
         share = cold_ns / max(idle, 1)
         notes.append(f"cold start costs (module loading, first launches, allocator growth) hold {format_ns(cold_ns)} ({'<1%' if share < 0.005 else f'{share:.0%}'}) of device idle")
-    if window.basis == "steps" and len(window.steps) < cfg.attribution.min_profiled_steps:
-        notes.append(f"only {len(window.steps)} profiled step(s): capture at least {cfg.attribution.min_profiled_steps} active steps for stable figures")
+    if window.basis == "steps" and len(window.steps) < cfg.min_profiled_steps:
+        notes.append(f"only {len(window.steps)} profiled step(s): capture at least {cfg.min_profiled_steps} active steps for stable figures")
     return Quality(tuple(notes), cold, False, has_host)

@@ -37,7 +37,7 @@ import re
 import msgspec
 import numpy as np
 
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.analyses.hostwork import SERVING_NAME, WorkClass, classify
 from whyidle.timeline.arrays import setdiff_sorted, unique_sorted
 from whyidle.timeline.intervals import Intervals
@@ -169,7 +169,7 @@ def _curve(sizes: np.ndarray, dur: np.ndarray, dev: np.ndarray | None) -> tuple[
     return tuple(out)
 
 
-def serving_loop(tl: Timeline, cfg: Config) -> ServingLoop:
+def serving_loop(tl: Timeline, cfg: AttributionSettings) -> ServingLoop:
     """The serving loop's traffic and latency per batch size, as far as the trace holds them."""
     name, rows = _batch_rows(tl)
     if rows.size < MIN_BATCHES:
@@ -198,7 +198,7 @@ def serving_loop(tl: Timeline, cfg: Config) -> ServingLoop:
             "or give a request log (whyidle batching --requests LOG) and measure the curve (whyidle batching --measure MODULE:FUNCTION)",
         ))
     n_req = int(sizes.sum())
-    waited = np.flatnonzero(before >= cfg.attribution.serving_wait_min_ns)
+    waited = np.flatnonzero(before >= cfg.serving_wait_min_ns)
     arrival = None
     if waited.size and ends[-1] > starts[waited[0]]:
         arrival = int(sizes[waited[0] :].sum()) / ((int(ends[-1]) - int(starts[waited[0]])) / 1e9)

@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 
 from whyidle.analyses.links import Links
-from whyidle.config import Config
+from whyidle.config import WindowSettings
 from whyidle.errors import UsageError
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
@@ -64,18 +64,18 @@ def _device_span(tl: Timeline, links: Links) -> tuple[int, int] | None:
     return int(tl.start_ns[links.device_rows].min()), int(tl.end_ns[links.device_rows].max())
 
 
-def _chosen(numbers: list[int], cfg: Config) -> list[int]:
+def _chosen(numbers: list[int], cfg: WindowSettings) -> list[int]:
     """Indices of the steps ``skip_first_steps`` and ``steps`` select (consecutive, at least one)."""
     chosen = list(range(len(numbers)))
-    if cfg.window.skip_first_steps:
-        if cfg.window.skip_first_steps >= len(chosen):
+    if cfg.skip_first_steps:
+        if cfg.skip_first_steps >= len(chosen):
             raise UsageError(
-                f"skip_first_steps {cfg.window.skip_first_steps} drops every step: the trace has {len(chosen)} steps",
+                f"skip_first_steps {cfg.skip_first_steps} drops every step: the trace has {len(chosen)} steps",
                 field="skip_first_steps",
             )
-        chosen = chosen[cfg.window.skip_first_steps :]
-    if cfg.window.steps:
-        wanted = set(cfg.window.steps)
+        chosen = chosen[cfg.skip_first_steps :]
+    if cfg.steps:
+        wanted = set(cfg.steps)
         chosen = [i for i in chosen if numbers[i] in wanted]
         if not chosen:
             raise UsageError(f"steps selects none of the trace's steps (it has ProfilerStep#{numbers[0]}..#{numbers[-1]})", field="steps")
@@ -84,11 +84,11 @@ def _chosen(numbers: list[int], cfg: Config) -> list[int]:
     return chosen
 
 
-def select_window(tl: Timeline, links: Links, cfg: Config) -> Window:
+def select_window(tl: Timeline, links: Links, cfg: WindowSettings) -> Window:
     step_rows = np.flatnonzero(tl.kind == int(Kind.STEP))
     span = _device_span(tl, links)
     if step_rows.size == 0:
-        if cfg.window.steps or cfg.window.skip_first_steps:
+        if cfg.steps or cfg.skip_first_steps:
             raise UsageError("step selection was given, but the trace has no ProfilerStep markers")
         if span is None:
             return Window(0, 0, "empty", (), ())
@@ -145,6 +145,6 @@ def select_window(tl: Timeline, links: Links, cfg: Config) -> Window:
         nxt = int(tl.start_ns[step_rows[chosen[j + 1]]]) if j + 1 < len(chosen) else end
         steps.append(Step(numbers[i], s, max(nxt, s), int(tl.end_ns[r]), r))
     notes: list[str] = list(notes_numbering)
-    if cfg.window.skip_first_steps:
-        notes.append(f"the first {cfg.window.skip_first_steps} steps were skipped (--skip-first)")
+    if cfg.skip_first_steps:
+        notes.append(f"the first {cfg.skip_first_steps} steps were skipped (--skip-first)")
     return Window(first_start, end, "steps", tuple(steps), all_numbers, tuple(notes))

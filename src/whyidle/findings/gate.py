@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from whyidle.config import Config
+from whyidle.config import FindingSettings
 
 __all__ = ["gate_failures"]
 
 
-def gate_failures(diagnosis: Any, cfg: Config) -> list[str]:
-    """The gate's failures, as sentences: a finding in a group of ``cfg.findings.fail_on_groups``, a device
-    busy fraction below ``cfg.findings.min_busy_fraction`` (``whyidle diagnose --fail-on``, ``--min-busy``)."""
+def gate_failures(diagnosis: Any, cfg: FindingSettings) -> list[str]:
+    """The gate's failures, as sentences: a finding in a group of ``cfg.fail_on_groups``, a device
+    busy fraction below ``cfg.min_busy_fraction`` (``whyidle diagnose --fail-on``, ``--min-busy``)."""
     failures = []
     for f in diagnosis.findings:
-        if f.group in cfg.findings.fail_on_groups:
+        if f.group in cfg.fail_on_groups:
             failures.append(f"finding in group {f.group}: {f.title}")
     busy = diagnosis.utilization.busy_fraction
-    if cfg.findings.min_busy_fraction is not None and busy < cfg.findings.min_busy_fraction:
-        failures.append(f"device busy {busy:.1%} is below --min-busy {cfg.findings.min_busy_fraction:.1%}")
+    if cfg.min_busy_fraction is not None and busy < cfg.min_busy_fraction:
+        failures.append(f"device busy {busy:.1%} is below --min-busy {cfg.min_busy_fraction:.1%}")
     return failures

@@ -293,7 +293,7 @@ def _graph(tl: Timeline, cfg: Config, window: Window | None = None, links: Links
     if window is None:
         from whyidle.analyses.window import select_window
 
-        window = select_window(tl, links, cfg)
+        window = select_window(tl, links, cfg.window)
     window = _middle_steps(window, cfg.predictions.whatif_max_steps)
     return W.build_graph(tl, links, window, cfg.attribution.kernel_boundary_max_ns, cfg.predictions.whatif_profiler_gap_quantile, cfg.predictions.whatif_copy_bandwidth_min_bytes), window
 

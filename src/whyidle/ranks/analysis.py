@@ -36,7 +36,7 @@ from whyidle.analyses.hostops import h2d_copy_rows
 from whyidle.analyses.links import Links
 from whyidle.analyses.utilization import Utilization
 from whyidle.analyses.window import Window
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.timeline.model import Kind, Timeline
 
 __all__ = [
@@ -267,7 +267,7 @@ def _median_others(values: dict[int, np.ndarray], rank: int) -> np.ndarray:
     return np.median(np.stack(others), axis=0) if others else np.zeros_like(values[rank])
 
 
-def _why(rank: int, steps: tuple[int, ...], profiles: list[RankProfile], cfg: Config) -> tuple[StragglerCause | None, tuple[StragglerCause, ...]]:
+def _why(rank: int, steps: tuple[int, ...], profiles: list[RankProfile], cfg: AttributionSettings) -> tuple[StragglerCause | None, tuple[StragglerCause, ...]]:
     """The straggler's own excess over the median other rank, in the steps where it was last."""
     per_rank: dict[int, np.ndarray] = {}
     dims: dict[int, np.ndarray] = {}
@@ -283,13 +283,13 @@ def _why(rank: int, steps: tuple[int, ...], profiles: list[RankProfile], cfg: Co
         return None, ()
     excess = per_rank[rank] - _median_others(per_rank, rank)
     keys = [c.key for c in C.CAUSES] + [COMPUTE_CAUSE]
-    found = [StragglerCause(keys[i], float(excess[i])) for i in np.argsort(-excess) if excess[i] >= cfg.attribution.straggler_min_lateness_ns]
+    found = [StragglerCause(keys[i], float(excess[i])) for i in np.argsort(-excess) if excess[i] >= cfg.straggler_min_lateness_ns]
     own = dims[rank]
     ref = _median_others(dims, rank)
     known = (own > 0) & (ref > 0)
     if known.any():
         ratio = float((own[known] / ref[known]).mean())
-        if ratio >= 1.0 + cfg.attribution.uneven_input_min_ratio and found and found[0].key == COMPUTE_CAUSE:
+        if ratio >= 1.0 + cfg.uneven_input_min_ratio and found and found[0].key == COMPUTE_CAUSE:
             # More compute because the rank got a larger input: the shapes are the reason.
             first = found[0]
             shaped = StragglerCause(
@@ -303,8 +303,8 @@ def _why(rank: int, steps: tuple[int, ...], profiles: list[RankProfile], cfg: Co
     return found[0], tuple(found[1:4])
 
 
-def _stragglers(matches: list[CollectiveMatch], profiles: list[RankProfile], cfg: Config) -> list[Straggler]:
-    thr = cfg.attribution.straggler_min_lateness_ns
+def _stragglers(matches: list[CollectiveMatch], profiles: list[RankProfile], cfg: AttributionSettings) -> list[Straggler]:
+    thr = cfg.straggler_min_lateness_ns
     late = [m for m in matches if m.lateness_ns >= thr]
     if not late:
         return []
@@ -383,9 +383,9 @@ def _imbalance(profiles: list[RankProfile]) -> list[StepImbalance]:
     return out
 
 
-def cross_rank(profiles: list[RankProfile], cfg: Config | None = None) -> CrossRank:
+def cross_rank(profiles: list[RankProfile], cfg: AttributionSettings | None = None) -> CrossRank:
     """Compare ranks step by step (pure). Ranks without device activity are left out, with a note."""
-    cfg = cfg or Config()
+    cfg = cfg or AttributionSettings()
     notes = []
     idle_ranks = [p.rank for p in profiles if not p.has_device_activity]
     if idle_ranks:
