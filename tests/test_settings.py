@@ -81,3 +81,5 @@ def test_the_reading_settings_reach_the_reader(tmp_path: Path) -> None:
         whyidle.load(p, settings=ReadSettings(**small))
     with pytest.raises(InputError, match="rocprof_max_bytes"):
         whyidle.diagnose(p, **small)
+    with pytest.raises(ArgumentError, match="settings must be a whyidle.ReadSettings .a Config's .read., not Config"):
+        whyidle.load(p, settings=Config())  # type: ignore[arg-type]

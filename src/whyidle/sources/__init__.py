@@ -16,7 +16,7 @@ import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from whyidle.errors import InputError, UnsupportedInputError
+from whyidle.errors import ArgumentError, InputError, UnsupportedInputError
 from whyidle.sources._io import GZIP_MAGIC, SQLITE_MAGIC, ReadAhead, TooLargeForMemory, check_regular, estimated_size, read_bytes
 from whyidle.sources._twoway import Relay, quiet_worker
 from whyidle.sources.rocprof_schema import looks_like_rocprof
@@ -107,9 +107,14 @@ def load(
     """
     from whyidle.config import ReadSettings
 
+    if settings is not None and not isinstance(settings, ReadSettings):
+        raise ArgumentError(f"settings must be a whyidle.ReadSettings (a Config's .read), not {type(settings).__name__}", field="settings")
     rs = settings or ReadSettings()
     p = Path(path)
-    clock = (rs.counters_utc_offset_min if counters_utc_offset_min is None else counters_utc_offset_min, rs.counters_interval_ms if counters_interval_ms is None else counters_interval_ms)
+    clock = (
+        rs.counters_utc_offset_min if counters_utc_offset_min is None else counters_utc_offset_min,
+        rs.counters_interval_ms if counters_interval_ms is None else counters_interval_ms,
+    )
     try:
         return _load(p, rs.step_range if step_pattern is None else step_pattern, jobs, read_ahead, stream_jobs, clock, rs)
     finally:
