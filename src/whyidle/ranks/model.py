@@ -55,6 +55,6 @@ class MultiRankReport(msgspec.Struct, Renderable, frozen=True):
     def to_dict(self, columns: bool = False) -> dict[str, Any]:
         """The JSON report as plain data (docs/json-schema.md, "Multi-rank"); ``columns``: each
         rank's report in its full form."""
-        from whyidle.ranks.render_json import multi_rank_to_dict
+        from whyidle.ranks.codec import encode
 
-        return multi_rank_to_dict(self, columns)
+        return encode(self, columns)
