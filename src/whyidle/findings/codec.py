@@ -142,10 +142,6 @@ class _Extra(Value):
         return dict(v)
 
 
-def _full(s: Saved) -> bool:
-    return s.columns
-
-
 _ADVICE_DOC = (
     "what the job is and already does, as the trace shows it, which every fix was chosen from (null for a counter log and for reports saved before it): "
     "`workload`, `framework` (`pytorch`, `jax`, `cupy`, `cuda`, `hip`, `unknown`), `idiom` (the language of the snippets: `pytorch`, `cuda`, `hip`, `cupy`, "

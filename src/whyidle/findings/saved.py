@@ -9,7 +9,7 @@ reports lack some fields and load without them: before the gap columns (no timel
 their HTML), before the per-name times (compare lists no kernels), before the exact tensor-core
 and FP32 times (taken back from their shares). A report of another kind (``"kind"``: a
 multi-rank run's) loads through :func:`load_saved` with the reader its package registers
-(:func:`register_reader`; :mod:`whyidle.ranks.codec`).
+(:func:`register_reader`; :mod:`whyidle.ranks.model`).
 """
 
 from __future__ import annotations

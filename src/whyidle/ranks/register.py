@@ -51,7 +51,7 @@ def _refusal(fmt: str, formats: tuple[str, ...], to_file: bool) -> str:
 
 
 def _read(d: dict[str, Any], where: str) -> object:
-    from whyidle.ranks.codec import decode
+    from whyidle.ranks.model import decode
 
     return decode(d, where)
 

@@ -1,10 +1,10 @@
-"""A multi-rank run's JSON report as a file's text (its fields: :mod:`whyidle.ranks.codec`)."""
+"""A multi-rank run's JSON report as a file's text (its fields: :mod:`whyidle.ranks.model`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from whyidle.ranks.codec import encode
+from whyidle.ranks.model import encode
 from whyidle.render.json import dumps
 
 __all__ = ["render_multi_rank_json"]
