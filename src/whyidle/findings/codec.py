@@ -3,7 +3,8 @@
 :data:`DIAGNOSIS` lists every field of the report in the order it is written, with its meaning;
 :func:`encode` writes a diagnosis (``columns``: the full form, every gap and the busy intervals),
 :func:`decode` reads one back (:mod:`whyidle.findings.saved` adds the file, the schema check and
-the errors that name the field), and :func:`schema_rows` gives docs/json-schema.md its table.
+the errors that name the field), and :meth:`DIAGNOSIS.rows <whyidle.findings.fields.Table.rows>` gives docs/json-schema.md its
+table (``whyidle schema``).
 A new field is one :class:`~whyidle.findings.fields.Field` here (or in
 :mod:`whyidle.findings.codec_parts`): writer, reader and doc follow from it.
 
@@ -29,7 +30,7 @@ from whyidle.findings.checked import Malformed
 from whyidle.findings.fields import BOOL, FLOAT, INT, STR, Dict, Field, Opt, Rec, Struct, Table, Tup, Value
 from whyidle.findings.model import DiagnosisData
 
-__all__ = ["SCHEMA_VERSION", "DIAGNOSIS", "encode", "decode", "schema_rows"]
+__all__ = ["SCHEMA_VERSION", "DIAGNOSIS", "encode", "decode"]
 
 SCHEMA_VERSION = "1.0"
 
@@ -268,15 +269,3 @@ def decode(d: Any) -> DiagnosisData:
     """The diagnosis a report's dict describes (KeyError, TypeError, ValueError or Malformed where it is not one)."""
     out: DiagnosisData = DIAGNOSIS.read(d)
     return out
-
-
-def schema_rows(table: Table = DIAGNOSIS) -> list[tuple[str, str]]:
-    """(field, meaning) for each field of ``table``, as docs/json-schema.md lists them."""
-    rows = []
-    for f in table.fields:
-        since = f" (since {f.since})" if f.since != "1.0" else ""
-        words = f.value.words
-        meaning = "; ".join(x for x in (f.doc, words) if x) or ""
-        rows.append((f"`{f.key}`", meaning + since))
-    return rows
-

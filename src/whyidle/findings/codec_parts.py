@@ -67,7 +67,7 @@ EVIDENCE = Table(
     Field("top_ops", Rows(("name", STR), ("overlap_ns", INT), ("gaps", INT)), default=()),
     Field("python_lines", Rows(("line", STR), ("gaps", INT)), default=()),
     Field("examples", Rows(("start_ns", INT), ("end_ns", INT), ("idle_ns", INT)), default=()),
-    Field("facts", Pairs(ANY), "{}", default=()),
+    Field("facts", Pairs(ANY), "other measured values: name -> value", default=()),
 )
 
 FIX = Table(
@@ -237,8 +237,8 @@ GPU = Table(
     Field("host_cpu_burst_pct", Opt(FLOAT), "... and in bursts", default=None),
     Field("distributions", DISTRIBUTIONS),
     Field("pattern", Opt(Rec(PATTERN)), "the burst/pause rhythm", default=None),
-    Field("interval_ns", Opt(INT), "that GPU's sampling interval (reports saved before it: the log's)", default=None),
-    Field("has_sm_active", Opt(BOOL), "the log has SM activity (reports saved before it: read from the distributions)", default=None),
+    Field("interval_ns", Opt(INT), "that GPU's sampling interval; reports saved before it: the log's", default=None),
+    Field("has_sm_active", Opt(BOOL), "the log has SM activity; reports saved before it: read from the distributions", default=None),
     build=lambda v: v,  # completed by the counter section: a GPU's defaults come from the log
 )
 

@@ -227,3 +227,12 @@ class Table:
 
     def words(self) -> str:
         return ", ".join(f.words() for f in self.fields)
+
+    def rows(self, prefix: str = "") -> list[tuple[str, str]]:
+        """(field, meaning) for each field, as the schema doc's table lists them (``prefix``: the
+        path of the object, ``cross_rank.``)."""
+        out = []
+        for f in self.fields:
+            since = f" (since {f.since})" if f.since != "1.0" else ""
+            out.append((f"`{prefix}{f.key}`", "; ".join(x for x in (f.doc, f.value.words) if x) + since))
+        return out

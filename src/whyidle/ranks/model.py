@@ -146,17 +146,17 @@ COLLECTIVE = Table(
 
 CROSS_RANK = Table(
     CrossRank,
-    Field("ranks", Tup(INT)),
-    Field("basis", STR),
-    Field("collective_ns", INT, derived=True),
-    Field("waiting_ns", INT, derived=True),
-    Field("transfer_ns", INT, derived=True),
-    Field("unmatched_collectives", INT),
+    Field("ranks", Tup(INT), "ranks compared (with device activity), sorted"),
+    Field("basis", STR, "what the comparison rests on, in words"),
+    Field("collective_ns", INT, "time in matched collectives, summed over ranks", derived=True),
+    Field("waiting_ns", INT, "of which waiting for the slowest rank", derived=True),
+    Field("transfer_ns", INT, "of which transfer", derived=True),
+    Field("unmatched_collectives", INT, "collectives seen on some ranks only"),
     Field("stragglers", Tup(Rec(STRAGGLER)), "per rank that arrived last at collectives"),
     Field("communication", Tup(Rec(COMM)), "per rank", attr="comm"),
     Field("imbalance", Rec(IMBALANCE), get=lambda cr: cr),
     Field("collectives", Tup(Rec(COLLECTIVE)), "each matched collective"),
-    Field("notes", Tup(STR)),
+    Field("notes", Tup(STR), "sentences: what the comparison could not do"),
     build=lambda v: CrossRank(**{k: x for k, x in v.items() if k != "imbalance"}, **v["imbalance"]),
 )
 
@@ -194,7 +194,7 @@ MULTI_RANK = Table(
     Field("kind", STR, '`"multi_rank"`', get=lambda s: "multi_rank", derived=True),
     Field("run_dir", STR, "the folder", default=""),
     Field("rank_basis", STR, "where the rank numbers came from (`distributedInfo`, file names, file order)", default=""),
-    Field("world_size", Opt(INT), default=None),
+    Field("world_size", Opt(INT), "the world size", default=None),
     Field("ranks", Tup(Rec(RANK)), "one entry per rank", get=lambda s: tuple(SavedRank(e, s.columns) for e in s.run.ranks)),
     Field("cross_rank", Rec(CROSS_RANK)),
     Field(
