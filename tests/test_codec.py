@@ -191,3 +191,12 @@ def test_the_codec_is_what_the_writer_and_reader_use() -> None:
     d = _base()
     assert as_diagnosis(d).to_dict(columns=True) == codec.encode(d, columns=True)
     assert render_json(codec.decode(codec.encode(d, columns=True)), columns=True) == render_json(d, columns=True)
+
+
+def test_a_malformed_run_field_is_named_by_its_path(tmp_path: Path) -> None:
+    doc = json.loads((HERE / "golden" / "multirank_dlrm.json").read_text(encoding="utf-8"))
+    doc["cross_rank"]["stragglers"][0]["steps"] = "twelve"
+    p = tmp_path / "run.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(whyidle.TraceFormatError, match=r"run\.json: .* at cross_rank\.stragglers\[0\]\.steps$"):
+        whyidle.load_report(p)
