@@ -5,9 +5,13 @@ Each entry holds everything whyidle knows about a cause apart from its detector:
 code and how to verify; one per variant). The analyses read only the keys (``analyses/causes.py``),
 the rules read the levers, the renderers read labels and colours; nothing else lists causes.
 
-Adding a cause: add an entry here, the detector that fills its column (``analyses/gaps.py``), and
-a section in its group's page (``whyidle/data/causes/<group>.md``, see ``whyidle.pages``). ``tests/test_catalogue.py`` fails when an entry misses any
-of these.
+Adding a cause: add an entry here, the detector that fills its column (``analyses/detectors.py``),
+and a section in its group's page (``whyidle/data/causes/<group>.md``, see ``whyidle.pages``).
+``tests/test_catalogue.py`` fails when an entry misses any of these. A cause from outside the
+package (a plug-in, a test) does the same at run time: ``CATALOGUE.register(entry)``,
+``analyses.detectors.register(...)``, ``pages.register_section(...)``
+(``tests/test_fake_cause.py``). Every table keyed by cause reads the catalogue when it is used
+(``derived``, ``LiveMap``, ``LiveSeq``), never a copy taken at import.
 
 # long: one table with an entry per cause; splitting it would scatter what it exists to keep together
 
@@ -26,9 +30,13 @@ why that minimum.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TypeVar, overload
+
 import msgspec
 
-__all__ = ["Lever", "CauseEntry", "CATALOGUE", "IDIOM_LEVERS", "SCHEDULE", "SCHEDULE_CALL", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry", "warmup_capture"]
+__all__ = ["Lever", "CauseEntry", "Catalogue", "CATALOGUE", "derived", "LiveMap", "LiveSeq", "replay_lever", "replay_levers", "sweep_knobs", "lab_flaw_causes", "IDIOM_LEVERS", "SCHEDULE", "SCHEDULE_CALL", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry", "warmup_capture", "BusyEntry", "BUSY_FINDINGS"]
 
 
 class Lever(msgspec.Struct, frozen=True):
@@ -60,10 +68,139 @@ class CauseEntry(msgspec.Struct, frozen=True):
     # A capture artifact (cold start, the profiler's start/stop, work launched before the
     # capture): reported in the headline as such, never as a ranked finding of the job.
     artifact: bool = False
+    # The what-if replay lever (findings/predict.py LEVERS) that predicts the fix, by variant
+    # ("" is the default; a variant absent here takes the default's). Empty: not replayed.
+    replay: dict[str, str] = msgspec.field(default_factory=dict)
+    # The sweep's knobs that act on it (sweep/trial.py LEVERS), tried first when a report is given.
+    sweep: tuple[str, ...] = ()
+    # The flaw lab's flaws (lab/job.py) whose diagnosis may name this cause first.
+    lab_flaws: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
         return f"{self.group}/{self.cause}"
+
+
+T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Catalogue(Sequence[CauseEntry]):
+    """The causes, in order: the built-in entries, then those registered at run time.
+
+    A sequence of :class:`CauseEntry`; ``version`` grows with every change, so that a table
+    derived from it (``derived``) is rebuilt when the catalogue changes and never goes stale.
+    """
+
+    def __init__(self, entries: Sequence[CauseEntry]) -> None:
+        self._entries: list[CauseEntry] = []
+        self._built_in: frozenset[str] = frozenset()
+        self.version = 0
+        for e in entries:
+            self.register(e)
+        self._built_in = frozenset(e.key for e in entries)
+
+    @overload
+    def __getitem__(self, i: int) -> CauseEntry: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[CauseEntry]: ...
+    def __getitem__(self, i: int | slice) -> CauseEntry | Sequence[CauseEntry]:
+        return self._entries[i]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[CauseEntry]:
+        return iter(tuple(self._entries))
+
+    def get(self, key: str) -> CauseEntry | None:
+        return next((e for e in self._entries if e.key == key), None)
+
+    def entry(self, key: str) -> CauseEntry:
+        """The entry of 'group/cause' (KeyError naming the known keys for anything else)."""
+        e = self.get(key)
+        if e is None:
+            raise KeyError(f"{key!r} is not in the cause catalogue; known: {', '.join(x.key for x in self._entries)}")
+        return e
+
+    def register(self, e: CauseEntry) -> None:
+        """Add a cause after the others (its column is the last). A ValueError says what is wrong
+        with an entry that cannot be added: an unknown group, a key or cause name already used,
+        no default lever."""
+        if e.group not in GROUPS:
+            raise ValueError(f"cause {e.key!r}: group {e.group!r} is not one of {', '.join(GROUPS)}")
+        if any(x.key == e.key or x.cause == e.cause for x in self._entries):
+            raise ValueError(f"cause {e.key!r}: a cause named {e.cause!r} is already in the catalogue")
+        if "" not in e.levers:
+            raise ValueError(f"cause {e.key!r}: expected a default lever (variant \"\") among its levers")
+        self._entries.append(e)
+        self.version += 1
+
+    def unregister(self, key: str) -> None:
+        """Remove a cause added by :meth:`register` (a built-in cause cannot be removed)."""
+        if key in self._built_in:
+            raise ValueError(f"cause {key!r} is built in; only a registered cause can be removed")
+        self._entries.remove(self.entry(key))
+        self.version += 1
+
+    @contextmanager
+    def registered(self, e: CauseEntry) -> Iterator[CauseEntry]:
+        """The catalogue with ``e`` added for the duration of the block."""
+        self.register(e)
+        try:
+            yield e
+        finally:
+            self.unregister(e.key)
+
+
+def derived(build: Callable[[Sequence[CauseEntry]], T]) -> Callable[[], T]:
+    """A table built from the catalogue, rebuilt when the catalogue has changed since."""
+    cache: list[tuple[int, T]] = []
+
+    def get() -> T:
+        if not cache or cache[0][0] != CATALOGUE.version:
+            cache[:] = [(CATALOGUE.version, build(CATALOGUE))]
+        return cache[0][1]
+
+    return get
+
+
+class LiveMap(Mapping[K, V]):
+    """A mapping that reads a derived table each time: a module-level table keyed by cause that
+    stays current when a cause is registered."""
+
+    def __init__(self, table: Callable[[], Mapping[K, V]]) -> None:
+        self._table = table
+
+    def __getitem__(self, key: K) -> V:
+        return self._table()[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+class LiveSeq(Sequence[T]):
+    """A sequence that reads a derived table each time (see :class:`LiveMap`)."""
+
+    def __init__(self, table: Callable[[], Sequence[T]]) -> None:
+        self._table = table
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        return self._table()[i]
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._table())
 
 
 GROUPS = ("starvation", "underfilled", "synchronization", "insufficient_demand", "unattributed")
@@ -104,7 +241,7 @@ _CAPTURE = (
     f"    schedule={SCHEDULE_CALL})"
 )
 
-CATALOGUE: tuple[CauseEntry, ...] = (
+_BUILT_IN: tuple[CauseEntry, ...] = (
     CauseEntry(
         "starvation",
         "input_pipeline",
@@ -161,6 +298,9 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             ),
         },
         host_side=True,
+        replay={"": "input_pipeline", "multi_process": "loader_speedup"},
+        sweep=("num_workers", "prefetch_factor", "persistent_workers"),
+        lab_flaws=("starvation",),
     ),
     CauseEntry(
         "starvation",
@@ -242,6 +382,9 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             docs="starvation",
         )},
         host_side=True,
+        replay={"": "h2d_copy"},
+        sweep=("pin_memory", "num_workers"),
+        lab_flaws=("h2d",),
     ),
     CauseEntry(
         "synchronization",
@@ -273,6 +416,8 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             docs="synchronization",
         )},
         host_side=True,
+        replay={"": "host_sync"},
+        lab_flaws=("sync",),
     ),
     CauseEntry(
         "synchronization",
@@ -332,6 +477,9 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             ),
         )},
         host_side=True,
+        replay={"": "host_overhead"},
+        sweep=("compile", "batch_size"),
+        lab_flaws=("smallbatch", "launch"),
     ),
     CauseEntry(
         "underfilled",
@@ -387,6 +535,8 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             verify="Re-profile: kernel count per step should fall and the idle between back-to-back kernels shrink.",
             docs="underfilled",
         )},
+        sweep=("batch_size", "compile"),
+        lab_flaws=("smallbatch", "launch"),
     ),
     CauseEntry(
         "underfilled",
@@ -960,7 +1110,54 @@ IDIOM_LEVERS: dict[str, dict[str, Lever]] = {
     },
 }
 
-_BY_KEY = {e.key: e for e in CATALOGUE}
+class BusyEntry(msgspec.Struct, frozen=True):
+    """What a replay and the sweep know about a finding on busy time (not a cause of idle): its
+    ``replay`` lever and ``sweep`` knobs, as in :class:`CauseEntry`. Its levers' text is in
+    ``findings/levers.py``."""
+
+    cause: str
+    replay: dict[str, str] = msgspec.field(default_factory=dict)
+    sweep: tuple[str, ...] = ()
+
+
+BUSY_FINDINGS: tuple[BusyEntry, ...] = (
+    BusyEntry("fp32_math", replay={"": "fp32_math"}, sweep=("precision",)),
+)
+
+CATALOGUE = Catalogue(_BUILT_IN)
+
+
+def _by_cause(entries: Sequence[CauseEntry]) -> dict[str, CauseEntry | BusyEntry]:
+    return {**{b.cause: b for b in BUSY_FINDINGS}, **{e.cause: e for e in entries}}
+
+
+_BY_CAUSE = derived(_by_cause)
+
+
+def replay_lever(cause: str, variant: str = "") -> str | None:
+    """The replay lever that predicts the fix of a finding on ``cause`` (its name, not the
+    group/cause key), in its variant (None: its fix is not replayed)."""
+    e = _BY_CAUSE().get(cause)
+    if e is None:
+        return None
+    return e.replay.get(variant) or e.replay.get("")
+
+
+def replay_levers() -> tuple[str, ...]:
+    """Every replay lever a finding can take, once each, in catalogue order."""
+    names = [name for e in (*CATALOGUE, *BUSY_FINDINGS) for name in e.replay.values()]
+    return tuple(dict.fromkeys(names))
+
+
+def sweep_knobs(cause: str) -> tuple[str, ...]:
+    """The sweep's knobs that act on a finding on ``cause`` (its name), first tried first."""
+    e = _BY_CAUSE().get(cause)
+    return e.sweep if e is not None else ()
+
+
+def lab_flaw_causes(flaw: str) -> tuple[str, ...]:
+    """The cause keys a lab flaw's diagnosis may name first, in catalogue order."""
+    return tuple(e.key for e in CATALOGUE if flaw in e.lab_flaws)
 
 
 def warmup_capture(framework: str) -> str:
@@ -972,4 +1169,4 @@ def warmup_capture(framework: str) -> str:
 
 def entry(key: str) -> CauseEntry:
     """The catalogue entry of 'group/cause' (KeyError for an unknown cause)."""
-    return _BY_KEY[key]
+    return CATALOGUE.entry(key)

@@ -8,7 +8,9 @@ fill the device).
 
 from __future__ import annotations
 
-from whyidle.catalogue import CATALOGUE, Lever
+from collections.abc import Mapping, Sequence
+
+from whyidle.catalogue import CauseEntry, Lever, LiveMap, derived
 
 __all__ = ["Lever", "LEVERS", "FINDING_IDIOM_LEVERS", "lever_for"]
 
@@ -152,10 +154,13 @@ FINDING_IDIOM_LEVERS: dict[str, dict[str, Lever]] = {
     },
 }
 
-LEVERS: dict[tuple[str, str], Lever] = {
-    **{(e.cause, variant): lever for e in CATALOGUE for variant, lever in e.levers.items()},
-    **_FINDING_LEVERS,
-}
+def _levers(entries: Sequence[CauseEntry]) -> dict[tuple[str, str], Lever]:
+    return {**{(e.cause, variant): lever for e in entries for variant, lever in e.levers.items()}, **_FINDING_LEVERS}
+
+
+# (cause, variant) -> lever: the catalogue's causes (those registered at run time too) and the
+# findings on busy time above.
+LEVERS: Mapping[tuple[str, str], Lever] = LiveMap(derived(_levers))
 
 
 def lever_for(cause: str, variant: str = "") -> Lever:

@@ -406,6 +406,9 @@ def _built(d: dict[str, Any]) -> DiagnosisData:
         batch_size=_batch(th.get("batch_size")),
         batch_size_basis=th.get("batch_size_basis", ""),
     )
+    unknown = sorted(set(d.get("idle_by_cause_ns", {})) - {c.key for c in C.CAUSES})
+    if unknown:
+        raise ValueError(f"idle_by_cause_ns names the cause {unknown[0]!r}, which this whyidle does not know (a newer whyidle wrote it)")
     by_cause = {c.key: _i64(d.get("idle_by_cause_ns", {}).get(c.key, 0)) for c in C.CAUSES}
     lanes = _lanes(d.get("lanes", ()))
     data = DiagnosisData(
