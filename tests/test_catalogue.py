@@ -91,3 +91,19 @@ def test_what_the_features_know_of_a_cause_is_the_catalogues() -> None:
     assert replay_lever("idle_host") is None and replay_lever("no_such_cause") is None
     assert dict(EXPECTED) == {f: lab_flaw_causes(f) for f in FLAWS} and EXPECTED["none"] == ()
     assert EXPECTED["smallbatch"] == ("underfilled/host_overhead", "underfilled/kernel_boundaries")
+
+
+def test_busy_findings_and_api_fixes_are_complete() -> None:
+    """The catalogue's findings on busy time have a default lever (and idiom levers without
+    torch), and each Nsight API fix refines a cause of the catalogue and has text for any job."""
+    from whyidle.catalogue import API_FIXES, BUSY_FINDINGS
+
+    assert len({b.cause for b in BUSY_FINDINGS}) == len(BUSY_FINDINGS)
+    assert not {b.cause for b in BUSY_FINDINGS} & {e.cause for e in CATALOGUE}
+    for b in BUSY_FINDINGS:
+        assert "" in b.levers and all(lv.title and lv.steps and lv.verify and lv.docs in PAGES for lv in b.levers.values()), b.cause
+        assert all(i in IDIOMS and i != "pytorch" and "torch" not in lv.code for i, lv in b.idioms.items()), b.cause
+    for fid, t in API_FIXES.items():
+        assert fid.startswith("api.") and C.cause(t.cause).key == t.cause
+        assert "" in t.title and "" in t.steps and t.summary and t.verify, fid
+        assert "" in t.code or {"pytorch", "cuda"} <= set(t.code), fid

@@ -13,6 +13,9 @@ package (a plug-in, a test) does the same at run time: ``CATALOGUE.register(entr
 (``tests/test_fake_cause.py``). Every table keyed by cause reads the catalogue when it is used
 (``derived``, ``LiveMap``, ``LiveSeq``), never a copy taken at import.
 
+Beside the causes: the findings on busy time (``BUSY_FINDINGS``: their levers, replay lever and
+sweep knobs) and the fix texts of the Nsight Systems API findings (``API_FIXES``).
+
 # long: one table with an entry per cause; splitting it would scatter what it exists to keep together
 
 Colours. Every cause has its own colour, and the causes of a group share a hue family: oranges
