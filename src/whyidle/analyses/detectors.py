@@ -35,10 +35,11 @@ from whyidle.config import Config
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Timeline
 
-__all__ = ["HostView", "DeviceView", "HostDetector", "DeviceDetector", "Detector", "register", "unregister", "registered", "host_detectors", "device_detectors"]
+__all__ = ["Phase", "HostView", "DeviceView", "HostDetector", "DeviceDetector", "Detector", "register", "unregister", "registered", "host_detectors", "device_detectors"]
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
+Phase = Literal["queued", "in_flight"]
 
 
 class HostView(NamedTuple):
@@ -77,7 +78,7 @@ class HostDetector(NamedTuple):
 
 class DeviceDetector(NamedTuple):
     key: str
-    phase: Literal["queued", "in_flight"]
+    phase: Phase
     claims: Callable[[DeviceView], B]
 
 
@@ -141,7 +142,7 @@ def host_detectors() -> tuple[HostDetector, ...]:
     return tuple(_HOST)
 
 
-def device_detectors(phase: Literal["queued", "in_flight"]) -> tuple[DeviceDetector, ...]:
+def device_detectors(phase: Phase) -> tuple[DeviceDetector, ...]:
     return tuple(d for d in _DEVICE if d.phase == phase)
 
 

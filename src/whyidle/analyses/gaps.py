@@ -57,7 +57,7 @@ import numpy.typing as npt
 
 from whyidle.analyses import causes as C
 from whyidle.analyses.calls import is_launch_call
-from whyidle.analyses.detectors import DeviceView, HostView, device_detectors, host_detectors
+from whyidle.analyses.detectors import DeviceView, HostView, Phase, device_detectors, host_detectors
 from whyidle.analyses.hostops import HostSets, host_sets, is_sync_call, memcpy_direction
 from whyidle.analyses.hostwork import ContextSets
 from whyidle.analyses.links import Links
@@ -242,13 +242,14 @@ def _device_side(
     or was still running (in flight) when the device went idle: each gap goes whole to the first
     device detector of its phase that claims it (``analyses/detectors.py``)."""
     coll_next = (next_row >= 0) & (tl.kind[np.maximum(next_row, 0)] == int(Kind.COLLECTIVE))
-    for phase, mask in (("queued", queued_any), ("in_flight", in_flight)):
+    phases: tuple[tuple[Phase, B], ...] = (("queued", queued_any), ("in_flight", in_flight))
+    for phase, mask in phases:
         idx = np.flatnonzero(mask)
         if idx.size == 0:
             continue
         view = DeviceView(tl, next_row[idx], dur[idx], pre_capture[idx], h2d_next[idx], dep_wait[idx], coll_next[idx], la.blocking[idx], la.cold[idx], cfg)
         open_ = np.ones(idx.size, dtype=np.bool_)
-        for d in device_detectors(phase):  # type: ignore[arg-type]
+        for d in device_detectors(phase):
             claim = open_ & np.asarray(d.claims(view), dtype=np.bool_)
             pre[idx[claim], C.cause_index(C.cause(d.key))] = dur[idx[claim]]
             open_ &= ~claim
