@@ -109,6 +109,9 @@ class _ByCause(Value):
         return {key: x for key, x in v.items() if x}
 
     def dec(self, v: Any) -> Any:
+        unknown = sorted(set(v) - {c.key for c in C.CAUSES})
+        if unknown:  # its idle time would be dropped without a word
+            raise ValueError(f"names the cause {unknown[0]!r}, which this whyidle does not know (a newer whyidle wrote it)")
         return {c.key: INT.dec(v.get(c.key, 0)) for c in C.CAUSES}
 
 
