@@ -19,7 +19,7 @@ def test_public_api_is_pinned() -> None:
         "Timeline", "TraceFormatError", "Trial", "TrialResult", "UnsupportedInputError", "UsageError", "WhyidleError",
         "Workload", "annotate", "compare", "diagnose", "handler", "load", "load_report", "load_requests",
         "profile_latency", "profile_steps", "schedule", "sync_finder", "track", "tune_batching",
-        "AdviceContext", "LatencyProfile", "MultiRankReport", "Prediction", "ReadAhead", "Traffic", "diagnose_ranks",
+        "AdviceContext", "LatencyProfile", "MultiRankReport", "Prediction", "Traffic", "diagnose_ranks",
         "BatchingResult", "DeviceTimer", "DiagnosisData", "RequestLog", "StepTracker", "SyncFinder", "TraceHandler",
     ])  # fmt: skip
     assert whyidle.Report is whyidle.Diagnosis

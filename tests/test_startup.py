@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -93,21 +93,21 @@ def test_a_non_ascii_name_goes_to_the_pattern() -> None:
     assert not hostwork.may_contain("train.py(12): step", hostwork._COLD_HINTS)
 
 
-def test_no_relay_child_where_there_is_no_what_if_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_helper_child_where_there_is_no_what_if_graph(monkeypatch: pytest.MonkeyPatch) -> None:
     """The B200 trace has no step markers, so no what-if graph: forking a helper for it only
     cost time (the parent's copy-on-write faults). A trace with steps still gets one."""
     import whyidle.pipeline as P
+    from whyidle.parallel import Beside, Errand, Helpers
     from whyidle.render import render
     from whyidle.sources import load
 
     forks: list[bool] = []
 
-    class Recording(P.Relay[_P, _Q, _U, _E]):
-        def __init__(self, *a: Any, fork: bool = True, **kw: Any) -> None:
-            forks.append(fork)
-            super().__init__(*a, fork=False, **kw)  # the answer is made here: the test needs no child
+    def recording(self: Helpers, errand: Errand[Any, Any, Any, Any]) -> Beside[Any, Any, Any]:
+        forks.append(self.fork)
+        return Beside(errand)  # the answer is made here: the test needs no child
 
-    monkeypatch.setattr(P, "Relay", Recording)
+    monkeypatch.setattr(Helpers, "beside", recording)
     stepless = load(shared_trace("inference/tracelens__b200_eager_llm_prefill_rank0.json.gz"))
     stepped = load(H200 / "lab_sync_cuda.pt.trace.json.gz")
     assert render(P.diagnose(stepless, jobs=2), "json") == render(P.diagnose(stepless, jobs=1), "json")
@@ -115,15 +115,13 @@ def test_no_relay_child_where_there_is_no_what_if_graph(monkeypatch: pytest.Monk
     assert forks == [False, False, True]
 
 
-_P, _Q, _U, _E = TypeVar("_P"), TypeVar("_Q"), TypeVar("_U"), TypeVar("_E")
-
-
 def test_the_forked_split_and_decode_of_a_real_trace_is_the_serial_one() -> None:
     from tlbuild import assert_same_timeline
 
-    from whyidle.sources import _twoway, load
+    from whyidle.parallel import can_fork
+    from whyidle.sources import load
 
-    if not _twoway.can_fork():
+    if not can_fork():
         pytest.skip("a forked helper needs Linux and two usable cores")
     trace = shared_trace("inference/tracelens__b200_eager_llm_prefill_rank0.json.gz")  # 14 MB: over the fork threshold
     assert_same_timeline(load(trace, jobs=2), load(trace, jobs=1))

@@ -164,14 +164,15 @@ def run(args: argparse.Namespace) -> int:
             emit(run_report, args)
             failures = [f"rank {e.rank}: {m}" for e in run_report.ranks if e.report is not None for m in gate_failures(e.report, cfg)]
         else:
-            from whyidle.sources import load
+            from whyidle.parallel import Helpers
+            from whyidle.sources import read
 
             jobs = 2 if args.jobs is None else args.jobs
             with progress(f"whyidle: reading {args.trace}"):
-                timeline = load(
+                timeline = read(
                     args.trace,
-                    step_pattern=cfg.step_range,
-                    jobs=jobs,
+                    cfg.step_range,
+                    Helpers(fork=jobs >= 2),
                     read_ahead=read_ahead,
                     counters_utc_offset_min=cfg.counters_utc_offset_min,
                     counters_interval_ms=cfg.counters_interval_ms,

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING
 
 from whyidle.errors import InputError, UnsupportedInputError
 from whyidle.sources._io import GZIP_MAGIC, SQLITE_MAGIC, ReadAhead, TooLargeForMemory, check_regular, estimated_size, read_bytes
-from whyidle.sources._twoway import Relay, quiet_worker
+from whyidle.parallel import Helpers
 from whyidle.sources.rocprof_schema import looks_like_rocprof
 from whyidle.sources.xplane_wire import XPLANE_SUFFIXES
 
 if TYPE_CHECKING:
     from whyidle.timeline.model import Timeline
 
-__all__ = ["load", "find_traces", "passed_over", "ReadAhead", "read_bytes", "quiet_worker", "Relay"]
+__all__ = ["load", "read", "find_traces", "passed_over", "ReadAhead", "read_bytes"]
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".parquet", *XPLANE_SUFFIXES)
 
@@ -85,8 +85,6 @@ def load(
     step_pattern: str | None = None,
     jobs: int = 1,
     *,
-    read_ahead: ReadAhead | None = None,
-    stream_jobs: int | None = None,
     counters_utc_offset_min: int | None = None,
     counters_interval_ms: float | None = None,
 ) -> Timeline:
@@ -94,24 +92,35 @@ def load(
 
     ``step_pattern``: the regular expression naming step ranges in formats whose steps are user
     ranges (Nsight Systems NVTX); None uses the source's default. ``jobs`` >= 2 lets a forked
-    process decode part of a Kineto trace (see :func:`whyidle.sources.kineto.parse_kineto`).
-    ``read_ahead``: a :class:`~whyidle.sources._io.ReadAhead` that may already be reading the
-    file; the modules it names are imported while a forked child splits the trace (``jobs`` >= 2). ``stream_jobs``: processes decoding chunks of a trace large enough for the out-of-core
-    reader (None: by size; 1 where traces are already read one per core).
+    process decode part of a Kineto trace (Linux, two usable cores; see :mod:`whyidle.parallel`).
     ``counters_utc_offset_min`` / ``counters_interval_ms``: how to read a GPU counter log's clock
     (the Config fields of those names; see :func:`whyidle.sources.counters.parse_counters`).
     """
+    return read(path, step_pattern, Helpers(fork=jobs >= 2), counters_utc_offset_min=counters_utc_offset_min, counters_interval_ms=counters_interval_ms)
+
+
+def read(
+    path: str | os.PathLike[str],
+    step_pattern: str | None = None,
+    helpers: Helpers = Helpers(),
+    *,
+    read_ahead: ReadAhead | None = None,
+    counters_utc_offset_min: int | None = None,
+    counters_interval_ms: float | None = None,
+) -> Timeline:
+    """:func:`load` for the command line and the feature packages: with the ``helpers`` they
+    give it (a forked child decoding part of a Kineto trace, the processes decoding chunks of a
+    trace too large for memory) and a :class:`~whyidle.sources._io.ReadAhead` that may already be
+    reading the file (the modules it names are imported while a forked child splits the trace)."""
     p = Path(path)
     try:
-        return _load(p, step_pattern, jobs, read_ahead, stream_jobs, (counters_utc_offset_min, counters_interval_ms))
+        return _load(p, step_pattern, helpers, read_ahead, (counters_utc_offset_min, counters_interval_ms))
     finally:
         if read_ahead is not None:
             read_ahead.discard(p)  # a read-ahead that this input did not use
 
 
-def _load(
-    p: Path, step_pattern: str | None, jobs: int, read_ahead: ReadAhead | None, stream_jobs: int | None, clock: tuple[int | None, float | None]
-) -> Timeline:
+def _load(p: Path, step_pattern: str | None, helpers: Helpers, read_ahead: ReadAhead | None, clock: tuple[int | None, float | None]) -> Timeline:
     if p.is_dir():
         traces = find_traces(p)
         if not traces:
@@ -142,7 +151,7 @@ def _load(
         from whyidle.sources.kineto_stream import load_kineto_stream, should_stream
 
         if should_stream(p):
-            return load_kineto_stream(p, jobs=stream_jobs)
+            return load_kineto_stream(p, jobs=helpers.chunk_jobs)
     from whyidle.config import Config
 
     try:  # gzip size fields are modulo 4 GiB: a larger content is found out while reading
@@ -151,7 +160,7 @@ def _load(
         if not looks_like_rocprof(_text_head(p)):
             from whyidle.sources.kineto_stream import load_kineto_stream
 
-            return load_kineto_stream(p, jobs=stream_jobs)
+            return load_kineto_stream(p, jobs=helpers.chunk_jobs)
         raw = _read_rocprof(p)
     from whyidle.sources.kineto import (  # numpy: after the read began
         load_kineto,
@@ -172,7 +181,7 @@ def _load(
     if looks_like_kineto(raw[:64]) or p.name.endswith(_TRACE_SUFFIXES):
         box = [raw]  # the reader frees the text once decoded: no reference may stay here
         del raw
-        return load_kineto(p, box, jobs, meanwhile=None if read_ahead is None else read_ahead.import_now)
+        return load_kineto(p, box, helpers, meanwhile=None if read_ahead is None else read_ahead.import_now)
     from whyidle.sources.counters import counter_timeline, looks_like_counter_log
 
     if looks_like_counter_log(raw[:8192]):
