@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import NamedTuple
 
 import msgspec
 import numpy as np
@@ -48,7 +47,7 @@ def analyse(tl: Timeline, cfg: Config | None = None, links: Links | None = None,
     return _with_kernels(_measure(tl, cfg, links, window), kernel_stats(tl, links, window, cfg))
 
 
-class _Measured(NamedTuple):
+class _Measured(msgspec.Struct, frozen=True):
     """The analyses but the kernel statistics (which a helper may make meanwhile)."""
 
     tl: Timeline
@@ -169,7 +168,7 @@ def _gap_record(a: Analyses, i: int, ctx: GapContext, next_work: npt.NDArray[np.
 
 def report_from(a: Analyses, cfg: Config) -> Diagnosis:
     """The Diagnosis of the analyses."""
-    findings, skipped = ranked_findings(a, cfg)
+    findings, skipped = _ranked_findings(a, cfg)
     return _with_predictions(a, _report(a, cfg, findings, skipped), cfg, None)
 
 
@@ -180,7 +179,7 @@ def _with_predictions(a: Analyses, report: Diagnosis, cfg: Config, predictions: 
     return msgspec.structs.replace(report, findings=findings, extra={"critical_path": path} if path is not None else {})
 
 
-def ranked_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple[Skipped, ...]]:
+def _ranked_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple[Skipped, ...]]:
     """The rules' findings, most important first, and the rules skipped."""
     findings, skipped = apply_rules(a, cfg)
     return tuple(sorted(findings, key=rank_key)), skipped
@@ -289,13 +288,13 @@ def _diagnose(tl: Timeline, cfg: Config, helpers: Helpers) -> tuple[Diagnosis, A
     with (helpers if errand.worth_a_helper() else Helpers()).beside(errand) as helper:
         measured = _measure(tl, cfg, links, window)
         a = _with_kernels(measured, helper.early())
-        findings, skipped = ranked_findings(a, cfg)
+        findings, skipped = _ranked_findings(a, cfg)
         helper.ask(levers_of(findings))
         report = _report(a, cfg, findings, skipped)
         return _with_predictions(a, report, cfg, helper.result()), a
 
 
-class _Beside(NamedTuple):
+class _Beside(msgspec.Struct, frozen=True):
     """What a helper does beside the diagnosis (an :class:`~whyidle.parallel.Errand`): the kernel
     statistics first (the gaps are found meanwhile), then the what-if graph while the analyses and
     rules run, the replays of every lever while it waits, and last the predictions of the levers

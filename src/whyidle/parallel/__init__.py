@@ -12,14 +12,16 @@ Forking is the caller's choice (``jobs=2``; the command line makes it, library c
 one process): a process whose other threads hold native locks (a training job's CUDA or OpenMP
 threads) should not fork.
 
-This package imports nothing of whyidle's: the readers (``sources``) and the pipeline both call it.
+This package imports nothing of whyidle's (a leaf): the readers (``sources``) and the pipeline
+both call it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypeVar
+
+import msgspec
 
 from whyidle.parallel.errand import Beside, Errand
 from whyidle.parallel.forked import Relay, can_fork, planned_map, quiet_worker
@@ -33,8 +35,7 @@ U = TypeVar("U")
 E = TypeVar("E")
 
 
-@dataclass(frozen=True)
-class Helpers:
+class Helpers(msgspec.Struct, frozen=True):
     """The help this process may have, and the calls that use it.
 
     ``fork``: a forked child may decode half of a trace and work beside the analyses (Linux with
