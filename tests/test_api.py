@@ -28,6 +28,26 @@ def test_public_api_is_pinned() -> None:
     assert not hasattr(whyidle, "no_such_name")
 
 
+def test_reading_and_diagnosing_take_plain_arguments() -> None:
+    """``load`` and ``diagnose`` are pinned with their signatures: the speed machinery (a forked
+    helper, a read-ahead, chunk processes: whyidle.parallel) is asked for with ``jobs`` alone,
+    never with a hook, a callable or an internal object (the command line uses
+    ``sources.read(path, step_pattern, helpers, read_ahead=)``)."""
+    import inspect
+
+    assert str(inspect.signature(whyidle.load)) == (
+        "(path: 'str | os.PathLike[str]', step_pattern: 'str | None' = None, jobs: 'int' = 1, *, "
+        "counters_utc_offset_min: 'int | None' = None, counters_interval_ms: 'float | None' = None) -> 'Timeline'"
+    )
+    assert str(inspect.signature(whyidle.diagnose)) == (
+        "(source: 'str | os.PathLike[str] | Timeline', config: 'Config | None' = None, "
+        "counters: 'str | os.PathLike[str] | None' = None, *, jobs: 'int' = 1, **overrides: 'object') -> 'Diagnosis'"
+    )
+    from whyidle.pipeline import analyse
+
+    assert list(inspect.signature(analyse).parameters) == ["tl", "cfg", "links", "window"]
+
+
 def test_every_type_in_a_public_signature_is_exported() -> None:
     """The classes a public function takes or returns are whyidle's own public names (annotations
     are strings here: each capitalised name in them that is a whyidle class must be exported)."""
