@@ -19,7 +19,7 @@ def test_public_api_is_pinned() -> None:
         "Timeline", "TraceFormatError", "Trial", "TrialResult", "UnsupportedInputError", "UsageError", "WhyidleError",
         "Workload", "annotate", "compare", "diagnose", "handler", "load", "load_report", "load_requests",
         "profile_latency", "profile_steps", "schedule", "sync_finder", "track", "tune_batching",
-        "AdviceContext", "LatencyProfile", "MultiRankReport", "Prediction", "ReadAhead", "Traffic", "diagnose_ranks",
+        "AdviceContext", "LatencyProfile", "MultiRankReport", "Prediction", "Traffic", "diagnose_ranks",
         "BatchingResult", "DeviceTimer", "DiagnosisData", "RequestLog", "StepTracker", "SyncFinder", "TraceHandler",
         "AttributionSettings", "FindingSettings", "PredictionSettings", "ReadSettings", "RenderSettings", "ServingSettings", "WindowSettings",
     ])  # fmt: skip
@@ -27,6 +27,27 @@ def test_public_api_is_pinned() -> None:
     for name in whyidle.__all__:
         assert hasattr(whyidle, name), name  # never raises, even for an extra that is not installed
     assert not hasattr(whyidle, "no_such_name")
+
+
+def test_reading_and_diagnosing_take_plain_arguments() -> None:
+    """``load`` and ``diagnose`` are pinned with their signatures: the speed machinery (a forked
+    helper, a read-ahead, chunk processes: whyidle.parallel) is asked for with ``jobs`` alone,
+    never with a hook, a callable or an internal object (the command line uses
+    ``sources.read(path, step_pattern, helpers, read_ahead=)``)."""
+    import inspect
+
+    assert str(inspect.signature(whyidle.load)) == (
+        "(path: 'str | os.PathLike[str]', step_pattern: 'str | None' = None, jobs: 'int' = 1, *, "
+        "counters_utc_offset_min: 'int | None' = None, counters_interval_ms: 'float | None' = None, "
+        "settings: 'ReadSettings | None' = None) -> 'Timeline'"
+    )
+    assert str(inspect.signature(whyidle.diagnose)) == (
+        "(source: 'str | os.PathLike[str] | Timeline', config: 'Config | None' = None, "
+        "counters: 'str | os.PathLike[str] | None' = None, *, jobs: 'int' = 1, **overrides: 'object') -> 'Diagnosis'"
+    )
+    from whyidle.pipeline import analyse
+
+    assert list(inspect.signature(analyse).parameters) == ["tl", "cfg", "links", "window"]
 
 
 def test_every_type_in_a_public_signature_is_exported() -> None:

@@ -40,6 +40,7 @@ _NIGHTLY = int(os.environ.get("WHYIDLE_FUZZ_INPUTS", "0"))
 # package), and the fuzz family that feeds it hostile inputs.
 READERS = {
     "whyidle.sources:load": "kineto",
+    "whyidle.sources:read": "kineto",
     "whyidle.sources._io:read_bytes": "bytes",
     "whyidle.sources.kineto:load_kineto": "kineto",
     "whyidle.sources.kineto:parse_kineto": "kineto",

@@ -94,9 +94,9 @@ def test_golden_json_with_a_helper_process(name: str, monkeypatch: pytest.Monkey
     """The command line's default, jobs=2 (a forked child decodes part of the trace and replays the
     predictions beside the analyses), gives the golden JSON byte for byte."""
     from whyidle import diagnose
-    from whyidle.sources import _twoway
+    from whyidle.parallel import can_fork
 
-    if not _twoway.can_fork():
+    if not can_fork():
         pytest.skip("a forked helper needs Linux and two usable cores")
     base, rel = CASES[name]
     if not (base / rel).exists():

@@ -488,7 +488,7 @@ def test_pool_workers_leave_ctrl_c_to_the_parent(tmp_path: Path, trace_doc: dict
     from concurrent.futures import ProcessPoolExecutor
 
     import whyidle.ranks.run as ranks
-    from whyidle.sources._twoway import quiet_worker
+    from whyidle.parallel import quiet_worker
 
     with ProcessPoolExecutor(max_workers=2, initializer=quiet_worker) as pool:
         ran: set[int] = set()

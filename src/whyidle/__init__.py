@@ -86,7 +86,6 @@ if TYPE_CHECKING:
     from whyidle.ranks.run import diagnose_ranks
     from whyidle.serving.batching import Traffic
     from whyidle.serving.latency import LatencyProfile
-    from whyidle.sources import ReadAhead
     from whyidle.findings.model import DiagnosisData
     from whyidle.capture.profiler import TraceHandler
     from whyidle.capture.sync import SyncFinder
@@ -108,7 +107,6 @@ __all__ = [
     "TraceHandler",
     "MultiRankReport",
     "Prediction",
-    "ReadAhead",
     "Traffic",
     "diagnose_ranks",
     "ArgumentError",
@@ -206,7 +204,6 @@ _LAZY = {
     "diagnose_ranks": "whyidle.ranks.run",
     "Traffic": "whyidle.serving.batching",
     "LatencyProfile": "whyidle.serving.latency",
-    "ReadAhead": "whyidle.sources",
     "DiagnosisData": "whyidle.findings.model",
     "TraceHandler": "whyidle.capture.profiler",
     "SyncFinder": "whyidle.capture.sync",

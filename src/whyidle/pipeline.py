@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Iterator
 
 import msgspec
 import numpy as np
@@ -14,45 +14,62 @@ import numpy.typing as npt
 
 from whyidle.analyses import causes as C
 from whyidle.analyses.context import GapContext, ThreadIndex, brief_context, explaining_ops, gap_context
-from whyidle.analyses.gaps import find_gaps
+from whyidle.analyses.gaps import Gaps, find_gaps
 from whyidle.analyses.kernels import KernelStats, kernel_stats
 from whyidle.analyses.links import Links, link_launches
-from whyidle.analyses.quality import assess_quality
-from whyidle.analyses.utilization import measure_utilization
+from whyidle.analyses.quality import Quality, assess_quality
+from whyidle.analyses.utilization import Utilization, measure_utilization
 from whyidle.analyses.window import Window, select_window
-from whyidle.analyses.work import measure_work
+from whyidle.analyses.work import WorkSummary, measure_work
 from whyidle.config import Config
 from whyidle.errors import ArgumentError, require_path
 from whyidle.analyses.names import name_times
 from whyidle.analyses.strip import device_activity
 from whyidle.diagnosis import Diagnosis, as_diagnosis
-from whyidle.findings.model import rank_key, Finding, GapColumns, GapRecord, SourceInfo, WindowInfo
+from whyidle.findings.model import rank_key, Finding, GapColumns, GapRecord, Skipped, SourceInfo, WindowInfo
 from whyidle.findings.predict import LeverPredictions, PredictionGraph, attach_predictions, levers_of, prediction_graph, predictions_on, replay_ahead
 from whyidle.findings.registry import apply_rules
 from whyidle.findings.rules import Analyses, capture_advice
 from whyidle.analyses.advice_context import advice_context
+from whyidle.parallel import Helpers
 from whyidle.timeline.arrays import unique_sorted
-from whyidle.sources import Relay
 from whyidle.timeline.model import Timeline
 
 __all__ = ["diagnose", "analyse"]
 
 
-def analyse(
-    tl: Timeline, cfg: Config | None = None, links: Links | None = None, window: Window | None = None, kernels: Callable[[], KernelStats] | None = None
-) -> Analyses:
+def analyse(tl: Timeline, cfg: Config | None = None, links: Links | None = None, window: Window | None = None) -> Analyses:
     """Run every analysis on a timeline (pure: no I/O, no printing). ``links`` and ``window``:
-    the timeline's, when already computed; ``kernels()``: its kernel statistics, when computed
-    elsewhere."""
+    the timeline's, when already computed."""
     cfg = cfg or Config()
     links = link_launches(tl) if links is None else links
     window = select_window(tl, links, cfg.window) if window is None else window
+    return _with_kernels(_measure(tl, cfg, links, window), kernel_stats(tl, links, window, cfg.attribution))
+
+
+class _Measured(msgspec.Struct, frozen=True):
+    """The analyses but the kernel statistics (which a helper may make meanwhile)."""
+
+    tl: Timeline
+    window: Window
+    links: Links
+    gaps: Gaps
+    utilization: Utilization
+    quality: Quality
+    work: WorkSummary | None
+
+
+def _measure(tl: Timeline, cfg: Config, links: Links, window: Window) -> _Measured:
     gaps = find_gaps(tl, links, window, cfg.attribution)
     util = measure_utilization(tl, links, window, gaps, cfg.window)
-    kern = kernel_stats(tl, links, window, cfg.attribution) if kernels is None else kernels()
     quality = assess_quality(tl, links, window, gaps, cfg.attribution)
     work = measure_work(tl, links, window, cfg) if links.device_rows.size else None
-    return Analyses(tl, window, gaps, util, kern, quality, ThreadIndex(tl), links, advice_context(tl, gaps.workload), work)
+    return _Measured(tl, window, links, gaps, util, quality, work)
+
+
+def _with_kernels(m: _Measured, kernels: KernelStats) -> Analyses:
+    tl = m.tl
+    return Analyses(tl, m.window, m.gaps, m.utilization, kernels, m.quality, ThreadIndex(tl), m.links, advice_context(tl, m.gaps.workload), m.work)
 
 
 class _Strings:
@@ -151,7 +168,8 @@ def _gap_record(a: Analyses, i: int, ctx: GapContext, next_work: npt.NDArray[np.
 
 def report_from(a: Analyses, cfg: Config) -> Diagnosis:
     """The Diagnosis of the analyses."""
-    return _with_predictions(a, _report_without_predictions(a, cfg), cfg, None)
+    findings, skipped = _ranked_findings(a, cfg)
+    return _with_predictions(a, _report(a, cfg, findings, skipped), cfg, None)
 
 
 def _with_predictions(a: Analyses, report: Diagnosis, cfg: Config, predictions: LeverPredictions | None) -> Diagnosis:
@@ -161,13 +179,14 @@ def _with_predictions(a: Analyses, report: Diagnosis, cfg: Config, predictions: 
     return msgspec.structs.replace(report, findings=findings, extra={"critical_path": path} if path is not None else {})
 
 
-def _report_without_predictions(a: Analyses, cfg: Config, on_findings: Callable[[tuple[Finding, ...]], None] | None = None) -> Diagnosis:
-    """The Diagnosis without predictions or critical path; ``on_findings`` sees the findings as
-    soon as the rules have made them (the rest of the report takes longer)."""
+def _ranked_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple[Skipped, ...]]:
+    """The rules' findings, most important first, and the rules skipped."""
     findings, skipped = apply_rules(a, cfg)
-    findings = tuple(sorted(findings, key=rank_key))
-    if on_findings is not None:
-        on_findings(findings)
+    return tuple(sorted(findings, key=rank_key)), skipped
+
+
+def _report(a: Analyses, cfg: Config, findings: tuple[Finding, ...], skipped: tuple[Skipped, ...]) -> Diagnosis:
+    """The Diagnosis of the analyses and their findings, without predictions or critical path."""
     tl = a.tl
     totals = a.gaps.total_by_cause()
     idle_by_cause = {c.key: int(totals[i]) for i, c in enumerate(C.CAUSES)}
@@ -224,11 +243,11 @@ def diagnose(
     Keyword overrides replace fields of ``config``: ``diagnose(path, skip_first_steps=2)``.
     ``counters``: a GPU counter log joined with the trace by wall-clock time as extra evidence.
     A counter log given as ``source`` gives a report of the counter analyses alone.
-    ``jobs`` >= 2 lets forked processes help (Linux, two usable cores): one decodes part of a
-    Kineto trace; another makes the kernel statistics and the what-if graph while this process
-    runs the other analyses, and replays the levers the findings name (the same report either
-    way). Forking is the caller's choice: not in a process whose other threads hold native locks
-    (a training job's CUDA or OpenMP threads).
+    ``jobs`` >= 2 lets forked processes help (Linux, two usable cores; :mod:`whyidle.parallel`):
+    one decodes part of a Kineto trace; another makes the kernel statistics and the what-if graph
+    while this process runs the other analyses, and replays the levers the findings name (the
+    same report either way). Forking is the caller's choice: not in a process whose other threads
+    hold native locks (a training job's CUDA or OpenMP threads).
     """
     require_path(source, "source", (Timeline,))
     if counters is not None:
@@ -246,27 +265,54 @@ def diagnose(
         tl = load(source, jobs=jobs, settings=cfg.read)
     if tl.meta.counters is not None and len(tl) == 0:
         return _counter_report(tl, cfg)
-    links = link_launches(tl)
-    window = select_window(tl, links, cfg.window)
-    # With jobs >= 2 a forked child makes the kernel statistics (sent ahead) and the what-if
-    # graph while the analyses and rules run here, replays levers ahead while it waits, then
-    # replays the levers the findings name while the report is assembled. Not when there is no
-    # graph to build (no steps or no device work): a live child costs this process 1.5 ms to
-    # fork and 5-6 ms of copy-on-write faults during the analyses (B200 trace: 21 -> 29 ms).
-    relay = Relay[PredictionGraph, tuple[str, ...], LeverPredictions, KernelStats](
-        lambda: prediction_graph(tl, window, cfg, links),
-        lambda pg, levers: predictions_on(pg, levers, cfg),
-        fork=jobs >= 2 and bool(window.steps) and links.device_rows.size > 0,
-        idle=lambda pg: replay_ahead(pg, cfg),  # every lever, while the findings are being made
-        early=lambda: kernel_stats(tl, links, window, cfg.attribution),  # first: the gaps are found here meanwhile
-    )
-    with relay:
-        a = analyse(tl, cfg, links, window, kernels=relay.early_result)
-        report = _report_without_predictions(a, cfg, on_findings=lambda f: relay.ask(levers_of(f)))
-        report = _with_predictions(a, report, cfg, relay.result())
+    report, a = _diagnose(tl, cfg, Helpers(fork=jobs >= 2))
     if counters is not None:
         report = _join_counters(report, a, counters, cfg)
     return report
+
+
+def _diagnose(tl: Timeline, cfg: Config, helpers: Helpers) -> tuple[Diagnosis, Analyses]:
+    """:func:`report_from` of :func:`analyse`, with a helper's work beside it (:class:`_Beside`).
+    Read as if sequential: with ``Helpers()`` every step below runs here, in this order."""
+    links = link_launches(tl)
+    window = select_window(tl, links, cfg.window)
+    errand = _Beside(tl, window, cfg, links)
+    # Not when there is no what-if graph to build (no steps or no device work): a live child costs
+    # this process 1.5 ms to fork and 5-6 ms of copy-on-write faults (B200 trace: 21 -> 29 ms).
+    with (helpers if errand.worth_a_helper() else Helpers()).beside(errand) as helper:
+        measured = _measure(tl, cfg, links, window)
+        a = _with_kernels(measured, helper.early())
+        findings, skipped = _ranked_findings(a, cfg)
+        helper.ask(levers_of(findings))
+        report = _report(a, cfg, findings, skipped)
+        return _with_predictions(a, report, cfg, helper.result()), a
+
+
+class _Beside(msgspec.Struct, frozen=True):
+    """What a helper does beside the diagnosis (an :class:`~whyidle.parallel.Errand`): the kernel
+    statistics first (the gaps are found meanwhile), then the what-if graph while the analyses and
+    rules run, the replays of every lever while it waits, and last the predictions of the levers
+    the findings name (asked while the report is assembled)."""
+
+    tl: Timeline
+    window: Window
+    cfg: Config
+    links: Links
+
+    def worth_a_helper(self) -> bool:
+        return bool(self.window.steps) and self.links.device_rows.size > 0
+
+    def early(self) -> KernelStats:
+        return kernel_stats(self.tl, self.links, self.window, self.cfg.attribution)
+
+    def prepare(self) -> PredictionGraph:
+        return prediction_graph(self.tl, self.window, self.cfg, self.links)
+
+    def idle(self, prepared: PredictionGraph) -> Iterator[None]:
+        return replay_ahead(prepared, self.cfg)
+
+    def answer(self, prepared: PredictionGraph, question: tuple[str, ...]) -> LeverPredictions:
+        return predictions_on(prepared, question, self.cfg)
 
 
 def _counter_report(tl: Timeline, cfg: Config) -> Diagnosis:

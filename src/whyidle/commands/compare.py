@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = Config(skip_first_steps=args.skip_first, batch_size=args.batch_size)
     if args.output:
         check_not_input(args.output, (args.before, args.after))  # before reading: say it at once
+    from whyidle.parallel import Helpers
     from whyidle.sources import ReadAhead
 
     with ReadAhead() as read_ahead:
@@ -60,8 +61,8 @@ def run(args: argparse.Namespace) -> int:
             read_ahead.start(side, cfg.read.stream_min_bytes)
         with progress(f"whyidle: reading {args.before} and {args.after}"):
             # the command line's own process: a forked child may decode beside it
-            before = read_side(args.before, cfg, read_ahead=read_ahead, jobs=2)
-            after = read_side(args.after, cfg, read_ahead=read_ahead, jobs=2)
+            before = read_side(args.before, cfg, read_ahead=read_ahead, helpers=Helpers(fork=True))
+            after = read_side(args.after, cfg, read_ahead=read_ahead, helpers=Helpers(fork=True))
     c = compare_reports(before, after, limit=args.top)
     as_json = render_comparison_json(c)
     text = render_text(c)

@@ -164,11 +164,12 @@ def run(args: argparse.Namespace) -> int:
             emit(run_report, args)
             failures = [f"rank {e.rank}: {m}" for e in run_report.ranks if e.report is not None for m in gate_failures(e.report, cfg.findings)]
         else:
-            from whyidle.sources import load
+            from whyidle.parallel import Helpers
+            from whyidle.sources import read
 
             jobs = 2 if args.jobs is None else args.jobs
             with progress(f"whyidle: reading {args.trace}"):
-                timeline = load(args.trace, jobs=jobs, read_ahead=read_ahead, settings=cfg.read)
+                timeline = read(args.trace, None, Helpers(fork=jobs >= 2), read_ahead=read_ahead, settings=cfg.read)
                 from whyidle.pipeline import diagnose  # imported by load already when it forked
 
                 report = diagnose(timeline, cfg, counters=getattr(args, "counters", None), jobs=jobs)

@@ -16,14 +16,18 @@ from __future__ import annotations
 import os
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whyidle.analyses import causes as C
 from whyidle.analyses.names import NameTimes
 from whyidle.config import Config
 from whyidle.findings.labels import cause_label
 from whyidle.findings.model import DiagnosisData
+from whyidle.parallel import Helpers
 from whyidle.units import CHANGE, format_ns
+
+if TYPE_CHECKING:
+    from whyidle.sources import ReadAhead
 
 __all__ = ["Change", "NameChange", "PredictionCheck", "Comparison", "compare", "compare_reports", "read_side", "parse_regression", "REMOVED_BELOW"]
 
@@ -358,11 +362,13 @@ def _work_changes(before: DiagnosisData, after: DiagnosisData) -> dict[str, Any]
     return {"mfu": mfu, "kernel_split": {k.removesuffix("_ns"): Change(getattr(b, k) / b.kernel_ns, getattr(a, k) / a.kernel_ns) for k in _SPLIT}}
 
 
-def read_side(source: str | os.PathLike[str] | DiagnosisData, config: Config | None = None, *, read_ahead: Any = None, jobs: int = 1) -> DiagnosisData:
+def read_side(
+    source: str | os.PathLike[str] | DiagnosisData, config: Config | None = None, *, read_ahead: ReadAhead | None = None, helpers: Helpers = Helpers()
+) -> DiagnosisData:
     """One side of a comparison: a diagnosis as is, a saved JSON report loaded, or a trace diagnosed.
 
-    ``read_ahead`` and ``jobs`` are :func:`whyidle.sources.load`'s (the command line reads both
-    inputs at once and decodes with a second process)."""
+    ``read_ahead`` and ``helpers`` are :func:`whyidle.sources.read`'s (the command line reads
+    both inputs at once and decodes with a second process)."""
     if isinstance(source, DiagnosisData):
         return source
     from pathlib import Path
@@ -381,10 +387,10 @@ def read_side(source: str | os.PathLike[str] | DiagnosisData, config: Config | N
         if looks_like_report(head[:512]):
             return load_report(p)
     from whyidle.pipeline import diagnose
-    from whyidle.sources import load
+    from whyidle.sources import read
 
     cfg = config or Config()
-    return diagnose(load(source, jobs=jobs, read_ahead=read_ahead, settings=cfg.read), cfg)
+    return diagnose(read(source, None, helpers, read_ahead=read_ahead, settings=cfg.read), cfg)
 
 
 def compare(

@@ -55,10 +55,11 @@ def rank_job(path: str, cfg: Config, chunk_jobs: int | None = 1) -> RankResult:
     already run one per core.
     """
     from whyidle.pipeline import analyse, report_from
-    from whyidle.sources import load
+    from whyidle.parallel import Helpers
+    from whyidle.sources import read
 
     try:
-        tl = load(path, stream_jobs=chunk_jobs, settings=cfg.read)
+        tl = read(path, helpers=Helpers(chunk_jobs=chunk_jobs), settings=cfg.read)
     except WhyidleError as exc:
         return RankResult(path, None, None, None, None, str(exc))
     a = analyse(tl, cfg)
@@ -118,7 +119,7 @@ def map_local(paths: Sequence[str], cfg: Config, jobs: int | None = None, progre
                 progress(i + 1, n)
         return out
     results: list[RankResult | None] = [None] * n
-    from whyidle.sources import quiet_worker
+    from whyidle.parallel import quiet_worker
 
     with ProcessPoolExecutor(max_workers=jobs, initializer=quiet_worker) as pool:
         futures = {pool.submit(rank_job, p, cfg): i for i, p in enumerate(paths)}

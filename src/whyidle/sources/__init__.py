@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from whyidle.errors import ArgumentError, InputError, UnsupportedInputError
 from whyidle.sources._io import GZIP_MAGIC, SQLITE_MAGIC, ReadAhead, TooLargeForMemory, check_regular, estimated_size, read_bytes
-from whyidle.sources._twoway import Relay, quiet_worker
+from whyidle.parallel import Helpers
 from whyidle.sources.rocprof_schema import looks_like_rocprof
 from whyidle.sources.xplane_wire import XPLANE_SUFFIXES
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from whyidle.config import ReadSettings
     from whyidle.timeline.model import Timeline
 
-__all__ = ["load", "find_traces", "passed_over", "ReadAhead", "read_bytes", "quiet_worker", "Relay"]
+__all__ = ["load", "read", "find_traces", "passed_over", "ReadAhead", "read_bytes"]
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".parquet", *XPLANE_SUFFIXES)
 
@@ -86,8 +86,6 @@ def load(
     step_pattern: str | None = None,
     jobs: int = 1,
     *,
-    read_ahead: ReadAhead | None = None,
-    stream_jobs: int | None = None,
     counters_utc_offset_min: int | None = None,
     counters_interval_ms: float | None = None,
     settings: ReadSettings | None = None,
@@ -96,15 +94,36 @@ def load(
 
     ``step_pattern``: the regular expression naming step ranges in formats whose steps are user
     ranges (Nsight Systems NVTX); None uses the source's default. ``jobs`` >= 2 lets a forked
-    process decode part of a Kineto trace (see :func:`whyidle.sources.kineto.parse_kineto`).
-    ``read_ahead``: a :class:`~whyidle.sources._io.ReadAhead` that may already be reading the
-    file; the modules it names are imported while a forked child splits the trace (``jobs`` >= 2). ``stream_jobs``: processes decoding chunks of a trace large enough for the out-of-core
-    reader (None: by size; 1 where traces are already read one per core).
+    process decode part of a Kineto trace (Linux, two usable cores; see :mod:`whyidle.parallel`).
     ``counters_utc_offset_min`` / ``counters_interval_ms``: how to read a GPU counter log's clock
     (the ReadSettings fields of those names; see :func:`whyidle.sources.counters.parse_counters`).
     ``settings``: the reading settings (a Config's ``read``): its ``step_range`` and counter clock
     where the arguments above are None, and its size limits.
     """
+    return read(
+        path,
+        step_pattern,
+        Helpers(fork=jobs >= 2),
+        counters_utc_offset_min=counters_utc_offset_min,
+        counters_interval_ms=counters_interval_ms,
+        settings=settings,
+    )
+
+
+def read(
+    path: str | os.PathLike[str],
+    step_pattern: str | None = None,
+    helpers: Helpers = Helpers(),
+    *,
+    read_ahead: ReadAhead | None = None,
+    counters_utc_offset_min: int | None = None,
+    counters_interval_ms: float | None = None,
+    settings: ReadSettings | None = None,
+) -> Timeline:
+    """:func:`load` for the command line and the feature packages: with the ``helpers`` they
+    give it (a forked child decoding part of a Kineto trace, the processes decoding chunks of a
+    trace too large for memory) and a :class:`~whyidle.sources._io.ReadAhead` that may already be
+    reading the file (the modules it names are imported while a forked child splits the trace)."""
     from whyidle.config import ReadSettings
 
     if settings is not None and not isinstance(settings, ReadSettings):
@@ -116,15 +135,13 @@ def load(
         rs.counters_interval_ms if counters_interval_ms is None else counters_interval_ms,
     )
     try:
-        return _load(p, rs.step_range if step_pattern is None else step_pattern, jobs, read_ahead, stream_jobs, clock, rs)
+        return _load(p, rs.step_range if step_pattern is None else step_pattern, helpers, read_ahead, clock, rs)
     finally:
         if read_ahead is not None:
             read_ahead.discard(p)  # a read-ahead that this input did not use
 
 
-def _load(
-    p: Path, step_pattern: str | None, jobs: int, read_ahead: ReadAhead | None, stream_jobs: int | None, clock: tuple[int | None, float | None], rs: ReadSettings
-) -> Timeline:
+def _load(p: Path, step_pattern: str | None, helpers: Helpers, read_ahead: ReadAhead | None, clock: tuple[int | None, float | None], rs: ReadSettings) -> Timeline:
     if p.is_dir():
         traces = find_traces(p)
         if not traces:
@@ -155,14 +172,14 @@ def _load(
         from whyidle.sources.kineto_stream import load_kineto_stream, should_stream
 
         if should_stream(p, rs.stream_min_bytes):
-            return load_kineto_stream(p, jobs=stream_jobs)
+            return load_kineto_stream(p, jobs=helpers.chunk_jobs)
     try:  # gzip size fields are modulo 4 GiB: a larger content is found out while reading
         raw = read_bytes(p, read_ahead, max_bytes=rs.stream_min_bytes)
     except TooLargeForMemory:
         if not looks_like_rocprof(_text_head(p)):
             from whyidle.sources.kineto_stream import load_kineto_stream
 
-            return load_kineto_stream(p, jobs=stream_jobs)
+            return load_kineto_stream(p, jobs=helpers.chunk_jobs)
         raw = _read_rocprof(p, rs.rocprof_max_bytes)
     from whyidle.sources.kineto import (  # numpy: after the read began
         load_kineto,
@@ -183,7 +200,7 @@ def _load(
     if looks_like_kineto(raw[:64]) or p.name.endswith(_TRACE_SUFFIXES):
         box = [raw]  # the reader frees the text once decoded: no reference may stay here
         del raw
-        return load_kineto(p, box, jobs, meanwhile=None if read_ahead is None else read_ahead.import_now)
+        return load_kineto(p, box, helpers, meanwhile=None if read_ahead is None else read_ahead.import_now)
     from whyidle.sources.counters import counter_timeline, looks_like_counter_log
 
     if looks_like_counter_log(raw[:8192]):

@@ -146,7 +146,7 @@ class ReadAhead:
 
     The command line starts one before it imports numpy and the analyses: reading and
     decompressing (zlib releases the GIL) then overlap the imports on a second core. It is passed
-    explicitly (``load(path, read_ahead=...)``); nothing is kept at module level. Use it as a
+    explicitly (``sources.read(path, read_ahead=...)``); nothing is kept at module level. Use it as a
     context manager, or call :meth:`close`, so that no thread is left holding a file's bytes.
 
     ``imports``: modules the caller needs next (the analyses). :func:`whyidle.sources.load`

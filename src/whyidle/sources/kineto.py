@@ -40,7 +40,9 @@ from whyidle.sources.kineto_columns import (
 from whyidle.timeline.model import Timeline
 
 if TYPE_CHECKING:
-    from whyidle.sources._twoway import Meanwhile
+    from collections.abc import Callable
+
+    from whyidle.parallel import Helpers
 
 __all__ = ["load_kineto", "parse_kineto", "looks_like_kineto"]
 
@@ -107,14 +109,14 @@ _FLOAT_TIME_RE = re.compile(rb'"(?:ts|dur)"\s*:\s*-?(\d+)\.(\d+)')
 _EXACT_FLOAT_US = 2**53 // 1000 // 4
 
 
-def load_kineto(path: Path, raw: bytes | list[bytes], jobs: int = 1, meanwhile: Meanwhile | None = None) -> Timeline:
+def load_kineto(path: Path, raw: bytes | list[bytes], helpers: Helpers | None = None, meanwhile: Callable[[], object] | None = None) -> Timeline:
     """Parse a Kineto trace already read into ``raw`` (decompressed).
 
     ``raw`` may be a one-element list that the caller holds no other reference to: the text is
     then taken out of it and freed as soon as the events are decoded, before the columns are
     sorted (on the 50 MB generated benchmark trace, that text and its slices are 70 MB).
     """
-    return parse_kineto(raw, path=str(path), jobs=jobs, meanwhile=meanwhile)
+    return parse_kineto(raw, path=str(path), helpers=helpers, meanwhile=meanwhile)
 
 
 def _sample_fractions(raw: bytes) -> tuple[list[str], bool]:
@@ -158,23 +160,25 @@ def _fraction_style(texts: list[str]) -> str:
     return "unpadded_ns" if (short and trail0 and not lead0) else "decimal"
 
 
-def parse_kineto(raw: bytes | list[bytes], path: str = "<memory>", jobs: int = 1, meanwhile: Meanwhile | None = None) -> Timeline:
+def parse_kineto(
+    raw: bytes | list[bytes], path: str = "<memory>", helpers: Helpers | None = None, meanwhile: Callable[[], object] | None = None
+) -> Timeline:
     """The Timeline of a Kineto trace held in memory.
 
-    ``jobs`` >= 2: a forked child plans the batches (:func:`_cut_plan`) while this process runs
-    ``meanwhile()`` (the command line imports the analyses; see
-    :func:`whyidle.sources._twoway.planned_map`), then decodes batches from the back
-    while this process takes them from the front (see :mod:`whyidle.sources._twoway`; Linux with
-    two cores, else one process). ``meanwhile`` may not be called at all. Forking is the caller's
-    choice: do not ask for it in a process whose other threads hold native locks.
+    ``helpers`` that fork (:class:`whyidle.parallel.Helpers`): a forked child plans the batches
+    (:func:`_cut_plan`) while this process runs ``meanwhile()`` (the command line imports the
+    analyses; see :meth:`~whyidle.parallel.Helpers.map`), then decodes batches from the back
+    while this process takes them from the front (Linux with two cores, else one process).
+    ``meanwhile`` may not be called at all. Forking is the caller's choice: do not ask for it in
+    a process whose other threads hold native locks.
     """
     box = raw if isinstance(raw, list) else [raw]
     del raw
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of fresh objects, none cyclic: the collector would only rescan them
     try:
-        if jobs >= 2 and len(box[0]) >= _FORK_MIN_BYTES:
-            return _parse_two_way(box, path, meanwhile)
+        if helpers is not None and helpers.forks() and len(box[0]) >= _FORK_MIN_BYTES:
+            return _parse_two_way(box, path, helpers, meanwhile)
         return _parse(box, path)
     finally:
         if gc_was_enabled:
@@ -225,17 +229,15 @@ class _Plan(msgspec.Struct):
     bounds: list[tuple[int, int]]
 
 
-def _parse_two_way(box: list[bytes], path: str, meanwhile: Meanwhile | None) -> Timeline:
+def _parse_two_way(box: list[bytes], path: str, helpers: Helpers, meanwhile: Callable[[], object] | None) -> Timeline:
     """:func:`_parse` with the plan made by a forked child (while this process runs
     ``meanwhile``) and the batches decoded from both ends of the text."""
-    from whyidle.sources._twoway import planned_map
-
     text = box.pop()
 
     def plan() -> _Plan:
         return _cut_plan(text) or _split_plan(text, path)
 
-    p, locs = planned_map(plan, lambda p: len(p.bounds), lambda p, k: _decode_batch(text, p, *p.bounds[k], path), meanwhile, min_size=_FORK_MIN_BATCHES)
+    p, locs = helpers.map(plan, lambda p: len(p.bounds), lambda p, k: _decode_batch(text, p, *p.bounds[k], path), meanwhile, min_size=_FORK_MIN_BATCHES)
     cols = _assemble(text, p, path, locs.__getitem__) if p.bounds else None
     locs.clear()
     box.append(text)

@@ -62,7 +62,7 @@ class _Batches:
         if jobs > 1:
             from concurrent.futures import ProcessPoolExecutor
 
-            from whyidle.sources._twoway import quiet_worker
+            from whyidle.parallel import quiet_worker
 
             self.pool = ProcessPoolExecutor(max_workers=jobs, initializer=quiet_worker)
 

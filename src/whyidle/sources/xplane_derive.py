@@ -40,6 +40,7 @@ import re
 
 import numpy as np
 
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.build import start_order
 from whyidle.timeline.model import Kind, Timeline
 
@@ -180,7 +181,7 @@ def join_runtime_threads(tl: Timeline) -> Timeline:
     """Move each runtime-only thread's calls onto the thread whose work holds them (in place)."""
     host = tl.kind >= 16
     runtime = tl.kind == int(Kind.RUNTIME)
-    lanes_all = np.unique(tl.lane[host])
+    lanes_all = unique_sorted(tl.lane[host])
     only_runtime = [int(ln) for ln in lanes_all if runtime[tl.lane == ln].all()]
     leaves = {int(ln): _leaves(tl, int(ln)) for ln in lanes_all if int(ln) not in only_runtime}
     joined = 0

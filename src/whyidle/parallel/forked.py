@@ -1,4 +1,7 @@
-"""Tasks shared between this process and one forked child, taken from both ends of the list.
+"""The forked half of :mod:`whyidle.parallel`: a child process that takes tasks from the back of
+a list while this process takes them from the front (:func:`planned_map`), and a child that does
+an errand beside this process (:class:`Relay`). Reached only through
+:class:`whyidle.parallel.Helpers` with ``fork=True`` on a machine where :func:`can_fork`.
 
 The in-memory Kineto reader decodes a trace in independent batches. On a machine with a second
 core, a forked child takes batches from the back while this process takes them from the front,
@@ -19,15 +22,13 @@ does other work (the command line imports the analyses), and is sent here; both 
 as above. A child that cannot plan sends none; the
 plan is then made here, so its error is raised here too.
 
-:class:`Relay` forks a child for different work: it prepares at once, answers a question this
-process asks later, and sends the answer back (the diagnosis builds its what-if graph while the
-other analyses run, then replays the levers the findings name).
+:class:`Relay` forks a child for an :class:`~whyidle.parallel.errand.Errand`: it makes the early
+result and prepares at once, answers the question this process asks later, and sends the answer
+back (the diagnosis's kernel statistics and what-if graph while the other analyses run, then the
+replays of the levers the findings name).
 
-Forking is the caller's choice (``jobs=2``; the command line makes it, library calls default to one
-process): a process whose other threads hold native locks (a training job's CUDA or OpenMP
-threads) should not fork. A child only computes from what it inherited, pickles and writes to
-its pipe, and never returns into the caller's code. Used only on Linux with at least two usable
-cores; elsewhere everything runs here, one after another.
+A child only computes from what it inherited, pickles and writes to its pipe, and never returns
+into the caller's code.
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ import select
 import signal
 import struct
 import sys
-from collections.abc import Callable, Iterable
-from typing import IO, Any, Generic, TypeVar
+from collections.abc import Callable
+from typing import IO, Any, TypeVar
 
-__all__ = ["can_fork", "planned_map", "Meanwhile", "Relay", "quiet_worker"]
+from whyidle.parallel.errand import Beside, Errand
+
+__all__ = ["can_fork", "planned_map", "Relay", "quiet_worker"]
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -50,7 +53,6 @@ Q = TypeVar("Q")
 U = TypeVar("U")
 E = TypeVar("E")
 _COUNTERS = struct.Struct("=qq")  # front, back
-Meanwhile = Callable[[], object]  # work done here while a child plans
 _LENGTH = struct.Struct("=q")  # a pickled plan's length before it in the pipe (-1: no plan)
 
 
@@ -80,7 +82,7 @@ def quiet_worker() -> None:
 
 
 def planned_map(
-    plan: Callable[[], P], size: Callable[[P], int], task: Callable[[P, int], T], meanwhile: Meanwhile | None = None, min_size: int = 2
+    plan: Callable[[], P], size: Callable[[P], int], task: Callable[[P, int], T], meanwhile: Callable[[], object] | None = None, min_size: int = 2
 ) -> tuple[P, list[T]]:
     """``(p, [task(p, i) for i in range(size(p))])`` for ``p = plan()``, the tasks taken from the
     front here and from the back by a forked child (none by the child when the plan has fewer
@@ -88,13 +90,7 @@ def planned_map(
 
     With ``meanwhile``, the child is forked first and makes the plan (which must pickle) while
     this process runs ``meanwhile()``. Without it there is nothing to overlap: the plan is made
-    here and the child inherits it. Without a child
-    (:func:`can_fork`) all of it runs here, ``meanwhile`` first."""
-    if not can_fork():
-        if meanwhile is not None:
-            meanwhile()
-        p = plan()
-        return p, [task(p, i) for i in range(size(p))]
+    here and the child inherits it."""
     shared = mmap.mmap(-1, _COUNTERS.size)
     if meanwhile is None:
         p = plan()
@@ -230,66 +226,45 @@ def _fork_child(w_then: Callable[[int], None]) -> tuple[int, int]:
     return pid, r
 
 
-class Relay(Generic[P, Q, U, E]):
-    """Work done by a forked child beside this process, in two parts: ``prepare()`` starts at
-    once; ``answer(prepared, question)`` when this process :meth:`ask` s its question, computed
-    while this process goes on; :meth:`result` waits for it.
+class Relay(Beside[Q, U, E]):
+    """An errand done by a forked child beside this process: the child makes ``errand.early()``
+    and sends it ahead, prepares, runs ``errand.idle(prepared)`` one step at a time until this
+    process :meth:`ask` s its question (it stops at the first step boundary after the question
+    arrives), answers it and sends the answer back; :meth:`early` and :meth:`result` wait for
+    them.
 
-    Without a child (:func:`can_fork`, or ``fork=False``), or when the child fails, :meth:`result`
-    computes both parts here, so an error in them is raised here. The child only reads what both
-    processes hold (its copy is copy-on-write) and sends back the answer, pickled. Use it as a
-    context manager: leaving the block without a result stops the child.
+    When the child fails, :meth:`early` and :meth:`result` compute here (as :class:`Beside`
+    does), so an error in the errand is raised here. The child only reads what both processes
+    hold (its copy is copy-on-write) and sends back pickles. Leaving the ``with`` block without
+    a result stops the child."""
 
-    ``idle(prepared)``: work the child may do while the question has not come, one step per item
-    it yields (it stops at the first step boundary after the question arrives): work that makes
-    likely answers faster. Only a child runs it: here there is no waiting to fill.
-
-    ``early()``: a small result this process needs before it asks, made by the child first and
-    sent ahead of the answer (:meth:`early_result`)."""
-
-    def __init__(
-        self,
-        prepare: Callable[[], P],
-        answer: Callable[[P, Q], U],
-        fork: bool = True,
-        idle: Callable[[P], Iterable[object]] | None = None,
-        early: Callable[[], E] | None = None,
-    ) -> None:
-        self.prepare, self.answer, self.idle, self.early = prepare, answer, idle, early
-        self.question: tuple[Q] | None = None
-        self.early_read: tuple[E] | None = None
-        self.pid = self.r = self.q_w = -1
-        if not (fork and can_fork()):
-            return
+    def __init__(self, errand: Errand[P, Q, U, E]) -> None:
+        super().__init__(errand)
         q_r, self.q_w = os.pipe()
 
         def child(w: int) -> None:
             os.close(self.q_w)
-            if early is not None:
-                _write_all(w, _message_or_exit(w, early)[1])
+            _write_all(w, _message_or_exit(w, self.errand.early)[1])
             _send_and_exit(w, lambda: self._answer_in_child(q_r))
 
         self.pid, self.r = _fork_child(child)
         os.close(q_r)
 
-    def early_result(self) -> E:
-        """``early()``, from the child when it made it, else made here."""
-        if self.early is None:
-            raise RuntimeError("Relay.early_result() without early")
+    def early(self) -> E:
+        """The early result, from the child when it made it, else made here."""
         if self.early_read is None:
             got = _read_message(lambda n: _read_exactly(self.r, n)) if self.pid > 0 else None
-            self.early_read = (self.early() if got is None else got[0],)
+            self.early_read = (self.errand.early() if got is None else got[0],)
         return self.early_read[0]
 
     def _answer_in_child(self, q_r: int) -> U:
-        prepared = self.prepare()
-        if self.idle is not None:
-            for _ in self.idle(prepared):
-                if _readable(q_r):  # the question (or EOF) is there
-                    break
+        prepared = self.errand.prepare()
+        for _ in self.errand.idle(prepared):
+            if _readable(q_r):  # the question (or EOF) is there
+                break
         with os.fdopen(q_r, "rb") as pipe:
             question: Q = pickle.loads(pipe.read())  # EOF (no question): an error, nothing sent
-        return self.answer(prepared, question)
+        return self.errand.answer(prepared, question)
 
     def ask(self, question: Q) -> None:
         self.question = (question,)
@@ -306,7 +281,7 @@ class Relay(Generic[P, Q, U, E]):
             raise RuntimeError("Relay.result() before ask()")
         data = b""
         if self.pid > 0:
-            if self.early is not None and self.early_read is None:
+            if self.early_read is None:
                 _read_message(lambda n: _read_exactly(self.r, n))  # not wanted, but ahead of the answer
             r, self.r = self.r, -1  # the file object below closes it, even when interrupted
             with os.fdopen(r, "rb") as pipe:
@@ -319,9 +294,9 @@ class Relay(Generic[P, Q, U, E]):
                 return out
         except (pickle.UnpicklingError, EOFError, ValueError, TypeError):  # a child that died mid-write
             pass
-        return self.answer(self.prepare(), self.question[0])
+        return super().result()
 
-    def __enter__(self) -> Relay[P, Q, U, E]:
+    def __enter__(self) -> Relay[Q, U, E]:
         return self
 
     def __exit__(self, *exc: object) -> None:
