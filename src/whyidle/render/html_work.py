@@ -7,6 +7,7 @@ from html import escape
 
 from whyidle.findings.model import DiagnosisData
 from whyidle.render.helpers import op_roof_cells, work_rows
+from whyidle.render.html_roofline import roofline_svg
 from whyidle.units import format_ns
 
 __all__ = ["work_section"]
@@ -21,6 +22,7 @@ def work_section(r: DiagnosisData) -> str:
         return ""
     facts = "".join(f"<tr><th>{escape(label)}</th><td>{escape(value)} {escape(detail)}</td></tr>" for label, value, detail in work_rows(w, format_ns))
     out = [f'<section><h2>Useful work</h2><div class="wi-table-wrap"><table class="wi-work">{facts}</table></div>']
+    out.append(roofline_svg(w))
     if w.ops:
         head = "".join(f"<th>{h}</th>" for h in _HEAD)
         rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in op_roof_cells(op)) + "</tr>" for op in w.ops)
