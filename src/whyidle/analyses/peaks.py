@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["DevicePeak", "PEAKS", "PRECISIONS", "device_peak"]
+__all__ = ["DevicePeak", "PEAKS", "PRECISIONS", "device_peak", "LinkPeak", "LINKS", "link_peak"]
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
@@ -119,3 +119,40 @@ def device_peak(device: dict[str, Any]) -> DevicePeak | None:
             return PEAKS[row]
     row_name = _nvidia(n, mem_gb)
     return PEAKS[row_name] if row_name is not None else None
+
+
+class LinkPeak(msgspec.Struct, frozen=True):
+    """A GPU's link to its peers (NVLink, AMD Infinity Fabric): the total both directions together
+    over all its links, as the vendor document prints it, and that document."""
+
+    name: str
+    total_gbps: float
+    source: str
+
+    @property
+    def per_direction_gbps(self) -> float:
+        """What one direction carries: nccl-tests' bus bandwidth is unidirectional."""
+        return self.total_gbps / 2
+
+
+# Keyed by the PEAKS row. PCIe cards are left out: their NVLink bridge is optional and the trace
+# does not say whether one is fitted; so is the A100 40GB row, which holds PCIe and SXM parts alike
+# (link_peak tells the SXM part by its name).
+LINKS: dict[str, LinkPeak] = {
+    "V100 SXM2": LinkPeak("NVLink 2", 300.0, "NVIDIA Tesla V100 GPU Accelerator datasheet (SXM2), 2018: NVLink 300 GB/s"),
+    "A100 80GB SXM": LinkPeak("NVLink 3", 600.0, "NVIDIA A100 Tensor Core GPU datasheet, 2021: NVLink 600 GB/s (SXM)"),
+    "H100 SXM": LinkPeak("NVLink 4", 900.0, "NVIDIA H100 Tensor Core GPU datasheet, 2023: NVLink 900 GB/s (SXM)"),
+    "H200": LinkPeak("NVLink 4", 900.0, "NVIDIA H200 Tensor Core GPU datasheet, 2024: NVLink 900 GB/s (SXM)"),
+    "B200": LinkPeak("NVLink 5", 1800.0, "NVIDIA HGX B200 datasheet, 2024: NVLink 1.8 TB/s per GPU"),
+    "MI300X": LinkPeak("Infinity Fabric", 896.0, "AMD Instinct MI300X Platform datasheet, 2023: 7 Infinity Fabric links, 896 GB/s peak aggregate"),
+}
+
+
+def link_peak(device: dict[str, Any]) -> LinkPeak | None:
+    """The link bandwidth of a device (Kineto's ``deviceProperties`` entry), None when not known."""
+    peak = device_peak(device)
+    if peak is None:
+        return None
+    if peak.name == "A100 40GB" and "pcie" not in str(device.get("name", "")).lower():
+        return LINKS["A100 80GB SXM"]  # the same NVLink 3 on the 40GB SXM part
+    return LINKS.get(peak.name)
