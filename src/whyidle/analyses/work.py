@@ -78,7 +78,7 @@ class StepWork(msgspec.Struct, frozen=True):
     mfu: float | None
 
 
-class WorkSummary(msgspec.Struct, frozen=True):
+class WorkSummary(msgspec.Struct, frozen=True, omit_defaults=True):  # comms: absent when None
     """The work model of one diagnosis window; times are kernel time summed over streams."""
 
     device: str
