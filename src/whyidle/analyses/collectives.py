@@ -30,6 +30,7 @@ unsized.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgspec
@@ -139,7 +140,7 @@ def _tensors(parts: list[Any]) -> list[tuple[int, str]]:
     if type(dims) is not list or type(types) is not list:
         return []
     return [
-        (int(np.prod(d, dtype=np.int64)), str(t))
+        (math.prod(d), str(t))
         for d, t in zip(dims, types, strict=False)
         if type(d) is list and all(type(x) is int for x in d) and itemsize(str(t)) > 0
     ]
@@ -187,25 +188,28 @@ def _candidates(tl: Timeline) -> I64:
 
 
 def _records(tl: Timeline, launches: I64) -> list[_Record | None]:
-    """Each launch's collective record, None where no range around it has one."""
+    """Each launch's collective record, None where no range around it has one. Each set of open
+    ranges (by name and inputs text) is read once."""
     cands = _candidates(tl)
     out: list[_Record | None] = [None] * launches.size
     if cands.size == 0:
         return out
-    decoded: dict[int, list[Any] | None] = {}
+    done: dict[tuple[int, ...], _Record | None] = {}
     world = tl.meta.world_size
+    ok = launches >= 0
+    launch_lane = np.where(ok, tl.lane[np.maximum(launches, 0)], -1)
     for lane in unique_sorted(tl.lane[cands]).tolist():
         on = cands[tl.lane[cands] == lane]
-        starts, ends = tl.start_ns[on], tl.end_ns[on]
-        for q in np.flatnonzero((launches >= 0) & (tl.lane[np.maximum(launches, 0)] == lane)).tolist():
-            t = int(tl.start_ns[launches[q]])
-            hi = int(np.searchsorted(starts, t, side="right"))
-            open_rows = [int(on[j]) for j in range(max(0, hi - _LOOK_BACK), hi) if ends[j] > t]
-            for r in open_rows:
-                i = int(tl.inputs[r])
-                if i not in decoded:
-                    decoded[i] = _decode(tl.strings[i])
-            out[q] = _record([tl.name_of(r) for r in open_rows], [decoded[int(tl.inputs[r])] for r in open_rows], world)
+        q = np.flatnonzero(launch_lane == lane)
+        t = tl.start_ns[launches[q]]
+        his = np.searchsorted(tl.start_ns[on], t, side="right").tolist()
+        ends, names, inputs = tl.end_ns[on].tolist(), tl.name[on].tolist(), tl.inputs[on].tolist()
+        for qi, ti, hi in zip(q.tolist(), t.tolist(), his, strict=True):
+            open_at = [j for j in range(max(0, hi - _LOOK_BACK), hi) if ends[j] > ti]
+            key = tuple(names[j] << 32 | inputs[j] for j in open_at)
+            if key not in done:
+                done[key] = _record([tl.strings[names[j]] for j in open_at], [_decode(tl.strings[inputs[j]]) for j in open_at], world)
+            out[qi] = done[key]
     return out
 
 
@@ -248,4 +252,4 @@ def measure_collectives(tl: Timeline, links: Links, window: Window, top: int) ->
         notes.append("some communication kernels have no recorded size (no range around their launch records one): their time is counted as unsized")
     unsized = int(ns.sum()) - int(ns[sized].sum()) if sized else int(ns.sum())
     kept = [r for r in recs if r is not None]
-    return CommWork(link, int(ns.sum()), unsized, _rates(kept, [int(ns[i]) for i in sized], link, top), tuple(notes))
+    return CommWork(link, int(ns.sum()), unsized, _rates(kept, ns[sized].tolist(), link, top), tuple(notes))
