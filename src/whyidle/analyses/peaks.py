@@ -54,25 +54,30 @@ def _p(name: str, fp64: float | None, fp32: float | None, tf32: float | None, b1
     return DevicePeak(name, fp64, fp32, tf32, b16, b16, fp8, int8, tbps, source)
 
 
+def _fp16_only(p: DevicePeak) -> DevicePeak:
+    """Volta and Turing tensor cores take FP16, not BF16: no BF16 peak (PyTorch emulates it)."""
+    return msgspec.structs.replace(p, bf16=None)
+
+
 # name            fp64   fp32   tf32    bf16/fp16 fp8    int8    TB/s   vendor document
 PEAKS: dict[str, DevicePeak] = {
     p.name: p
     for p in (
-        _p("V100 SXM2", 7.8, 15.7, None, 125.0, None, None, 0.9, "NVIDIA Tesla V100 GPU Accelerator datasheet (SXM2), 2018"),
-        _p("V100 PCIe", 7.0, 14.0, None, 112.0, None, None, 0.9, "NVIDIA Tesla V100 GPU Accelerator datasheet (PCIe), 2018"),
-        _p("V100S PCIe", 8.2, 16.4, None, 130.0, None, None, 1.134, "NVIDIA V100S datasheet, 2019"),
+        _fp16_only(_p("V100 SXM2", 7.8, 15.7, None, 125.0, None, None, 0.9, "NVIDIA Tesla V100 GPU Accelerator datasheet (SXM2), 2018 (tensor cores: FP16 only)")),
+        _fp16_only(_p("V100 PCIe", 7.0, 14.0, None, 112.0, None, None, 0.9, "NVIDIA Tesla V100 GPU Accelerator datasheet (PCIe), 2018 (tensor cores: FP16 only)")),
+        _fp16_only(_p("V100S PCIe", 8.2, 16.4, None, 130.0, None, None, 1.134, "NVIDIA V100S datasheet, 2019 (tensor cores: FP16 only)")),
         _p("A100 40GB", 19.5, 19.5, 156.0, 312.0, None, 624.0, 1.555, "NVIDIA A100 Tensor Core GPU datasheet, 2021 (40GB PCIe and SXM)"),
         _p("A100 80GB PCIe", 19.5, 19.5, 156.0, 312.0, None, 624.0, 1.935, "NVIDIA A100 Tensor Core GPU datasheet, 2021 (80GB PCIe)"),
         _p("A100 80GB SXM", 19.5, 19.5, 156.0, 312.0, None, 624.0, 2.039, "NVIDIA A100 Tensor Core GPU datasheet, 2021 (80GB SXM)"),
         _p("H100 SXM", 67.0, 67.0, 494.5, 989.5, 1979.0, 1979.0, 3.35, "NVIDIA H100 Tensor Core GPU datasheet, 2023 (SXM; sparsity figures halved)"),
-        _p("H100 PCIe", 51.0, 51.0, 378.0, 756.0, 1513.0, 1513.0, 2.0, "NVIDIA H100 Tensor Core GPU datasheet, 2023 (PCIe; sparsity figures halved)"),
+        _p("H100 PCIe", 51.0, 51.0, 378.0, 756.5, 1513.0, 1513.0, 2.0, "NVIDIA H100 Tensor Core GPU datasheet, 2023 (PCIe; sparsity figures halved)"),
         _p("H200", 67.0, 67.0, 494.5, 989.5, 1979.0, 1979.0, 4.8, "NVIDIA H200 Tensor Core GPU datasheet, 2024 (SXM; sparsity figures halved)"),
         _p("H200 NVL", 60.0, 60.0, 417.5, 835.5, 1670.5, 1670.5, 4.8, "NVIDIA H200 Tensor Core GPU datasheet, 2024 (NVL; sparsity figures halved)"),
-        _p("B200", 37.0, None, 1125.0, 2250.0, 4500.0, 4500.0, 8.0, "NVIDIA HGX B200 datasheet, 2024 (8-GPU figures divided by 8; sparsity halved; FP32 not printed)"),
+        _p("B200", 37.0, 75.0, 1125.0, 2250.0, 4500.0, 4500.0, 7.7, "NVIDIA HGX B200 specifications, 2025 (per-GPU column: 180 GB HBM3E at 7.7 TB/s, FP32 75 TFLOPS; 8-GPU tensor figures divided by 8, sparsity halved)"),
         _p("L4", None, 30.3, 60.0, 121.0, 242.5, 242.5, 0.3, "NVIDIA L4 Tensor Core GPU datasheet, 2023 (sparsity figures halved)"),
         _p("L40S", None, 91.6, 183.0, 366.5, 733.0, 733.0, 0.864, "NVIDIA L40S GPU datasheet, 2023 (sparsity figures halved)"),
         _p("A10", None, 31.2, 62.5, 125.0, None, 250.0, 0.6, "NVIDIA A10 Tensor Core GPU datasheet, 2021"),
-        _p("T4", None, 8.1, None, 65.0, None, 130.0, 0.32, "NVIDIA T4 Tensor Core GPU datasheet, 2019"),
+        _fp16_only(_p("T4", None, 8.1, None, 65.0, None, 130.0, 0.32, "NVIDIA T4 Tensor Core GPU datasheet, 2019 (tensor cores: FP16, INT8, INT4; no BF16)")),
         _p("RTX 4090", None, 82.6, 82.6, 165.2, 330.3, 660.6, 1.008, "NVIDIA Ada GPU Architecture whitepaper v2.1, Appendix A (FP32 accumulate)"),
         _p("RTX 4060", None, 15.1, None, None, None, None, 0.272, "NVIDIA GeForce RTX 4060 family specifications page (shader TFLOPS; tensor rates not printed)"),
         _p("RTX 3090", None, 35.6, 35.6, 71.0, None, 284.0, 0.936, "NVIDIA Ampere GA102 GPU Architecture whitepaper v2.0, Table 9 (FP32 accumulate)"),
