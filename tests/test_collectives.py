@@ -209,3 +209,40 @@ def test_shared_8_rank_dlrm_trace_sizes_every_collective() -> None:
         assert c is not None and c.unsized_ns == 0 and c.link == LINKS["V100 SXM2"]
         assert {r.name for r in c.rates} == {"all_reduce", "all_to_all"} and all(r.group_size == 8 for r in c.rates)
         assert all(r.fraction is not None and 0 < r.fraction < 1 for r in c.rates)
+
+
+def test_the_reports_show_the_collectives_and_a_saved_report_keeps_them(tmp_path: Path) -> None:
+    """Terminal, HTML and JSON of a diagnosis with collectives; the JSON loads back with them."""
+    import whyidle
+    from whyidle.findings.saved import load_report
+    from whyidle.render import render
+    from whyidle.render.html import render_html
+
+    path = shared_trace("hta/nccl_parser_config__nccl_data.json.gz")
+    r = whyidle.diagnose(path)
+    assert r.work is not None and r.work.comms is not None
+    c = r.work.comms
+    text = render(r, "terminal", width=100)
+    assert isinstance(text, str) and "Collectives by kernel time" in text and "NVLink 3's 300 GB/s per direction" in text
+    page = render_html(r)
+    assert page.count("<tr>", page.index('class="wi-comms"')) >= len(c.rates) and "all_reduce" in page
+    saved = tmp_path / "report.json"
+    text_json = render(r, "json", width=100)
+    assert isinstance(text_json, str)
+    saved.write_text(text_json)
+    again = load_report(saved)
+    assert again.work is not None and again.work.comms == c
+
+
+@pytest.mark.parametrize(
+    "comm",
+    [["allreduce", -5, "x", 8, "Float"], ["allreduce", 2**70, 2**70, 8, "Float"], [5, 10, 10, True, None], ["allreduce", 10, 10, -3, "Float"]],
+)
+def test_corrupt_records_are_not_sized_and_do_not_crash(comm: list[object]) -> None:
+    r = Ranks()
+    r.b.add(0, 10 * US, r.main, Kind.CPU_OP, "record_param_comms", inputs=json.dumps([None, None, None, None, None, comm]))
+    r.launch(1, 20, 30)
+    c = r.measure()
+    assert c is not None and c.kernel_ns == 30 * US
+    for rate in c.rates:  # sized at most to 0 bytes: no rate beyond what the record holds
+        assert rate.nbytes == 0 and rate.algbw_gbps == 0.0

@@ -107,3 +107,8 @@ def test_the_profiler_records_what_the_formula_reads(tmp_path: Path) -> None:
     assert lerp is not None and lerp.nbytes == 3 * elements * 4
     adamw = work["aten::_fused_adamw_"]  # params, grads, exp_avgs, exp_avg_sqs and 3 step counters read; 3 lists written
     assert adamw is not None and adamw.nbytes == (4 * elements + len(params) + 3 * elements) * 4
+
+
+def test_a_corrupt_list_is_not_modelled() -> None:
+    for dims in ([[[2**40, 2**40]], []], [[[-3, 4]], []], [[["a"]], []]):
+        assert op_work("aten::_foreach_add_", json.dumps([dims, ["TensorList", "Scalar"], ["", ""], None])) is None

@@ -59,6 +59,7 @@ _COMM_SIZES = {
 # (c10d::allreduce_, nccl:all_reduce, symm_mem::multimem_all_reduce_, vllm::all_reduce).
 _RECORD = "record_param_comms"
 _LOOK_BACK = 8  # recorded ranges scanned back from a launch for the ones still open at it
+_MAX_ELEMENTS = 2**48  # larger counts are not a real message (a corrupt record): not sized
 
 
 class CollectiveRate(msgspec.Struct, frozen=True):
@@ -142,7 +143,7 @@ def _tensors(parts: list[Any]) -> list[tuple[int, str]]:
     return [
         (math.prod(d), str(t))
         for d, t in zip(dims, types, strict=False)
-        if type(d) is list and all(type(x) is int for x in d) and itemsize(str(t)) > 0
+        if type(d) is list and all(type(x) is int and 0 <= x < _MAX_ELEMENTS for x in d) and itemsize(str(t)) > 0 and math.prod(d) < _MAX_ELEMENTS
     ]
 
 
@@ -162,8 +163,8 @@ def _record(names: list[str], texts: list[list[Any] | None], world: int | None) 
         if comm is not None:
             name, n_in, n_out, group, dtype = comm
             size = _COMM_SIZES.get(str(dtype), 0) or itemsize(str(dtype))
-            elements = max(x for x in (n_in, n_out, 0) if type(x) is int)
-            if size and type(group) is int:
+            elements = max(x for x in (n_in, n_out, 0) if type(x) is int and x < _MAX_ELEMENTS)
+            if size and type(group) is int and 0 <= group < _MAX_ELEMENTS:
                 return _Record(collective_kind(str(name)), str(dtype).removeprefix("c10::"), group, elements * size, "")
     kinds = [k for k in map(collective_kind, names) if k in _KINDS]
     tensors = [t for p in texts if p is not None for t in _tensors(p)]

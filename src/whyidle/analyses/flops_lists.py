@@ -51,9 +51,13 @@ def is_list_op(op: str) -> bool:
 def _list_elements(d: Any) -> list[int] | None:
     """Each tensor's element count in a recorded tensor list (``[[4, 3], [5, 3]]``; ``[]`` for a
     0-dim tensor is 1 element), None when ``d`` is not a list of dims."""
-    if type(d) is not list or not all(type(t) is list and all(type(x) is int for x in t) for t in d):
+    if type(d) is not list or not all(type(t) is list and all(type(x) is int and 0 <= x < _MAX for x in t) for t in d):
         return None
-    return [math.prod(t) for t in d]
+    sizes = [math.prod(t) for t in d]
+    return sizes if sum(sizes) < _MAX else None  # a corrupt record, not a real list
+
+
+_MAX = 2**48
 
 
 def list_bytes(op: str, dims: list[Any], types: list[Any], other_itemsize: int) -> tuple[int, str] | None:
