@@ -122,3 +122,16 @@ def test_the_roofline_in_a_real_browser(browser, tmp_path: Path) -> None:  # typ
     assert "aten::" in hover and "TFLOP/s" in hover and "float" in hover
     ActionChains(browser).move_to_element(points[0]).perform()  # hovering raises no error
     assert _console_errors(browser) == []
+
+
+def test_tf32_work_on_a_device_without_tf32_is_drawn_under_its_fp32_peak() -> None:
+    """FP32 convolutions count as TF32 (cuDNN's default); a V100 has no TF32 units: FP32's roof."""
+    j = Job(device="Tesla V100-SXM2-32GB", major=7)
+    j.op("aten::convolution", 0, 10, text([[8, 64, 56, 56], [64, 64, 3, 3], [], [], [], [], []], ["float"] * 2 + [""] * 5, ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "False"]))
+    j.kernel("conv", 1, 10, 510)
+    w, _ = j.work()
+    page = roofline_svg(w)
+    root = ET.fromstring(page)
+    (chart,) = root.iter("figure")
+    assert chart.get("data-precision") == "tf32" and "(no TF32 units: its FP32 peak)" in (chart.findtext("figcaption") or "")
+    assert "peak 15.7 TFLOP/s" in page

@@ -17,6 +17,9 @@ What each precision means here:
 AMD MI250 and MI250X hold two GCDs per module and ROCm shows each as a device: their rows are the
 datasheet's module figures halved (per device). The two are told apart by the device's compute
 units (``numSms`` in Kineto's device properties: 110 per GCD on an MI250X, 104 on an MI250).
+
+``LINKS``: the GPU's link to its peers (NVLink, Infinity Fabric), as its document prints it (both
+directions over all links), which collectives' bus bandwidth is compared with (analyses/collectives.py).
 """
 
 from __future__ import annotations

@@ -135,6 +135,8 @@ def _chart(precision: str, ops: list[OpRoof], peak: DevicePeak | None, longest_n
             f"<title>{escape(_hover(op))}</title></circle>"
         )
     label = f"{precision.upper()} roofline" + (f" of {peak.name}" if peak is not None and p is not None else ": no peak known, points only")
+    if peak is not None and p is not None and peak.tflops(precision) is None:  # TF32 work where the device has no TF32
+        label += f" (no {precision.upper()} units: its FP32 peak)"
     return (
         f'<figure class="wi-roofline-chart" data-precision="{escape(precision)}" style="{_FIGURE_STYLE}"><figcaption>{escape(label)}</figcaption>'
         f'<svg viewBox="0 0 {_W} {_H}" width="100%" role="img" aria-label="{escape(label)}" xmlns="http://www.w3.org/2000/svg">'
