@@ -313,7 +313,6 @@ def test_the_fp32_finding_quotes_the_rate_reached() -> None:
 PRINTED_SPARSE = {
     "H100 SXM": (989, 1979, 3958, 3958), "H100 PCIe": (756, 1513, 3026, 3026), "H200": (989, 1979, 3958, 3958),
     "H200 NVL": (835, 1671, 3341, 3341), "B200": (2250, 4500, 9000, 9000), "L4": (120, 242, 485, 485),
-    "L40S": (366, 733, 1466, 1466),
 }  # fmt: skip
 
 
@@ -322,6 +321,12 @@ def test_sparsity_figures_are_halved(row: str) -> None:
     p = PEAKS[row]
     for precision, printed in zip(("tf32", "bf16", "fp8", "int8"), PRINTED_SPARSE[row], strict=True):
         assert p.tflops(precision) == pytest.approx(printed / 2, abs=0.6), (row, precision)
+
+
+def test_l40s_bf16_is_the_dense_figure_its_datasheet_prints() -> None:
+    """The L40S datasheet prints BF16/FP16 362.05 dense beside 733 with sparsity (not twice it):
+    the dense figure is the peak."""
+    assert PEAKS["L40S"].bf16 == PEAKS["L40S"].fp16 == 362.05 and PEAKS["L40S"].tf32 == 183.0
 
 
 def test_tensor_cores_without_bf16_have_no_bf16_peak() -> None:

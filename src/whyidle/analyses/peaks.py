@@ -78,7 +78,7 @@ PEAKS: dict[str, DevicePeak] = {
         _p("H200 NVL", 60.0, 60.0, 417.5, 835.5, 1670.5, 1670.5, 4.8, "NVIDIA H200 Tensor Core GPU datasheet, 2024 (NVL; sparsity figures halved)"),
         _p("B200", 37.0, 75.0, 1125.0, 2250.0, 4500.0, 4500.0, 7.7, "NVIDIA HGX B200 specifications, 2025 (per-GPU column: 180 GB HBM3E at 7.7 TB/s, FP32 75 TFLOPS; 8-GPU tensor figures divided by 8, sparsity halved)"),
         _p("L4", None, 30.3, 60.0, 121.0, 242.5, 242.5, 0.3, "NVIDIA L4 Tensor Core GPU datasheet, 2023 (sparsity figures halved)"),
-        _p("L40S", None, 91.6, 183.0, 366.5, 733.0, 733.0, 0.864, "NVIDIA L40S GPU datasheet, 2023 (sparsity figures halved)"),
+        _p("L40S", None, 91.6, 183.0, 362.05, 733.0, 733.0, 0.864, "NVIDIA L40S GPU datasheet, 2023 (dense figures as printed; FP8 and INT8 sparsity figures halved)"),
         _p("A10", None, 31.2, 62.5, 125.0, None, 250.0, 0.6, "NVIDIA A10 Tensor Core GPU datasheet, 2021"),
         _fp16_only(_p("T4", None, 8.1, None, 65.0, None, 130.0, 0.32, "NVIDIA T4 Tensor Core GPU datasheet, 2019 (tensor cores: FP16, INT8, INT4; no BF16)")),
         _p("RTX 4090", None, 82.6, 82.6, 165.2, 330.3, 660.6, 1.008, "NVIDIA Ada GPU Architecture whitepaper v2.1, Appendix A (FP32 accumulate)"),
