@@ -62,7 +62,7 @@ def bench(path: Path, repeat: int) -> dict[str, float]:
     tl = sources.load(path)
     cfg = Config()
     links = link_launches(tl)
-    window = select_window(tl, links, cfg)
+    window = select_window(tl, links, cfg.window)
     alone = [_timed(lambda: measure_work(tl, links, window, cfg)) for _ in range(repeat)]
     w, wo = statistics.median(with_s), statistics.median(without_s)
     return {"with_s": w, "without_s": wo, "ratio": w / wo, "measure_work_s": statistics.median(alone)}

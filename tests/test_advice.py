@@ -164,7 +164,7 @@ def test_existing_workers_are_not_predicted_as_new_workers() -> None:
 def test_single_process_loader_snippet_and_prediction_use_the_same_worker_count() -> None:
     f = _finding(_loader_job(600), "input_pipeline")
     assert f.prediction is not None
-    workers = whyidle.Config().whatif_loader_workers
+    workers = whyidle.Config().predictions.whatif_loader_workers
     assert f"DataLoader with {workers} worker processes" == f.prediction.lever
     assert f"num_workers={workers}," in f.fix.code
 
@@ -326,5 +326,5 @@ def test_the_step_trackers_fix_has_no_placeholder() -> None:
     loader = LoaderInfo("DataLoader", 0, False, 16, None, False)
     r = report_from_tracker(TrackerStats(steps=steps, device="cpu", device_timing=False, loader=loader, loop_line="train.py:9 in main", skip_first=1))
     f = _finding(r, "input_pipeline")
-    workers = whyidle.Config().whatif_loader_workers
+    workers = whyidle.Config().predictions.whatif_loader_workers
     assert "{" not in f.fix.code and f"num_workers={workers}," in f.fix.code and "batch_size=16," in f.fix.code

@@ -21,6 +21,7 @@ def test_public_api_is_pinned() -> None:
         "profile_latency", "profile_steps", "schedule", "sync_finder", "track", "tune_batching",
         "AdviceContext", "LatencyProfile", "MultiRankReport", "Prediction", "ReadAhead", "Traffic", "diagnose_ranks",
         "BatchingResult", "DeviceTimer", "DiagnosisData", "RequestLog", "StepTracker", "SyncFinder", "TraceHandler",
+        "AttributionSettings", "FindingSettings", "PredictionSettings", "ReadSettings", "RenderSettings", "ServingSettings", "WindowSettings",
     ])  # fmt: skip
     assert whyidle.Report is whyidle.Diagnosis
     for name in whyidle.__all__:

@@ -66,3 +66,44 @@ def test_a_detector_names_any_cause_by_its_key() -> None:
         assert C.cause(e.key) == C.CAUSES[C.cause_index(C.cause(e.key))] and C.cause(e.key).key == e.key
     with pytest.raises(KeyError, match="not in the cause catalogue"):
         C.cause("starvation/no_such_cause")
+
+
+def test_what_the_features_know_of_a_cause_is_the_catalogues() -> None:
+    """The replay lever, the sweep's knobs and the lab's flaws of a cause are fields of its entry
+    (``replay``, ``sweep``, ``lab_flaws``); each names something its feature has."""
+    from whyidle.catalogue import BUSY_FINDINGS, lab_flaw_causes, replay_lever, replay_levers, sweep_knobs
+    from whyidle.findings import predict
+    from whyidle.lab.check import EXPECTED
+    from whyidle.lab.job import FLAWS
+    from whyidle.sweep import trial
+
+    for e in (*CATALOGUE, *BUSY_FINDINGS):
+        assert set(e.replay.values()) <= set(predict.LEVERS), e.cause
+        assert set(e.sweep) <= {"batch_size", *trial.LEVERS}, e.cause
+        assert sweep_knobs(e.cause) == e.sweep
+        for variant in e.replay:
+            assert replay_lever(e.cause, variant) == e.replay[variant]
+    for e in CATALOGUE:
+        assert set(e.lab_flaws) <= set(FLAWS), e.key
+    assert set(replay_levers()) <= set(predict.LEVERS)
+    assert replay_lever("input_pipeline", "single_process") == "input_pipeline"  # a variant without its own: the default's
+    assert replay_lever("input_pipeline", "multi_process") == "loader_speedup"
+    assert replay_lever("idle_host") is None and replay_lever("no_such_cause") is None
+    assert dict(EXPECTED) == {f: lab_flaw_causes(f) for f in FLAWS} and EXPECTED["none"] == ()
+    assert EXPECTED["smallbatch"] == ("underfilled/host_overhead", "underfilled/kernel_boundaries")
+
+
+def test_busy_findings_and_api_fixes_are_complete() -> None:
+    """The catalogue's findings on busy time have a default lever (and idiom levers without
+    torch), and each Nsight API fix refines a cause of the catalogue and has text for any job."""
+    from whyidle.catalogue import API_FIXES, BUSY_FINDINGS
+
+    assert len({b.cause for b in BUSY_FINDINGS}) == len(BUSY_FINDINGS)
+    assert not {b.cause for b in BUSY_FINDINGS} & {e.cause for e in CATALOGUE}
+    for b in BUSY_FINDINGS:
+        assert "" in b.levers and all(lv.title and lv.steps and lv.verify and lv.docs in PAGES for lv in b.levers.values()), b.cause
+        assert all(i in IDIOMS and i != "pytorch" and "torch" not in lv.code for i, lv in b.idioms.items()), b.cause
+    for fid, t in API_FIXES.items():
+        assert fid.startswith("api.") and C.cause(t.cause).key == t.cause
+        assert "" in t.title and "" in t.steps and t.summary and t.verify, fid
+        assert "" in t.code or {"pytorch", "cuda"} <= set(t.code), fid

@@ -76,7 +76,7 @@ class Ranks:
 def _measure(tl: Timeline) -> CommWork | None:
     cfg = Config()
     links = link_launches(tl)
-    return measure_collectives(tl, links, select_window(tl, links, cfg), cfg.work_top_ops)
+    return measure_collectives(tl, links, select_window(tl, links, cfg.window), cfg.render.work_top_ops)
 
 
 @settings(max_examples=60, deadline=None)

@@ -22,7 +22,7 @@ def test_the_few_steps_note_follows_min_profiled_steps(tmp_path: Path) -> None:
 
 def test_a_regular_rhythm_needs_counter_rhythm_min_pauses() -> None:
     busy = np.array(([True] * 6 + [False] * 2) * 4, dtype=np.bool_)  # 4 bursts, each followed by a pause
-    pattern = burst_pattern(busy, 100_000_000, "gpu_util_pct", 50.0, Config())
+    pattern = burst_pattern(busy, 100_000_000, "gpu_util_pct", 50.0, Config().attribution)
     assert pattern.pauses == 4 and pattern.regular
-    assert not burst_pattern(busy, 100_000_000, "gpu_util_pct", 50.0, Config(counter_rhythm_min_pauses=5)).regular
-    assert burst_pattern(busy, 100_000_000, "gpu_util_pct", 50.0, Config(counter_rhythm_min_pauses=4)).regular
+    assert not burst_pattern(busy, 100_000_000, "gpu_util_pct", 50.0, Config(counter_rhythm_min_pauses=5).attribution).regular
+    assert burst_pattern(busy, 100_000_000, "gpu_util_pct", 50.0, Config(counter_rhythm_min_pauses=4).attribution).regular

@@ -159,7 +159,7 @@ def test_whyidle_counter_file_round_trip() -> None:
 def test_time_weighted_mean_and_quantiles_exact() -> None:
     s = CounterSeries("0", "gpu_util_pct", np.array([0, S, 3 * S], dtype=np.int64), np.array([0.0, 100.0, 50.0]))
     log = CounterLog("whyidle counters", "x", "epoch", S, (s,))
-    g = analyse_counters(log, Config()).gpus[0]
+    g = analyse_counters(log, Config().attribution).gpus[0]
     d = g.dist("gpu_util_pct")
     assert d is not None
     assert d.mean == pytest.approx(62.5)  # weights 1 s, 2 s, 1 s
@@ -187,11 +187,11 @@ def test_time_weights_cap_holes() -> None:
 
 def test_burst_pattern_period_and_duty_cycle() -> None:
     busy = np.tile(np.array([1, 1, 1, 1, 0, 0, 0, 0, 0, 0], dtype=bool), 30)
-    p = burst_pattern(busy, 100 * MS, "gpu_util_pct", 50.0, Config())
+    p = burst_pattern(busy, 100 * MS, "gpu_util_pct", 50.0, Config().attribution)
     assert p.regular and p.period_ns == S and p.duty_cycle == pytest.approx(0.4)
     assert p.pauses == 30 and p.mean_pause_ns == pytest.approx(600 * MS)
     noise = np.random.default_rng(7).random(300) < 0.4
-    assert not burst_pattern(noise, 100 * MS, "gpu_util_pct", 50.0, Config()).regular
+    assert not burst_pattern(noise, 100 * MS, "gpu_util_pct", 50.0, Config().attribution).regular
 
 
 def test_counter_only_report_findings_and_exit_codes(tmp_path: Path) -> None:
@@ -325,7 +325,7 @@ def test_real_h100_dcgmi_na_rows() -> None:
     assert util is not None and np.isnan(util.value).all()  # GPUTL is N/A throughout on this H100 log
     sm = log.get("0", "sm_active_pct")
     assert sm is not None and np.isnan(sm.value[:3]).all() and np.isfinite(sm.value).sum() > 500
-    g = analyse_counters(log, Config()).gpus[0]
+    g = analyse_counters(log, Config().attribution).gpus[0]
     assert g.busy_basis == "sm_active_pct"
 
 
@@ -455,7 +455,7 @@ def test_counter_findings_never_claim_more_than_the_idle_time(values: list[float
     from whyidle.sources.counters import counter_timeline
 
     timeline = counter_timeline(Path("w.csv"), _whyidle_rows(values).encode())
-    r = counter_only_report(report_from(analyse(timeline, Config()), Config()), analyse_counters(log, Config()), Config())
+    r = counter_only_report(report_from(analyse(timeline, Config()), Config()), analyse_counters(log, Config().attribution), Config())
     assert all(0.0 <= f.share_of_idle <= 1.0 for f in r.findings)
     assert sum(f.idle_ns for f in r.findings) <= r.utilization.idle_ns
 

@@ -211,11 +211,11 @@ def test_gzip_bomb_is_refused_in_bounded_memory(bombs: dict[str, Path], kind: st
 
 
 def test_gzip_ratio_cap_in_both_readers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from whyidle.config import Config
+    from whyidle.config import ReadSettings
 
     p = tmp_path / "b.json.gz"
     hostile.gzip_bomb(p, 32 << 20, body=b'{"ph": "i", "name": "n", "ts": 1},')
-    monkeypatch.setattr(Config, "gzip_ratio_floor_bytes", 1 << 20)  # 32 MiB from 32 KB: over 100x
+    monkeypatch.setattr(ReadSettings, "gzip_ratio_floor_bytes", 1 << 20)  # 32 MiB from 32 KB: over 100x
     with pytest.raises(TraceFormatError, match="gzip bomb"):
         _io.read_bytes(p)
     with pytest.raises(TraceFormatError, match="gzip bomb"):

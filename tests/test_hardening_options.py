@@ -89,7 +89,7 @@ def test_config_refuses_unknown_fields_and_wrong_types() -> None:
     with pytest.raises(ArgumentError, match="field max_gzip_ratio="):
         Config().with_overrides(max_gzip_ratio="y")
     ok = Config(max_gzip_ratio=50, steps=(3, 4), counters_interval_ms=None, batching_delay_fractions_of_slack=(0.5,))
-    assert ok.max_gzip_ratio == 50 and ok.steps == (3, 4)
+    assert ok.read.max_gzip_ratio == 50 and ok.window.steps == (3, 4)
 
 
 def test_save_never_overwrites_the_diagnosed_trace(trace: Path, tmp_path: Path) -> None:

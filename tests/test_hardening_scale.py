@@ -51,7 +51,7 @@ def test_query_gpu_log_of_many_gpus_is_analysed_in_linear_work() -> None:
         assert len(log.series) == 3 * gpus and len(log.gpu_ids) == gpus
         counted = msgspec.structs.replace(log, series=_Counted(log.series))
         _Counted.visits = 0
-        a = analyse_counters(counted, Config())
+        a = analyse_counters(counted, Config().attribution)
         assert len(a.gpus) == gpus and [g.gpu for g in a.gpus] == [str(i) for i in range(gpus)]
         assert _Counted.visits <= 4 * len(log.series), f"{gpus} GPUs: {_Counted.visits} visits of {len(log.series)} series"
 

@@ -27,7 +27,7 @@ def _sharing(lines: tuple[str, ...]) -> str:
 
 def test_sharing_is_advised_only_when_the_idle_time_matters() -> None:
     """Busy 99%: the old advice said 'the idle rest can hold other work: share the GPU (MPS ...)'.
-    Now sharing is advised only from Config.batching_share_min_idle_share idle, and the line
+    Now sharing is advised only from ServingSettings.batching_share_min_idle_share idle, and the line
     says how much idle time there is either way."""
     busy = advise_instances(_result(0.99), H200)
     line = _sharing(busy.lines)

@@ -40,7 +40,7 @@ def _timeline(kernels: list[tuple[float, float, int, float, int, int, float]], d
 def _fill(tl: Timeline, cfg: Config | None = None):  # type: ignore[no-untyped-def]
     cfg = cfg or Config()
     links = link_launches(tl)
-    return kernel_fill(tl, links, select_window(tl, links, cfg), cfg)
+    return kernel_fill(tl, links, select_window(tl, links, cfg.window), cfg.attribution)
 
 
 NAN = float("nan")
@@ -67,7 +67,7 @@ def test_finding_states_the_share_the_recoverable_time_and_the_kernels() -> None
     assert f.share_of_window == pytest.approx(150 / 350)
     facts = dict(f.evidence.facts)
     assert facts["sm_count"] == "100" and facts["unused_sm_share_of_kernel_busy"] == pytest.approx(150 / 350, abs=1e-4)
-    assert facts["threshold_share_of_kernel_busy"] == Config().small_grid_min_unused_share
+    assert facts["threshold_share_of_kernel_busy"] == Config().findings.small_grid_min_unused_share
     assert facts["top_kernels"][0]["grid"] == 25 and facts["top_kernels"][0]["block"] == 256
     assert f.evidence.top_ops[0] == ("grid 25 x 256 threads, 0.25 blocks/SM: k0", 100 * US, 0)
     assert "up to 150.0 us of device time (43% of the window)" in f.fix.expected

@@ -5,7 +5,7 @@ modules import each other, inside a package or across packages.
 
 The flow (docs/architecture.md), as what each part may import::
 
-    shared leaves     errors, config, units, catalogue, pages, output   (and whyidle.__version__)
+    shared leaves     errors, fieldcheck, config, units, catalogue, pages, output   (and whyidle.__version__)
     core              timeline -> sources, analyses -> findings -> render -> diagnosis, pipeline
     feature packages  ranks, comparison, sweep, serving, capture, lab: the core and the leaves,
                       never each other (except the pairs in EXCEPTIONS, each with its reason)
@@ -28,7 +28,7 @@ import whyidle
 
 SRC = Path(whyidle.__file__).parent
 
-LEAVES = {"errors", "config", "units", "catalogue", "pages", "output", "__version__"}
+LEAVES = {"errors", "fieldcheck", "config", "units", "catalogue", "pages", "output", "__version__"}
 CORE = {"timeline", "sources", "analyses", "findings", "render", "pipeline", "diagnosis"}
 FEATURES = {"ranks", "comparison", "sweep", "serving", "capture", "lab"}
 TOP = {"commands", "cli", "whyidle", "__main__"}
@@ -38,7 +38,8 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "units": set(),
     "output": {"errors"},
-    "config": {"errors", "units"},
+    "fieldcheck": {"errors"},
+    "config": {"errors", "units", "fieldcheck"},
     "catalogue": {"errors", "units"},
     "pages": {"errors", "units", "catalogue"},  # the cause pages shipped with the package
     "timeline": LEAVES,

@@ -59,7 +59,7 @@ def test_the_curve_is_measured_until_steady_without_outliers_and_monotone() -> N
     # steady at once: exactly 3 windows; batch 16 needed two more; batch 32 ran out of windows
     assert fake.calls[1] == WARMUP + 3 * ITERS and len(passes[1]) == 3 * ITERS
     assert fake.calls[16] == WARMUP + 5 * ITERS and set(passes[16]) == {66 * US}
-    assert fake.calls[32] == WARMUP + cfg.latency_max_windows * ITERS
+    assert fake.calls[32] == WARMUP + cfg.serving.latency_max_windows * ITERS
     # the preempted pass is out of the curve and the simulator's draws, and the notes say so
     assert max(passes[4]) == 54 * US and len(passes[4]) == 3 * ITERS - 1
     assert any("batch 4: 1 of 60 passes dropped as outliers (slowest 3.00 ms against a median 0.05 ms)" in n for n in prof.notes)

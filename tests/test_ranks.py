@@ -278,7 +278,7 @@ def test_cross_rank_exact_on_built_profiles() -> None:
     p1 = _profile(1, [3_900_000, 520_000], (0,), 5_000_000)
     p2 = _profile(2, [1_000_000, 510_000], (3_000_000,), 5_000_000)
     idle = _profile(3, [], (), 0, active=False)
-    cr = cross_rank([p2, idle, p0, p1], Config())
+    cr = cross_rank([p2, idle, p0, p1], Config().attribution)
     assert cr.ranks == (0, 1, 2)
     assert any("without GPU activity" in n and "3" in n for n in cr.notes)
     first, second = cr.collectives

@@ -81,7 +81,7 @@ def test_load_forgets_a_read_ahead_its_reader_did_not_take(tmp_path: Path, monke
     assert ra.pending() == [p]
     # The streaming reader takes it (a lower threshold than the read-ahead's): it reads the file
     # in blocks, not through read_bytes, and the read-ahead must not stay behind.
-    monkeypatch.setattr(sources, "_large", lambda path: True)
+    monkeypatch.setattr(sources, "_large", lambda path, min_bytes: True)
     monkeypatch.setattr(kineto_stream, "should_stream", lambda path, min_bytes=None: True)
     assert len(load(p, read_ahead=ra)) > 0
     assert not ra.pending()

@@ -37,7 +37,7 @@ def test_rate_and_curve_from_shapes_exactly() -> None:
     # 4 batches of 2 then 4: busy 1 ms and 2 ms; the loop blocks in queue.get 3 ms before each
     batches = [(0, 1000, 2), (4000, 6000, 4), (9000, 10000, 2), (13000, 15000, 4)]
     waits = [(1000, 4000), (6000, 9000), (10000, 13000)]
-    loop = serving_loop(_loop(batches, waits=waits).build(), Config())
+    loop = serving_loop(_loop(batches, waits=waits).build(), Config().attribution)
     assert loop.batch_range == "serve_batch" and loop.batches == 4 and loop.sizes_from == "input shapes"
     assert loop.requests == 12 and loop.mean_batch == 3.0
     assert loop.batches_per_s == pytest.approx(4 / 0.015)
@@ -53,27 +53,27 @@ def test_rate_and_curve_from_shapes_exactly() -> None:
 def test_a_wait_inside_the_batch_range_is_not_service_time() -> None:
     # the loop blocks in queue.get inside its range (as the H200 serving loop does): 3 ms of 4
     batches = [(0, 4000, 1), (4000, 8000, 1), (8000, 12000, 3)]
-    loop = serving_loop(_loop(batches, waits=[(0, 3000), (4000, 7000), (8000, 11000)]).build(), Config())
+    loop = serving_loop(_loop(batches, waits=[(0, 3000), (4000, 7000), (8000, 11000)]).build(), Config().attribution)
     assert [(p.batch_size, p.median_ns) for p in loop.curve] == [(1, 1e6), (3, 1e6)]
     assert loop.backlog_batches == 0 and loop.arrival_per_s == pytest.approx(5 / 0.012)
 
 
 def test_sizes_from_request_ranges_without_shapes() -> None:
     batches = [(0, 1000, 3), (5000, 6000, 1), (10000, 11000, 3)]
-    loop = serving_loop(_loop(batches, shapes=False, requests=True).build(), Config())
+    loop = serving_loop(_loop(batches, shapes=False, requests=True).build(), Config().attribution)
     assert loop.sizes_from == "request ranges" and loop.requests == 7
     assert loop.arrival_per_s is None  # never seen waiting: no arrival rate, the served one is used
     assert "--rate 636" in batching_command(loop)
 
 
 def test_what_is_missing_is_said() -> None:
-    no_sizes = serving_loop(_loop([(0, 1000, 3), (5000, 6000, 1), (10000, 11000, 3)], shapes=False).build(), Config())
+    no_sizes = serving_loop(_loop([(0, 1000, 3), (5000, 6000, 1), (10000, 11000, 3)], shapes=False).build(), Config().attribution)
     assert no_sizes.requests is None and no_sizes.batches_per_s == pytest.approx(3 / 0.011)
     assert "record_shapes=True" in no_sizes.missing[0]
     assert batching_command(no_sizes) == "whyidle batching --measure MODULE:FUNCTION --requests LOG --slo-ms SLO_MS"
-    one_size = serving_loop(_loop([(0, 1000, 4), (5000, 6000, 4), (10000, 11000, 4)]).build(), Config())
+    one_size = serving_loop(_loop([(0, 1000, 4), (5000, 6000, 4), (10000, 11000, 4)]).build(), Config().attribution)
     assert "other than 4" in one_size.missing[0] and "--measure MODULE:FUNCTION --rate" in batching_command(one_size)
-    none = serving_loop(_loop([(0, 1000, 4)], name="forward").build(), Config())
+    none = serving_loop(_loop([(0, 1000, 4)], name="forward").build(), Config().attribution)
     assert none.batch_range == "" and "record_function('serve_batch')" in none.missing[0]
     facts = dict(demand_facts(_loop([(0, 1000, 4)], name="forward").build(), Config()))
     seen = demand_steps(facts, ("Use dynamic batching.", "Find the settings: whyidle batching --latency CURVE.csv ..."))
@@ -115,7 +115,7 @@ def test_vllm_trace_one_engine_step_says_what_is_missing() -> None:
     """vLLM v1, one prefill: the engine step (execute_model) is found, but one batch gives no rate."""
     from whyidle.sources import load
 
-    loop = serving_loop(load(SHARED / "tracelens__b200_eager_llm_prefill_rank0.json.gz"), Config())
+    loop = serving_loop(load(SHARED / "tracelens__b200_eager_llm_prefill_rank0.json.gz"), Config().attribution)
     assert loop.batch_range == "execute_model" and loop.batches == 1 and loop.requests is None
     assert "capture longer" in loop.missing[0] and "request log" in loop.missing[0]
     assert "profile_latency" in loop.missing[1]
@@ -137,6 +137,6 @@ def test_batching_curve_flag(capsys: pytest.CaptureFixture[str]) -> None:
 def test_an_engine_step_is_the_batch_and_its_token_shapes_are_not_requests() -> None:
     t = _loop([(0, 1000, 888), (5000, 6000, 512), (10000, 11000, 64)], name="vllm/v1/worker/gpu_model_runner.py(2907): execute_model")
     t.host("serve_batch", 20000, 21000, Kind.ANNOTATION)  # an engine step wins over a named range
-    loop = serving_loop(t.build(), Config())
+    loop = serving_loop(t.build(), Config().attribution)
     assert loop.batch_range == "execute_model" and loop.batches == 3
     assert loop.requests is None and "record_shapes=True" in loop.missing[0]

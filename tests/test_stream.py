@@ -102,7 +102,7 @@ def test_load_streams_above_the_threshold(tmp_path: Path, monkeypatch: pytest.Mo
     real = ks.load_kineto_stream
     import whyidle.sources as sources
 
-    monkeypatch.setattr(sources, "_large", lambda path: True)
+    monkeypatch.setattr(sources, "_large", lambda path, min_bytes: True)
     monkeypatch.setattr(ks, "should_stream", lambda path, min_bytes=None: True)
     monkeypatch.setattr(ks, "load_kineto_stream", lambda path, jobs=None: called.append(path) or real(path, jobs))
     tl = load(p)

@@ -86,11 +86,11 @@ def test_a_counter_log_is_a_timeline_with_a_typed_counters_track(tmp_path: Path)
     t_east = east.meta.counters.get("0", "gpu_util_pct")
     assert t_utc is not None and t_east is not None
     assert (t_utc.time_ns - t_east.time_ns).tolist() == [2 * 3600 * 10**9] * 3
-    assert len(analyse_counters(utc.meta.counters, whyidle.Config()).gpus) == 1
+    assert len(analyse_counters(utc.meta.counters, whyidle.Config().attribution).gpus) == 1
 
 
 def test_a_timeline_without_a_counters_track_is_a_usage_error_for_the_counter_analysis(tmp_path: Path) -> None:
     t = TL()
     t.work("k", 0, 10)
     with pytest.raises(whyidle.UsageError, match="no counters track"):
-        analyse_counters(t.build().meta.counters, whyidle.Config())
+        analyse_counters(t.build().meta.counters, whyidle.Config().attribution)

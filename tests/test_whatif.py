@@ -27,7 +27,7 @@ LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 def graph(tl: Timeline) -> W.Graph:
     links = link_launches(tl)
-    g = W.build_graph(tl, links, select_window(tl, links, Config()))
+    g = W.build_graph(tl, links, select_window(tl, links, Config().window))
     assert g is not None
     return g
 
@@ -257,7 +257,7 @@ def simulated(draw: st.DrawFn) -> Timeline:
 @given(simulated())
 def test_replay_without_edit_reproduces_step_times(tl: Timeline) -> None:
     links = link_launches(tl)
-    win = select_window(tl, links, Config())
+    win = select_window(tl, links, Config().window)
     g = W.build_graph(tl, links, win)
     assert g is not None
     got = W.replay(g).step_ns
@@ -280,10 +280,10 @@ def test_replay_is_the_same_at_epoch_timestamps(tl: Timeline, edit: W.Edit) -> N
     # ns: the replay runs from the window start, so moving the trace moves the replay exactly.
     by = 1_764_547_200_123_456_789
     links = link_launches(tl)
-    g0 = W.build_graph(tl, links, select_window(tl, links, Config()))
+    g0 = W.build_graph(tl, links, select_window(tl, links, Config().window))
     tl1 = shifted(tl, by)
     links1 = link_launches(tl1)
-    g1 = W.build_graph(tl1, links1, select_window(tl1, links1, Config()))
+    g1 = W.build_graph(tl1, links1, select_window(tl1, links1, Config().window))
     assert g0 is not None and g1 is not None
     r0, r1 = W.replay(g0, edit), W.replay(g1, edit)
     assert np.array_equal(r1.step_ns, r0.step_ns)
@@ -345,7 +345,7 @@ def tangled(draw: st.DrawFn) -> Timeline:
 @given(st.one_of(simulated(), tangled()), st.sampled_from(EDITS))
 def test_array_and_scalar_replays_agree(tl: Timeline, edit: W.Edit) -> None:
     links = link_launches(tl)
-    g = W.build_graph(tl, links, select_window(tl, links, Config()))
+    g = W.build_graph(tl, links, select_window(tl, links, Config().window))
     if g is not None:
         same_replay(g, edit)
 
@@ -359,7 +359,7 @@ def test_array_and_scalar_replays_agree_on_real_traces(resnet0: object) -> None:
     for p in [resnet0, *sorted(h200.glob("*.pt.trace.json.gz"))]:
         tl = load(p)
         links = link_launches(tl)
-        g = W.build_graph(tl, links, select_window(tl, links, Config()))
+        g = W.build_graph(tl, links, select_window(tl, links, Config().window))
         if g is None:
             continue
         for e in EDITS:
@@ -376,7 +376,7 @@ def test_replay_of_real_traces_reproduces_their_steps(resnet0: object) -> None:
     for p in paths:
         tl = load(p)
         links = link_launches(tl)
-        win = select_window(tl, links, Config())
+        win = select_window(tl, links, Config().window)
         g = W.build_graph(tl, links, win)
         assert g is not None, p
         got = W.replay(g).step_ns
@@ -395,7 +395,7 @@ def test_long_windows_are_replayed_over_their_middle_steps() -> None:
         t.work("k", o + 70, o + 100, launch_at=o + 60, launch_dur=5)
     tl = t.build()
     links = link_launches(tl)
-    win = select_window(tl, links, Config())
+    win = select_window(tl, links, Config().window)
     sub = _middle_steps(win, 4)
     assert [s.number for s in sub.steps] == [4, 5, 6, 7]
     assert (sub.start_ns, sub.end_ns) == (300 * US, 700 * US)
@@ -559,4 +559,4 @@ def test_pinned_over_pageable_bandwidth_from_the_trace() -> None:
     lv = lever_edits("h2d_copy", Config(), copy_speedup=g.pinned_speedup)
     assert lv.point.pageable_copy_factor == 4.0 and "this trace's pinned over pageable" in lv.assumption
     # Without both kinds the configured point stays.
-    assert lever_edits("h2d_copy", Config()).point.pageable_copy_factor == Config().whatif_pinned_copy_speedup[0]
+    assert lever_edits("h2d_copy", Config()).point.pageable_copy_factor == Config().predictions.whatif_pinned_copy_speedup[0]

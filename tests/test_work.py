@@ -225,7 +225,7 @@ class Job:
         tl = self.b.build()
         cfg = Config()
         links = link_launches(tl)
-        return measure_work(tl, links, select_window(tl, links, cfg), cfg), tl
+        return measure_work(tl, links, select_window(tl, links, cfg.window), cfg), tl
 
 
 BF16_MM = text([[4096, 4096], [4096, 4096]], ["c10::BFloat16"] * 2)

@@ -133,7 +133,7 @@ def test_the_h200_lab_traces_fused_adamw_end_to_end() -> None:
     tl = sources.load(path)
     cfg = Config()
     links = link_launches(tl)
-    w = measure_work(tl, links, select_window(tl, links, cfg), cfg)
+    w = measure_work(tl, links, select_window(tl, links, cfg.window), cfg)
     (op,) = [o for o in w.ops if o.name == "aten::_fused_adamw_"]
     assert op.family == "foreach" and op.note == ASSUMED_ITEMSIZE_NOTE and op.flops == 0
     assert op.nbytes == op.count * (4 * e + len(params) + 3 * e) * 4 and op.count <= len(steps)

@@ -27,7 +27,7 @@ def work_of(path: Path) -> WorkSummary:
     tl = sources.load(path)
     cfg = Config()
     links = link_launches(tl)
-    return measure_work(tl, links, select_window(tl, links, cfg), cfg)
+    return measure_work(tl, links, select_window(tl, links, cfg.window), cfg)
 
 
 class Small(nn.Module):  # type: ignore[misc]

@@ -91,3 +91,11 @@ format_version
 _._print_message
 # analyses/peaks.py: DevicePeak.tflops reads a precision field by name (getattr), fp16 among them
 fp16
+# Fields written and read only by the JSON codecs, through their field tables (findings/codec.py,
+# findings/codec_parts.py, ranks/model.py): getattr and keyword arguments by name
+short_ns
+share_of_step
+samples_per_s_after
+all_steps
+other_causes
+slowest_rank

@@ -55,7 +55,16 @@ if TYPE_CHECKING:
     from whyidle.serving.requestlog import load_requests
     from whyidle.serving.batching import tune_batching
     from whyidle.serving.latency import profile_latency
-    from whyidle.config import Config
+    from whyidle.config import (
+        AttributionSettings,
+        Config,
+        FindingSettings,
+        PredictionSettings,
+        ReadSettings,
+        RenderSettings,
+        ServingSettings,
+        WindowSettings,
+    )
     from whyidle.pipeline import diagnose
     from whyidle.diagnosis import Diagnosis, Report
     from whyidle.ranks.register import load_report
@@ -108,6 +117,13 @@ __all__ = [
     "compare",
     "Comparison",
     "Config",
+    "AttributionSettings",
+    "FindingSettings",
+    "PredictionSettings",
+    "ReadSettings",
+    "RenderSettings",
+    "ServingSettings",
+    "WindowSettings",
     "Diagnosis",
     "Evidence",
     "Finding",
@@ -147,6 +163,13 @@ __all__ = [
 # while numpy and the analyses import) and never imports torch.
 _LAZY = {
     "Config": "whyidle.config",
+    "AttributionSettings": "whyidle.config",
+    "FindingSettings": "whyidle.config",
+    "PredictionSettings": "whyidle.config",
+    "ReadSettings": "whyidle.config",
+    "RenderSettings": "whyidle.config",
+    "ServingSettings": "whyidle.config",
+    "WindowSettings": "whyidle.config",
     "diagnose": "whyidle.pipeline",
     "Evidence": "whyidle.findings.model",
     "Finding": "whyidle.findings.model",

@@ -5,9 +5,16 @@ Each entry holds everything whyidle knows about a cause apart from its detector:
 code and how to verify; one per variant). The analyses read only the keys (``analyses/causes.py``),
 the rules read the levers, the renderers read labels and colours; nothing else lists causes.
 
-Adding a cause: add an entry here, the detector that fills its column (``analyses/gaps.py``), and
-a section in its group's page (``whyidle/data/causes/<group>.md``, see ``whyidle.pages``). ``tests/test_catalogue.py`` fails when an entry misses any
-of these.
+Adding a cause: add an entry here, the detector that fills its column (``analyses/detectors.py``),
+and a section in its group's page (``whyidle/data/causes/<group>.md``, see ``whyidle.pages``).
+``tests/test_catalogue.py`` fails when an entry misses any of these. A cause from outside the
+package (a plug-in, a test) does the same at run time: ``CATALOGUE.register(entry)``,
+``analyses.detectors.register(...)``, ``pages.register_section(...)``
+(``tests/test_fake_cause.py``). Every table keyed by cause reads the catalogue when it is used
+(``derived``, ``LiveMap``, ``LiveSeq``), never a copy taken at import.
+
+Beside the causes: the findings on busy time (``BUSY_FINDINGS``: their levers, replay lever and
+sweep knobs) and the fix texts of the Nsight Systems API findings (``API_FIXES``).
 
 # long: one table with an entry per cause; splitting it would scatter what it exists to keep together
 
@@ -26,9 +33,13 @@ why that minimum.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TypeVar, overload
+
 import msgspec
 
-__all__ = ["Lever", "CauseEntry", "CATALOGUE", "IDIOM_LEVERS", "SCHEDULE", "SCHEDULE_CALL", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry", "warmup_capture"]
+__all__ = ["Lever", "CauseEntry", "Catalogue", "CATALOGUE", "derived", "LiveMap", "LiveSeq", "replay_lever", "replay_levers", "sweep_knobs", "lab_flaw_causes", "IDIOM_LEVERS", "SCHEDULE", "SCHEDULE_CALL", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry", "warmup_capture", "BusyEntry", "BUSY_FINDINGS", "ApiFix", "API_FIXES", "fill"]
 
 
 class Lever(msgspec.Struct, frozen=True):
@@ -60,10 +71,139 @@ class CauseEntry(msgspec.Struct, frozen=True):
     # A capture artifact (cold start, the profiler's start/stop, work launched before the
     # capture): reported in the headline as such, never as a ranked finding of the job.
     artifact: bool = False
+    # The what-if replay lever (findings/predict.py LEVERS) that predicts the fix, by variant
+    # ("" is the default; a variant absent here takes the default's). Empty: not replayed.
+    replay: dict[str, str] = msgspec.field(default_factory=dict)
+    # The sweep's knobs that act on it (sweep/trial.py LEVERS), tried first when a report is given.
+    sweep: tuple[str, ...] = ()
+    # The flaw lab's flaws (lab/job.py) whose diagnosis may name this cause first.
+    lab_flaws: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
         return f"{self.group}/{self.cause}"
+
+
+T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Catalogue(Sequence[CauseEntry]):
+    """The causes, in order: the built-in entries, then those registered at run time.
+
+    A sequence of :class:`CauseEntry`; ``version`` grows with every change, so that a table
+    derived from it (``derived``) is rebuilt when the catalogue changes and never goes stale.
+    """
+
+    def __init__(self, entries: Sequence[CauseEntry]) -> None:
+        self._entries: list[CauseEntry] = []
+        self._built_in: frozenset[str] = frozenset()
+        self.version = 0
+        for e in entries:
+            self.register(e)
+        self._built_in = frozenset(e.key for e in entries)
+
+    @overload
+    def __getitem__(self, i: int) -> CauseEntry: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[CauseEntry]: ...
+    def __getitem__(self, i: int | slice) -> CauseEntry | Sequence[CauseEntry]:
+        return self._entries[i]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[CauseEntry]:
+        return iter(tuple(self._entries))
+
+    def get(self, key: str) -> CauseEntry | None:
+        return next((e for e in self._entries if e.key == key), None)
+
+    def entry(self, key: str) -> CauseEntry:
+        """The entry of 'group/cause' (KeyError naming the known keys for anything else)."""
+        e = self.get(key)
+        if e is None:
+            raise KeyError(f"{key!r} is not in the cause catalogue; known: {', '.join(x.key for x in self._entries)}")
+        return e
+
+    def register(self, e: CauseEntry) -> None:
+        """Add a cause after the others (its column is the last). A ValueError says what is wrong
+        with an entry that cannot be added: an unknown group, a key or cause name already used,
+        no default lever."""
+        if e.group not in GROUPS:
+            raise ValueError(f"cause {e.key!r}: group {e.group!r} is not one of {', '.join(GROUPS)}")
+        if any(x.key == e.key or x.cause == e.cause for x in self._entries):
+            raise ValueError(f"cause {e.key!r}: a cause named {e.cause!r} is already in the catalogue")
+        if "" not in e.levers:
+            raise ValueError(f"cause {e.key!r}: expected a default lever (variant \"\") among its levers")
+        self._entries.append(e)
+        self.version += 1
+
+    def unregister(self, key: str) -> None:
+        """Remove a cause added by :meth:`register` (a built-in cause cannot be removed)."""
+        if key in self._built_in:
+            raise ValueError(f"cause {key!r} is built in; only a registered cause can be removed")
+        self._entries.remove(self.entry(key))
+        self.version += 1
+
+    @contextmanager
+    def registered(self, e: CauseEntry) -> Iterator[CauseEntry]:
+        """The catalogue with ``e`` added for the duration of the block."""
+        self.register(e)
+        try:
+            yield e
+        finally:
+            self.unregister(e.key)
+
+
+def derived(build: Callable[[Sequence[CauseEntry]], T]) -> Callable[[], T]:
+    """A table built from the catalogue, rebuilt when the catalogue has changed since."""
+    cache: list[tuple[int, T]] = []
+
+    def get() -> T:
+        if not cache or cache[0][0] != CATALOGUE.version:
+            cache[:] = [(CATALOGUE.version, build(CATALOGUE))]
+        return cache[0][1]
+
+    return get
+
+
+class LiveMap(Mapping[K, V]):
+    """A mapping that reads a derived table each time: a module-level table keyed by cause that
+    stays current when a cause is registered."""
+
+    def __init__(self, table: Callable[[], Mapping[K, V]]) -> None:
+        self._table = table
+
+    def __getitem__(self, key: K) -> V:
+        return self._table()[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+class LiveSeq(Sequence[T]):
+    """A sequence that reads a derived table each time (see :class:`LiveMap`)."""
+
+    def __init__(self, table: Callable[[], Sequence[T]]) -> None:
+        self._table = table
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        return self._table()[i]
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._table())
 
 
 GROUPS = ("starvation", "underfilled", "synchronization", "insufficient_demand", "unattributed")
@@ -104,7 +244,7 @@ _CAPTURE = (
     f"    schedule={SCHEDULE_CALL})"
 )
 
-CATALOGUE: tuple[CauseEntry, ...] = (
+_BUILT_IN: tuple[CauseEntry, ...] = (
     CauseEntry(
         "starvation",
         "input_pipeline",
@@ -161,6 +301,9 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             ),
         },
         host_side=True,
+        replay={"": "input_pipeline", "multi_process": "loader_speedup"},
+        sweep=("num_workers", "prefetch_factor", "persistent_workers"),
+        lab_flaws=("starvation",),
     ),
     CauseEntry(
         "starvation",
@@ -242,6 +385,9 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             docs="starvation",
         )},
         host_side=True,
+        replay={"": "h2d_copy"},
+        sweep=("pin_memory", "num_workers"),
+        lab_flaws=("h2d",),
     ),
     CauseEntry(
         "synchronization",
@@ -273,6 +419,8 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             docs="synchronization",
         )},
         host_side=True,
+        replay={"": "host_sync"},
+        lab_flaws=("sync",),
     ),
     CauseEntry(
         "synchronization",
@@ -332,6 +480,9 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             ),
         )},
         host_side=True,
+        replay={"": "host_overhead"},
+        sweep=("compile", "batch_size"),
+        lab_flaws=("smallbatch", "launch"),
     ),
     CauseEntry(
         "underfilled",
@@ -387,6 +538,8 @@ CATALOGUE: tuple[CauseEntry, ...] = (
             verify="Re-profile: kernel count per step should fall and the idle between back-to-back kernels shrink.",
             docs="underfilled",
         )},
+        sweep=("batch_size", "compile"),
+        lab_flaws=("smallbatch", "launch"),
     ),
     CauseEntry(
         "underfilled",
@@ -960,7 +1113,303 @@ IDIOM_LEVERS: dict[str, dict[str, Lever]] = {
     },
 }
 
-_BY_KEY = {e.key: e for e in CATALOGUE}
+
+class BusyEntry(msgspec.Struct, frozen=True):
+    """A finding on busy time (not a cause of idle: FP32 math, kernels too small to fill the
+    device): its levers, by variant ("" the default), and by idiom for jobs that are not a
+    PyTorch program (as ``IDIOM_LEVERS`` for causes), and its ``replay`` lever and ``sweep`` knobs
+    as in :class:`CauseEntry`. A new busy-time finding is one entry here and its rule."""
+
+    cause: str
+    levers: dict[str, Lever]
+    idioms: dict[str, Lever] = msgspec.field(default_factory=dict)
+    replay: dict[str, str] = msgspec.field(default_factory=dict)
+    sweep: tuple[str, ...] = ()
+
+
+_GRID_STEPS = (
+    "Launch at least a few blocks per SM: a grid-stride loop in the kernel with a grid of a few times the SM count.",
+    "Give each launch more work (batch several problems into one kernel, larger tiles), or run independent small kernels on separate streams.",
+)
+
+# Findings on busy time, by finding cause (findings/rules.py, kernel_fill_rules.py).
+BUSY_FINDINGS: tuple[BusyEntry, ...] = (
+    BusyEntry(
+        "fp32_math",
+        {
+            "": Lever(
+                title="Tensor cores unused: matrix math runs in FP32",
+                summary="Run matrix multiplications and convolutions in BF16/FP16 (autocast) or allow TF32.",
+                steps=(
+                    "Wrap the forward pass in torch.autocast('cuda', dtype=torch.bfloat16) (Ampere and newer).",
+                    "Or allow TF32: torch.backends.cuda.matmul.allow_tf32 = True; torch.backends.cudnn.allow_tf32 = True.",
+                ),
+                code="",
+                when_steps=(
+                    ("training", "With FP16 instead of BF16, use torch.amp.GradScaler to avoid underflowing gradients."),
+                    ("training", "Compare loss curves with the FP32 run and watch for NaN/inf before adopting the change."),
+                    ("not_training", "Compare the outputs with the FP32 run on a validation set before adopting the change."),
+                ),
+                when_code=(
+                    ("training", "with torch.autocast('cuda', dtype=torch.bfloat16):\n    loss = model(x).loss\nloss.backward()"),
+                    ("not_training", "with torch.inference_mode(), torch.autocast('cuda', dtype=torch.bfloat16):\n    out = model(x)"),
+                ),
+                verify="Re-profile: GEMM/conv kernels should carry tensor-core names (h884/1688/16816, xmma, wgmma), step time should fall; compare the loss curve against the FP32 run.",
+                docs="underfilled",
+            ),
+            "fp16_only": Lever(
+                title="Tensor cores unused: matrix math runs in FP32",
+                summary="This GPU (Volta/Turing) has FP16 tensor cores but no BF16 or TF32: run matrix math in FP16 with autocast and a GradScaler.",
+                steps=(
+                    "Wrap the forward pass in torch.autocast('cuda', dtype=torch.float16).",
+                    "Keep channel counts and matrix sizes multiples of 8 so cuDNN/cuBLAS pick tensor-core kernels.",
+                ),
+                code="",
+                when_steps=(
+                    ("training", "Scale the loss with torch.amp.GradScaler so small FP16 gradients do not underflow."),
+                    ("training", "Compare loss curves with the FP32 run and watch for NaN/inf (the scaler skips such steps) before adopting the change."),
+                    ("not_training", "Compare the outputs with the FP32 run on a validation set before adopting the change."),
+                ),
+                when_code=(
+                    (
+                        "training",
+                        "scaler = torch.amp.GradScaler('cuda')\n"
+                        "with torch.autocast('cuda', dtype=torch.float16):\n"
+                        "    loss = model(x).loss\n"
+                        "scaler.scale(loss).backward()\n"
+                        "scaler.step(optimizer)\n"
+                        "scaler.update()",
+                    ),
+                    ("not_training", "with torch.inference_mode(), torch.autocast('cuda', dtype=torch.float16):\n    out = model(x)"),
+                ),
+                verify="Re-profile: GEMM/conv kernels should carry tensor-core names (h884, s884, hmma), step time should fall; compare the loss curve against the FP32 run.",
+                docs="underfilled",
+            ),
+        },
+        idioms={
+            "cuda": Lever(
+                title="Tensor cores unused: matrix math runs in FP32",
+                summary="Let cuBLAS use tensor cores: TF32 math mode for FP32 GEMMs (Ampere and newer), or FP16/BF16 inputs.",
+                steps=(
+                    "Set the handle's math mode: cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH), or use cublasGemmEx / cublasLt with CUBLAS_COMPUTE_32F_FAST_TF32.",
+                    "Or store operands in __half / __nv_bfloat16 and compute with CUBLAS_COMPUTE_32F (FP32 accumulation).",
+                    "Check the result's accuracy against the FP32 run before adopting the change.",
+                ),
+                code="cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH);",
+                verify="Re-capture: GEMM kernels should carry tensor-core names (xmma, wgmma, 1688/16816).",
+                docs="underfilled",
+            ),
+            "cupy": Lever(
+                title="Tensor cores unused: matrix math runs in FP32",
+                summary="Let CuPy's cuBLAS calls use TF32 tensor cores (CUPY_TF32=1), or run the matrix math in float16.",
+                steps=("Set CUPY_TF32=1 in the environment (Ampere and newer) so FP32 matmuls use TF32 tensor cores.", "Or cast operands to cupy.float16 for the matmul and accumulate in float32."),
+                code="CUPY_TF32=1 python run.py",
+                verify="Re-profile: GEMM kernels should carry tensor-core names.",
+                docs="underfilled",
+            ),
+            "jax": Lever(
+                title="Tensor cores unused: matrix math runs in FP32",
+                summary="Allow reduced-precision matmuls: jax.default_matmul_precision('tensorfloat32') or bfloat16 inputs.",
+                steps=("Set jax.config.update('jax_default_matmul_precision', 'tensorfloat32') (or 'bfloat16').", "Or keep parameters in float32 and cast activations to bfloat16 inside the step."),
+                code="jax.config.update('jax_default_matmul_precision', 'tensorfloat32')",
+                verify="Re-profile: GEMM kernels should carry tensor-core names.",
+                docs="underfilled",
+            ),
+        },
+        replay={"": "fp32_math"},
+        sweep=("precision",),
+    ),
+    BusyEntry(
+        "small_grids",
+        {
+            "": Lever(
+                title="Kernels too small to fill the device: the GPU reads busy while SMs sit idle",
+                summary="Give each kernel more parallel work: a larger batch or micro-batch, fused ops, fewer and larger kernels.",
+                steps=(
+                    "Raise the batch size (or micro-batch, or sequences per forward) until each kernel's grid covers every SM; "
+                    "in inference, batch requests together.",
+                    "When the work cannot grow, run independent small kernels at the same time (CUDA streams, grouped or batched GEMMs).",
+                ),
+                code="",
+                verify="Re-profile: the report's est. SM efficiency should approach 100% and kernel time per sample fall (whyidle compare before after).",
+                docs="underfilled",
+                when_steps=(
+                    ("eager", "Fuse chains of small ops into one kernel (torch.compile)."),
+                    ("compiled", "The compiled regions are already fused: look for the small kernels outside them (graph breaks) and for shapes too small per kernel."),
+                ),
+                when_code=(("eager", "model = torch.compile(model)  # fuses small kernels; then try a larger batch"),),
+            ),
+        },
+        idioms={
+            "cuda": Lever(
+                title="Kernels too small to fill the device: the GPU reads busy while SMs sit idle",
+                summary="Launch grids that cover every SM: a grid-stride loop sized from the SM count, or more work per launch.",
+                steps=_GRID_STEPS,
+                code=(
+                    "int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);\n"
+                    "saxpy<<<4 * sms, 256>>>(n, a, x, y);   // grid-stride loop inside the kernel"
+                ),
+                verify="Re-capture: the report's est. SM efficiency should approach 100%.",
+                docs="underfilled",
+            ),
+            "cupy": Lever(
+                title="Kernels too small to fill the device: the GPU reads busy while SMs sit idle",
+                summary="Give each kernel more elements: batch arrays, and size RawKernel grids from the SM count.",
+                steps=("Stack small arrays into one larger array so each kernel covers the device.", *_GRID_STEPS),
+                code=(
+                    "sms = cupy.cuda.Device().attributes['MultiProcessorCount']\n"
+                    "kernel((4 * sms,), (256,), (n, a, x, y))   # grid-stride loop inside the RawKernel"
+                ),
+                verify="Re-profile: the report's est. SM efficiency should approach 100%.",
+                docs="underfilled",
+            ),
+            "jax": Lever(
+                title="Kernels too small to fill the device: the device reads busy while its units sit idle",
+                summary="Give each compiled op more work: a larger batch, jax.vmap over independent problems.",
+                steps=("Raise the batch size, or jax.vmap the step over independent problems so each kernel covers the device.",),
+                code="batched_step = jax.jit(jax.vmap(step))   # one kernel over all problems",
+                verify="Re-profile: kernel time per sample should fall.",
+                docs="underfilled",
+            ),
+        },
+    ),
+)
+
+CATALOGUE = Catalogue(_BUILT_IN)
+
+
+class ApiFix(msgspec.Struct, frozen=True):
+    """The fix of a finding the Nsight Systems API rules make (``findings/nsys_rules.py``) about
+    the calls behind a cause: text only. The rule writes the measured sentence first, then these
+    steps; ``steps``, ``code`` and ``title`` are by case, a name the rule picks from the job (the
+    advice context's idiom, the workload; "" is any other), and ``{name}`` is filled in from the
+    trace (``fill``)."""
+
+    cause: str  # the cause key the finding refines (its ``part_of``)
+    title: dict[str, str]
+    summary: str
+    steps: dict[str, tuple[str, ...]]
+    code: dict[str, str]
+    verify: str
+
+
+_NSYS_VERIFY = "Re-capture with nsys"
+_OSRT_CAPTURE = "nsys profile -t cuda,nvtx,osrt --osrt-backtrace-threshold=1000 -o run ./app   # the blocking call's backtrace"
+
+# By finding id.
+API_FIXES: dict[str, ApiFix] = {
+    "api.pageable_memcpy": ApiFix(
+        "starvation/h2d_copy",
+        {"": "Async copies from pageable memory block the host"},
+        "Copy from pinned memory so the copy is truly asynchronous and overlaps compute.",
+        {
+            "pytorch": ("PyTorch: DataLoader(pin_memory=True) and tensor.to(device, non_blocking=True).",),
+            "": ("Allocate the source buffer pinned (cudaHostAlloc / cudaMallocHost) or register it (cudaHostRegister).",),
+        },
+        {
+            "pytorch": "loader = DataLoader(ds, pin_memory=True, num_workers={workers})\nx = x.to('cuda', non_blocking=True)",
+            "cuda": "cudaMallocHost(&h_buf, bytes);   // or cudaHostRegister(existing, bytes, cudaHostRegisterDefault)\ncudaMemcpyAsync(d_buf, h_buf, bytes, cudaMemcpyHostToDevice, stream);",
+            "cupy": "host = cupyx.empty_pinned(shape, dtype)\nx_gpu.set(host, stream=stream)",
+        },
+        f"{_NSYS_VERIFY}: the copies should read 'Pinned -> Device' and the gaps before them shrink.",
+    ),
+    "api.sync_memcpy": ApiFix(
+        "synchronization/host_sync",
+        {"": "Synchronous cudaMemcpy/cudaMemset stall the device"},
+        "Replace synchronous cudaMemcpy/cudaMemset with their Async forms on a stream, from pinned memory.",
+        {
+            "pytorch": ("Use cudaMemcpyAsync/cudaMemsetAsync on the work stream (PyTorch: .to(device, non_blocking=True) from pinned tensors; avoid .cpu()/.item() inside the loop).",),
+            "": ("Use cudaMemcpyAsync/cudaMemsetAsync on the work stream, from pinned host memory.",),
+        },
+        {"": "cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream);"},
+        f"{_NSYS_VERIFY}: cudaMemcpy/cudaMemset should be gone from the CUDA API summary.",
+    ),
+    "api.sync_calls": ApiFix(
+        "synchronization/host_sync",
+        {"frequent": "Frequent {apis} ({per_s}/s) drain the GPU queue", "": "{apis} calls drain the GPU queue"},
+        "Synchronise less: only where the host needs a result, and not every iteration.",
+        {
+            "pytorch": ("Remove debugging/timing syncs from the loop (use CUDA events), read scalars (loss.item()) every N steps, and let work queue ahead.",),
+            "": ("Remove debugging/timing syncs from the loop (use CUDA events), synchronise only where the host reads a result, and let work queue ahead.",),
+        },
+        {
+            "pytorch": "if step % 50 == 0:\n    print(loss.item())  # not every step",
+            "cuda": "for (int i = 0; i < n; ++i) kernel<<<grid, block, 0, s>>>(d, i);   // no sync per kernel\ncudaEventRecord(done, s); cudaEventSynchronize(done);   // once, where the host reads results",
+            "cupy": "for it in range(iters):\n    step(x)\n    if it % 50 == 0:\n        cupy.cuda.get_current_stream().synchronize()   # not every iteration",
+        },
+        f"{_NSYS_VERIFY}: fewer cudaStreamSynchronize/cudaDeviceSynchronize calls and shorter gaps after them.",
+    ),
+    # The cause it refines depends on the workload: untraced host (idle host when serving); the
+    # finding's group too (starvation in training, insufficient demand when serving).
+    "api.blocked_host": ApiFix(
+        "unattributed/untraced_host",
+        {"": "The launching thread was blocked in OS calls while the GPU waited"},
+        "The launching thread was blocked in the OS, not computing: feed it sooner.",
+        {
+            "training": (
+                "In training this is the input pipeline or another thread the loop waits on: a lock or queue (futex, "
+                "sem_wait, pthread_cond_wait) or a pipe/file read is a starving loader.",
+                "Find what the thread waits for (nsys: the call's backtrace), then move that work off the critical path: "
+                "DataLoader(num_workers>0, persistent_workers=True, prefetch_factor=...).",
+            ),
+            "serving": (
+                "In a server this is waiting for requests (poll, epoll_wait, accept, recv): too little demand for the GPU.",
+                "Batch requests (dynamic batching) or serve more clients per GPU.",
+            ),
+            "": (
+                "The thread waited on something the trace does not show: another thread (a lock or queue), a file, a pipe or "
+                "the network. Only a serving loop waiting for requests is short of demand; this workload is {workload}.",
+                "Find what the thread waits for (nsys: the call's backtrace) and move it off the launching thread, or overlap it with device work.",
+            ),
+        },
+        {
+            "training_pytorch": "loader = DataLoader(ds, num_workers={workers}, persistent_workers=True, pin_memory=True)",
+            "": _OSRT_CAPTURE,
+        },
+        f"{_NSYS_VERIFY} -t cuda,nvtx,osrt: the blocking calls inside the gaps should shrink.",
+    ),
+}
+
+
+def fill(text: str, **values: object) -> str:
+    """``text`` with each ``{name}`` of ``values`` replaced (other braces, as in C code, kept)."""
+    for k, v in values.items():
+        text = text.replace("{" + k + "}", str(v))
+    return text
+
+
+
+def _by_cause(entries: Sequence[CauseEntry]) -> dict[str, CauseEntry | BusyEntry]:
+    return {**{b.cause: b for b in BUSY_FINDINGS}, **{e.cause: e for e in entries}}
+
+
+_BY_CAUSE = derived(_by_cause)
+
+
+def replay_lever(cause: str, variant: str = "") -> str | None:
+    """The replay lever that predicts the fix of a finding on ``cause`` (its name, not the
+    group/cause key), in its variant (None: its fix is not replayed)."""
+    e = _BY_CAUSE().get(cause)
+    if e is None:
+        return None
+    return e.replay.get(variant) or e.replay.get("")
+
+
+def replay_levers() -> tuple[str, ...]:
+    """Every replay lever a finding can take, once each, in catalogue order."""
+    names = [name for e in (*CATALOGUE, *BUSY_FINDINGS) for name in e.replay.values()]
+    return tuple(dict.fromkeys(names))
+
+
+def sweep_knobs(cause: str) -> tuple[str, ...]:
+    """The sweep's knobs that act on a finding on ``cause`` (its name), first tried first."""
+    e = _BY_CAUSE().get(cause)
+    return e.sweep if e is not None else ()
+
+
+def lab_flaw_causes(flaw: str) -> tuple[str, ...]:
+    """The cause keys a lab flaw's diagnosis may name first, in catalogue order."""
+    return tuple(e.key for e in CATALOGUE if flaw in e.lab_flaws)
 
 
 def warmup_capture(framework: str) -> str:
@@ -972,4 +1421,4 @@ def warmup_capture(framework: str) -> str:
 
 def entry(key: str) -> CauseEntry:
     """The catalogue entry of 'group/cause' (KeyError for an unknown cause)."""
-    return _BY_KEY[key]
+    return CATALOGUE.entry(key)

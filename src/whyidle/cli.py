@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["main", "run", "COMMANDS"]
 
 # Subcommand modules, in the order `whyidle --help` lists them.
-COMMANDS = ("run", "diagnose", "compare", "demo", "lab", "sweep", "watch", "convert", "scaling", "serving", "batching", "explain")
+COMMANDS = ("run", "diagnose", "compare", "demo", "lab", "sweep", "watch", "convert", "scaling", "serving", "batching", "explain", "schema")
 
 EXAMPLES = """\
   whyidle demo                                   # try it: a starved loop, diagnosed and fixed

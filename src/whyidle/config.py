@@ -1,103 +1,97 @@
 """Every threshold whyidle uses, in one place, with its unit in its name and its origin beside it.
 
-Analyses take a :class:`Config` argument; nothing reads thresholds from the environment or from
-files. ``Config()`` is the default; ``cfg.with_overrides(kernel_boundary_max_ns=...)`` changes one value (and
-names the valid fields when given one that does not exist).
+Grouped by the layer that reads them, each group a small frozen value object: :class:`ReadSettings`
+(sources), :class:`WindowSettings` (which steps), :class:`AttributionSettings` (analyses),
+:class:`FindingSettings` (rules, CI gates), :class:`PredictionSettings` (what-if),
+:class:`RenderSettings` (what the report carries), :class:`ServingSettings` (batching). A
+:class:`Config` holds one of each (``cfg.read``, ``cfg.attribution``, ...); a function takes the one
+it reads where that is all it reads. Nothing reads thresholds from the environment or from files.
+A field keeps its flat name wherever it is set (names are unique across sections):
+``Config(max_gzip_ratio=50)``, ``cfg.with_overrides(skip_first_steps=2)``, ``diagnose(path,
+skip_first_steps=2)``; a name that is no field is an error naming the valid ones (fieldcheck.py).
 
-Both classes are frozen ``msgspec.Struct``s, not dataclasses: creating this 73-field frozen
-dataclass cost 2.4 ms of every start of the command line (its methods are generated and
-compiled), a Struct 0.03 ms. A default is read from an instance (``Config().stream_min_bytes``):
-on the class, a field's name is its descriptor.
+All are frozen ``msgspec.Struct``s, not dataclasses: creating the former 73-field frozen dataclass
+cost 2.4 ms of every start of the command line, a Struct 0.03 ms. A default is read from an
+instance (``ReadSettings().stream_min_bytes``): on the class, a field's name is its descriptor.
 """
 
 from __future__ import annotations
 
-import math
-import operator
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from whyidle.errors import ArgumentError, UsageError
+from whyidle.fieldcheck import Checked, Sectioned, check_fields
 
-__all__ = ["Config"]
-
-
-def _unknown_fields(names: list[str], unknown: list[str]) -> UsageError:
-    import difflib  # only for this message: not at every start
-
-    close = difflib.get_close_matches(unknown[0], names, n=3)
-    hint = f"; did you mean {' or '.join(close)}?" if close else ""
-    return ArgumentError(
-        f"{', '.join(unknown)} {'is not a field' if len(unknown) == 1 else 'are not fields'} of whyidle.Config{hint} "
-        f"The fields are: {', '.join(names)}",
-        field=unknown[0],
-    )
+__all__ = [
+    "AttributionSettings",
+    "Config",
+    "FindingSettings",
+    "PredictionSettings",
+    "ReadSettings",
+    "RenderSettings",
+    "ServingSettings",
+    "SweepConfig",
+    "WindowSettings",
+]
 
 
-class _Checked(msgspec.StructMeta):
-    """Config's metaclass: an unknown keyword is a whyidle error naming the fields, not a TypeError."""
+class ReadSettings(msgspec.Struct, frozen=True, metaclass=Checked):
+    """How inputs are read (``sources/``): size limits, hostile-input caps, step ranges, counter-log clocks."""
 
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        names = list(cls.__struct_fields__)
-        unknown = sorted(set(kwargs) - set(names))
-        if unknown:
-            raise _unknown_fields(names, unknown)
-        if len(args) > len(names):
-            raise ArgumentError(f"whyidle.Config takes keyword arguments only (got {len(args)} positional)")
-        return super().__call__(*args, **kwargs)
+    # --- large traces (sources/kineto_stream.py) ---------------------------------------------
+    # Kineto traces larger than this (uncompressed bytes, estimated for gzip) are read in chunks
+    # instead of whole: the in-memory decode holds the raw text plus its decoded events, 3.6x the
+    # file size (1.86 GB for 0.51 GB, 7.2 GB for 2.0 GB, benchmarks/bench_scale.py), so 256 MiB
+    # keeps it under 1 GB; the chunked reader held 0.65 GB for the 2.0 GB trace.
+    stream_min_bytes: int = 256 * 1024 * 1024
+    # rocprofv3 JSON is read in memory (sources/rocprof.py): the text, one record kind decoded at
+    # a time (typed structs of the fields read) and the columns. Measured peaks of a whole
+    # diagnosis: the shared MI350X capture (37 MB of text, 43,915 dispatches) 114 MB resident; it
+    # tiled 8x (190 MB, 351,320 dispatches) 494 MB, 2.6x the text. 1 GiB of text keeps the peak
+    # under about 3 GB; larger captures are refused with a sentence naming rocprofv3 --collection-period.
+    rocprof_max_bytes: int = 1024 * 1024 * 1024
 
+    # --- hostile inputs (sources/_io.py, sources/kineto_stream.py; docs/inputs.md) -------------
+    # A gzip input may decompress to at most this many times its own size (past the floor
+    # below). Real traces inflate 17-30x (30x: kineto/resnet50_num_workers_0, the highest of the
+    # shared and H200 traces); 100x leaves a 3x margin, and stops a gzip bomb (deflate can
+    # reach 1032x: a 10 MB file holding 10 GB) after 1 GB for 10 MB instead of 10 GB.
+    max_gzip_ratio: float = 100.0
+    # Below this many decompressed bytes the ratio is not checked: small, very repetitive test
+    # and synthetic files compress further than real traces, and 64 MiB is cheap to hold.
+    gzip_ratio_floor_bytes: int = 64 * 1024 * 1024
+    # The out-of-core reader holds one event (and the JSON before and after the event list)
+    # whole; a single event or head larger than this is not a profiler trace (real events are
+    # under 100 KB even with long call stacks), so it is refused instead of buffered.
+    max_event_bytes: int = 64 * 1024 * 1024
+    # Events per compressed byte that the out-of-core reader accepts from a gzip trace (plus
+    # 100,000). Memory grows with the events kept, so a bomb of tiny events inside the ratio cap
+    # would still cost gigabytes: real traces hold 0.053 kept events per compressed byte (the
+    # shared HTA and Kineto traces), whyidle's synthetic lab trace 0.097; 0.5 leaves 5x margin.
+    max_events_per_gzip_byte: float = 0.5
 
-def _scalar_ok(kind: str, v: object) -> bool:
-    """Whether ``v`` is a value of the annotation ``kind`` (int, float, bool, str); numbers finite."""
-    if kind == "bool":
-        return isinstance(v, bool)
-    if kind == "str":
-        return isinstance(v, str)
-    if isinstance(v, (bool, str, bytes)):
-        return False
-    if kind == "int":
-        try:
-            operator.index(v)  # type: ignore[arg-type]
-        except TypeError:
-            return False
-        return True
-    try:
-        return math.isfinite(float(v))  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        return False
+    # --- Nsight Systems ------------------------------------------------------------------------
+    # Regular expression naming step ranges among NVTX ranges (--step-range). None: the nsys
+    # source's default, which recognises ProfilerStep#N and common trainer names (train_step,
+    # "step 12", "iteration 7"; see whyidle.sources.nsys.DEFAULT_STEP_PATTERN).
+    step_range: str | None = None
 
+    # --- GPU counter logs --------------------------------------------------------------------
+    # Time zone of counter logs that write wall-clock times without one (nvidia-smi), in minutes
+    # east of UTC. None: the zone of the machine running whyidle.
+    counters_utc_offset_min: int | None = None
+    # Sampling interval of logs without timestamps (dcgmi dmon), in ms. None: inferred from the
+    # energy counter and power when logged, else the tool's 1 s default.
+    counters_interval_ms: float | None = None
 
-def _value_ok(annotation: str, v: object) -> bool:
-    if annotation.endswith(" | None"):
-        return v is None or _value_ok(annotation[: -len(" | None")], v)
-    if annotation.startswith("tuple["):
-        if not isinstance(v, (tuple, list)):
-            return False
-        kinds = [k.strip() for k in annotation[6:-1].split(",")]
-        if kinds[-1] == "...":
-            return all(_scalar_ok(kinds[0], x) for x in v)
-        return len(v) == len(kinds) and all(_scalar_ok(k, x) for k, x in zip(kinds, v))
-    return _scalar_ok(annotation, v)
-
-
-def check_fields(cfg: msgspec.Struct) -> None:
-    """Refuse a field value of the wrong type or a non-finite number (ArgumentError naming the field).
-
-    Only values that differ from the default are checked: ``Config()`` costs nothing more."""
-    cls = type(cfg)
-    defaults = dict(zip(cls.__struct_fields__[len(cls.__struct_fields__) - len(cls.__struct_defaults__) :], cls.__struct_defaults__))
-    for name in cls.__struct_fields__:
-        v = getattr(cfg, name)
-        if name in defaults and v is defaults[name]:
-            continue
-        annotation = cls.__annotations__.get(name, "")
-        if isinstance(annotation, str) and not _value_ok(annotation, v):
-            shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
-            raise ArgumentError(f"{cls.__name__} field {name}={shown}: expected {annotation} (numbers finite)", field=name)
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
-class Config(msgspec.Struct, frozen=True, metaclass=_Checked):
+class WindowSettings(msgspec.Struct, frozen=True, metaclass=Checked):
+    """Which part of the trace is diagnosed (``analyses/window.py``) and its batch size."""
+
     # --- window ------------------------------------------------------------------------------
     # Steps to drop from the start of the window (cold start). 0 keeps every captured step:
     # torch.profiler's schedule already has a warm-up phase, and dropping steps silently would
@@ -107,6 +101,13 @@ class Config(msgspec.Struct, frozen=True, metaclass=_Checked):
     steps: tuple[int, ...] | None = None
     # Samples per step when the trace does not say (None: derive from the trace if possible).
     batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+class AttributionSettings(msgspec.Struct, frozen=True, metaclass=Checked):
+    """How the analyses (``analyses/``, ``ranks/analysis.py``) measure and attribute time."""
 
     # --- gaps ----------------------------------------------------------------------------------
     # Idle intervals shorter than this between work that was already queued are the device's
@@ -124,6 +125,101 @@ class Config(msgspec.Struct, frozen=True, metaclass=_Checked):
     # name, so they stay unattributed rather than being forced onto a cause.
     python_overhead_max_ns: int = 1_000_000
 
+    # --- kernels -----------------------------------------------------------------------------
+    # A kernel shorter than this is "short": it cannot amortise its own launch cost (a
+    # cudaLaunchKernel takes 5-10 us of host time; the TensorBoard plugin and HTA both use
+    # ~10 us as the small-kernel boundary).
+    short_kernel_ns: int = 10_000
+    # A kernel whose grid fills the SMs but whose Kineto est. achieved occupancy is below this (and
+    # above 0, which means "not computed") holds few warps per SM: under 10% an SM runs fewer than
+    # 7 of its 64 warp slots, one 128-thread block per SM reads 6.25%; library GEMMs designed for
+    # one CTA of 256 threads per SM read 12.5%, above it.
+    small_grid_low_occupancy_pct: float = 10.0
+
+    # --- work model and roofline (analyses/work.py) ------------------------------------------
+    # An op reaching at least this fraction of its roofline bound (min(peak, intensity x bandwidth))
+    # counts as near the roofline. Half the bound is the line NVIDIA's Nsight Compute roofline
+    # guidance and TraceLens use between "near" and "far"; tuned cuBLAS GEMMs at large shapes reach
+    # 60-80 % of peak, so a kernel under half its bound has headroom a change of shape or dtype can win.
+    roofline_near_fraction: float = 0.5
+
+    # --- trace quality -----------------------------------------------------------------------
+    # A single runtime call longer than this among first-call costs (context creation, module
+    # loading, first kernel launches) marks a cold start. Warm launches take 5-50 us.
+    cold_call_min_ns: int = 1_000_000
+    # The first call of an op counts as a first-use cost (lazy module loading, library heuristics,
+    # allocator growth) when it took cold_call_min_ns or more and this many times the median of the
+    # op's later calls. Warm calls of one op vary by 2-3x with their inputs; first-use costs seen
+    # in the H200 cold-start trace (tests/data/h200/cold_start_no_warmup) were 100-10,000x.
+    first_call_min_ratio: float = 10.0
+    # Cold-start calls covering more than this share of device idle make the capture a cold
+    # start: the report says so, and the findings are measured on its warm remainder.
+    cold_start_max_share_of_idle: float = 0.5
+    # JIT compilation and module loading (nvrtc, cuModuleLoadData, hipModuleLoad, Triton's and
+    # CuPy's compilers) in this many gaps of one thread, separated by device work: the job compiles
+    # on first use as it runs (underfilled/jit_compile), not once at start-up (a cold start). Two
+    # is the least that "repeated" means; one compilation's calls (create, compile, load) fall in
+    # one gap.
+    jit_min_gaps: int = 2
+    # Fewer profiled steps than this get a note asking for more: one step's figures include its
+    # one-off costs, and torch.profiler's documented schedule records active=3 steps.
+    min_profiled_steps: int = 3
+    # Device work that starts more than this before the host call that launched it is clock skew
+    # (analyses/trace_checks.py). 2021-schema Kineto traces round to 1 us; on every real trace in
+    # the tests a kernel starts 2-50 us after its launch call begins, never before.
+    clock_skew_min_ns: int = 1_000
+
+    # --- multi-rank (ranks/analysis.py) -------------------------------------------------------
+    # A rank counts as having arrived last at a collective when the earliest rank waited at least
+    # this long for it. 100 us is above NCCL's own start-up jitter between ranks (tens of us on
+    # one NVLink node) and well below a step's input or sync delays (milliseconds).
+    straggler_min_lateness_ns: int = 100_000
+    # A straggler's input is "larger" when its leading dimension exceeds the other ranks' median
+    # by this fraction (10%: variable-length batches that differ less cost less than the
+    # collective jitter above).
+    uneven_input_min_ratio: float = 0.10
+
+    # --- GPU counter logs --------------------------------------------------------------------
+    # GPU-Util at or above this is a burst, below it a pause. A starving or synchronising job swings
+    # between near 0 and near 100 between samples (the playbook's burst-then-pause picture), so the
+    # midpoint separates them without tuning.
+    counter_busy_min_pct: float = 50.0
+    # Counter logs are resampled onto a grid of one point per sampling interval over the log's
+    # span. A log whose clock jumps (one sample dated years later) would size that grid by the
+    # jump; the grid is capped at this many points per sample (a regular log has about 1, a log
+    # with pauses a few) plus 65536, and coarsened past it.
+    counter_grid_points_per_sample: int = 64
+    # A rhythm is regular when the autocorrelation of the busy/pause signal reaches this at its
+    # dominant period (0: noise, 1: perfectly periodic). 0.3 keeps jittered step loops (step time
+    # varying by +-20%) and rejects random idle stretches, measured on synthetic logs in the tests.
+    counter_rhythm_min_autocorr: float = 0.3
+    # ... and when the log shows at least this many pauses: a period is a repetition, and two
+    # pauses are one interval between them, which any two idle stretches make.
+    counter_rhythm_min_pauses: int = 3
+    # Logs with SM activity but no GPU-Util split busy from paused at the midpoint of their own
+    # 5th-95th percentile range, as long as that range spans at least this many points; a flatter
+    # signal has no bursts to split, and counter_busy_min_pct applies.
+    counter_sm_split_min_range_pct: float = 5.0
+    # Underfilled: GPU-Util busy (>= counter_busy_min_pct) while DCGM SM activity is below this.
+    # NVIDIA's DCGM guide calls SM activity of 0.8 necessary for effective use; below 0.5 at
+    # least half the SMs sit idle while "GPU-Util" reads busy.
+    counter_sm_active_low_pct: float = 50.0
+
+    # --- inference batching (serving/batching.py, serving/requests.py) ------------------------------
+    # A serving loop blocked this long for requests before or inside a batch range had caught up
+    # with its traffic (analyses/serving_loop.py): one draining a backlog goes from batch to batch
+    # in the loop's own overhead (0.11-0.17 ms between serve_batch ranges in the H200 serving
+    # trace), while one waiting for the next request blocks for a share of the gap between
+    # arrivals (1.2-8 ms there).
+    serving_wait_min_ns: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+class FindingSettings(msgspec.Struct, frozen=True, metaclass=Checked):
+    """When a rule reports a finding, how much evidence it carries, and the CI gates (``findings/``)."""
+
     # --- findings ------------------------------------------------------------------------------
     # A problem finding must explain at least this share of the window. 5% follows the
     # TensorBoard plugin's input-pipeline advice, which fires when DataLoader time exceeds 5% of
@@ -134,12 +230,45 @@ class Config(msgspec.Struct, frozen=True, metaclass=_Checked):
     unattributed_note_min_share_of_idle: float = 0.10
     # Number of example time ranges and gaps listed in each finding's evidence.
     evidence_examples: int = 5
-    # Largest gaps carried with their full CPU context into the report.
-    report_top_gaps: int = 50
-    # Largest gaps whose CPU context (op before, Python line, open runtime call) the diagnosis's
-    # gap columns carry, for the Perfetto track's arguments. 2,000 keeps the lookup near 30 ms
-    # on traces with 10^5 gaps (measured: about 15 us a gap on the ResNet-50 trace).
-    context_gaps: int = 2000
+
+    # --- kernels -----------------------------------------------------------------------------
+    # The FP32-math finding fires when FP32 GEMM/convolution kernels take at least this share of
+    # kernel time on a device with tensor cores (compute capability >= 7.0).
+    fp32_math_min_share_of_kernel_time: float = 0.20
+    # The host-overhead finding names a per-parameter optimizer loop when one optimizer.step()
+    # launches at least this many kernels (a fused or foreach step launches a handful per
+    # parameter group; ResNet-50's 161 parameters give 161+ launches per step in a plain loop).
+    optimizer_step_per_parameter_min_launches: int = 50
+    # The small-grid finding (analyses/kernel_fill.py) fires when the SM time left idle while
+    # kernels ran (grids with fewer blocks than the device has SMs) is at least this share of
+    # kernel-busy time, or when kernels with a low est. achieved occupancy take this share.
+    # Measured on the real traces: healthy ones leave 1-10% (ResNet50 on V100 1.5%, the H200 lab
+    # without a flaw 0.9%, NCCL job 5.3%, B200 LLM prefill 9.8%); the H200 lab at batch 4 leaves
+    # 33%, the A100 MPI saxpy (2 blocks on 108 SMs) 98%, the lab's launch-bound loop 97%.
+    small_grid_min_unused_share: float = 0.20
+
+    # --- Nsight Systems ------------------------------------------------------------------------
+    # The synchronising-call finding fires when cudaDeviceSynchronize/cudaStreamSynchronize calls
+    # hold at least min_finding_share_of_window of the window AND happen at least this often per
+    # second of window: one sync per step is the usual loss.item(); tens per second means a sync
+    # in the inner loop (the playbook's "frequent synchronisation" pattern).
+    sync_calls_min_per_s: float = 10.0
+
+    # --- GPU counter logs --------------------------------------------------------------------
+    # The low-utilisation finding fires when the time-weighted mean GPU-Util is below this without
+    # a regular rhythm (the GPU is mostly idle, not starving in steps).
+    counter_low_util_mean_pct: float = 50.0
+
+    # --- CI gates (CLI) ----------------------------------------------------------------------
+    fail_on_groups: tuple[str, ...] = ()
+    min_busy_fraction: float | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+class PredictionSettings(msgspec.Struct, frozen=True, metaclass=Checked):
+    """The what-if predictions' stated assumptions and replay limits (``findings/predict.py``)."""
 
     # --- what-if predictions (analyses/whatif.py, findings/predict.py) ------------------------
     # Workers assumed for the input-pipeline fix: the lower end of the lever's "start with 4-8".
@@ -196,155 +325,32 @@ class Config(msgspec.Struct, frozen=True, metaclass=_Checked):
     # copy waited 36.5 ms with no device work recorded, its other copies 0.1-0.3 ms.
     whatif_profiled_warmup: bool = True
 
-    # --- kernels -----------------------------------------------------------------------------
-    # A kernel shorter than this is "short": it cannot amortise its own launch cost (a
-    # cudaLaunchKernel takes 5-10 us of host time; the TensorBoard plugin and HTA both use
-    # ~10 us as the small-kernel boundary).
-    short_kernel_ns: int = 10_000
-    # The FP32-math finding fires when FP32 GEMM/convolution kernels take at least this share of
-    # kernel time on a device with tensor cores (compute capability >= 7.0).
-    fp32_math_min_share_of_kernel_time: float = 0.20
-    # The host-overhead finding names a per-parameter optimizer loop when one optimizer.step()
-    # launches at least this many kernels (a fused or foreach step launches a handful per
-    # parameter group; ResNet-50's 161 parameters give 161+ launches per step in a plain loop).
-    optimizer_step_per_parameter_min_launches: int = 50
-    # The small-grid finding (analyses/kernel_fill.py) fires when the SM time left idle while
-    # kernels ran (grids with fewer blocks than the device has SMs) is at least this share of
-    # kernel-busy time, or when kernels with a low est. achieved occupancy take this share.
-    # Measured on the real traces: healthy ones leave 1-10% (ResNet50 on V100 1.5%, the H200 lab
-    # without a flaw 0.9%, NCCL job 5.3%, B200 LLM prefill 9.8%); the H200 lab at batch 4 leaves
-    # 33%, the A100 MPI saxpy (2 blocks on 108 SMs) 98%, the lab's launch-bound loop 97%.
-    small_grid_min_unused_share: float = 0.20
-    # A kernel whose grid fills the SMs but whose Kineto est. achieved occupancy is below this (and
-    # above 0, which means "not computed") holds few warps per SM: under 10% an SM runs fewer than
-    # 7 of its 64 warp slots, one 128-thread block per SM reads 6.25%; library GEMMs designed for
-    # one CTA of 256 threads per SM read 12.5%, above it.
-    small_grid_low_occupancy_pct: float = 10.0
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+class RenderSettings(msgspec.Struct, frozen=True, metaclass=Checked):
+    """How much of the diagnosis the report carries and renders: gaps with context, op shapes."""
+
+    # --- findings ------------------------------------------------------------------------------
+    # Largest gaps carried with their full CPU context into the report.
+    report_top_gaps: int = 50
+    # Largest gaps whose CPU context (op before, Python line, open runtime call) the diagnosis's
+    # gap columns carry, for the Perfetto track's arguments. 2,000 keeps the lookup near 30 ms
+    # on traces with 10^5 gaps (measured: about 15 us a gap on the ResNet-50 trace).
+    context_gaps: int = 2000
 
     # --- work model and roofline (analyses/work.py) ------------------------------------------
-    # An op reaching at least this fraction of its roofline bound (min(peak, intensity x bandwidth))
-    # counts as near the roofline. Half the bound is the line NVIDIA's Nsight Compute roofline
-    # guidance and TraceLens use between "near" and "far"; tuned cuBLAS GEMMs at large shapes reach
-    # 60-80 % of peak, so a kernel under half its bound has headroom a change of shape or dtype can win.
-    roofline_near_fraction: float = 0.5
     # The work report lists this many op shapes (the longest kernel time first); every op counts
     # in the totals.
     work_top_ops: int = 25
 
-    # --- trace quality -----------------------------------------------------------------------
-    # A single runtime call longer than this among first-call costs (context creation, module
-    # loading, first kernel launches) marks a cold start. Warm launches take 5-50 us.
-    cold_call_min_ns: int = 1_000_000
-    # The first call of an op counts as a first-use cost (lazy module loading, library heuristics,
-    # allocator growth) when it took cold_call_min_ns or more and this many times the median of the
-    # op's later calls. Warm calls of one op vary by 2-3x with their inputs; first-use costs seen
-    # in the H200 cold-start trace (tests/data/h200/cold_start_no_warmup) were 100-10,000x.
-    first_call_min_ratio: float = 10.0
-    # Cold-start calls covering more than this share of device idle make the capture a cold
-    # start: the report says so, and the findings are measured on its warm remainder.
-    cold_start_max_share_of_idle: float = 0.5
-    # JIT compilation and module loading (nvrtc, cuModuleLoadData, hipModuleLoad, Triton's and
-    # CuPy's compilers) in this many gaps of one thread, separated by device work: the job compiles
-    # on first use as it runs (underfilled/jit_compile), not once at start-up (a cold start). Two
-    # is the least that "repeated" means; one compilation's calls (create, compile, load) fall in
-    # one gap.
-    jit_min_gaps: int = 2
-    # Fewer profiled steps than this get a note asking for more: one step's figures include its
-    # one-off costs, and torch.profiler's documented schedule records active=3 steps.
-    min_profiled_steps: int = 3
+    def __post_init__(self) -> None:
+        check_fields(self)
 
-    # Device work that starts more than this before the host call that launched it is clock skew
-    # (analyses/trace_checks.py). 2021-schema Kineto traces round to 1 us; on every real trace in
-    # the tests a kernel starts 2-50 us after its launch call begins, never before.
-    clock_skew_min_ns: int = 1_000
 
-    # --- multi-rank (ranks/analysis.py) -------------------------------------------------------
-    # A rank counts as having arrived last at a collective when the earliest rank waited at least
-    # this long for it. 100 us is above NCCL's own start-up jitter between ranks (tens of us on
-    # one NVLink node) and well below a step's input or sync delays (milliseconds).
-    straggler_min_lateness_ns: int = 100_000
-    # A straggler's input is "larger" when its leading dimension exceeds the other ranks' median
-    # by this fraction (10%: variable-length batches that differ less cost less than the
-    # collective jitter above).
-    uneven_input_min_ratio: float = 0.10
-
-    # --- large traces (sources/kineto_stream.py) ---------------------------------------------
-    # Kineto traces larger than this (uncompressed bytes, estimated for gzip) are read in chunks
-    # instead of whole: the in-memory decode holds the raw text plus its decoded events, 3.6x the
-    # file size (1.86 GB for 0.51 GB, 7.2 GB for 2.0 GB, benchmarks/bench_scale.py), so 256 MiB
-    # keeps it under 1 GB; the chunked reader held 0.65 GB for the 2.0 GB trace.
-    stream_min_bytes: int = 256 * 1024 * 1024
-    # rocprofv3 JSON is read in memory (sources/rocprof.py): the text, one record kind decoded at
-    # a time (typed structs of the fields read) and the columns. Measured peaks of a whole
-    # diagnosis: the shared MI350X capture (37 MB of text, 43,915 dispatches) 114 MB resident; it
-    # tiled 8x (190 MB, 351,320 dispatches) 494 MB, 2.6x the text. 1 GiB of text keeps the peak
-    # under about 3 GB; larger captures are refused with a sentence naming rocprofv3 --collection-period.
-    rocprof_max_bytes: int = 1024 * 1024 * 1024
-
-    # --- hostile inputs (sources/_io.py, sources/kineto_stream.py; docs/inputs.md) -------------
-    # A gzip input may decompress to at most this many times its own size (past the floor
-    # below). Real traces inflate 17-30x (30x: kineto/resnet50_num_workers_0, the highest of the
-    # shared and H200 traces); 100x leaves a 3x margin, and stops a gzip bomb (deflate can
-    # reach 1032x: a 10 MB file holding 10 GB) after 1 GB for 10 MB instead of 10 GB.
-    max_gzip_ratio: float = 100.0
-    # Below this many decompressed bytes the ratio is not checked: small, very repetitive test
-    # and synthetic files compress further than real traces, and 64 MiB is cheap to hold.
-    gzip_ratio_floor_bytes: int = 64 * 1024 * 1024
-    # The out-of-core reader holds one event (and the JSON before and after the event list)
-    # whole; a single event or head larger than this is not a profiler trace (real events are
-    # under 100 KB even with long call stacks), so it is refused instead of buffered.
-    max_event_bytes: int = 64 * 1024 * 1024
-    # Events per compressed byte that the out-of-core reader accepts from a gzip trace (plus
-    # 100,000). Memory grows with the events kept, so a bomb of tiny events inside the ratio cap
-    # would still cost gigabytes: real traces hold 0.053 kept events per compressed byte (the
-    # shared HTA and Kineto traces), whyidle's synthetic lab trace 0.097; 0.5 leaves 5x margin.
-    max_events_per_gzip_byte: float = 0.5
-
-    # --- Nsight Systems ------------------------------------------------------------------------
-    # Regular expression naming step ranges among NVTX ranges (--step-range). None: the nsys
-    # source's default, which recognises ProfilerStep#N and common trainer names (train_step,
-    # "step 12", "iteration 7"; see whyidle.sources.nsys.DEFAULT_STEP_PATTERN).
-    step_range: str | None = None
-    # The synchronising-call finding fires when cudaDeviceSynchronize/cudaStreamSynchronize calls
-    # hold at least min_finding_share_of_window of the window AND happen at least this often per
-    # second of window: one sync per step is the usual loss.item(); tens per second means a sync
-    # in the inner loop (the playbook's "frequent synchronisation" pattern).
-    sync_calls_min_per_s: float = 10.0
-
-    # --- GPU counter logs --------------------------------------------------------------------
-    # GPU-Util at or above this is a burst, below it a pause. A starving or synchronising job swings
-    # between near 0 and near 100 between samples (the playbook's burst-then-pause picture), so the
-    # midpoint separates them without tuning.
-    counter_busy_min_pct: float = 50.0
-    # Counter logs are resampled onto a grid of one point per sampling interval over the log's
-    # span. A log whose clock jumps (one sample dated years later) would size that grid by the
-    # jump; the grid is capped at this many points per sample (a regular log has about 1, a log
-    # with pauses a few) plus 65536, and coarsened past it.
-    counter_grid_points_per_sample: int = 64
-    # A rhythm is regular when the autocorrelation of the busy/pause signal reaches this at its
-    # dominant period (0: noise, 1: perfectly periodic). 0.3 keeps jittered step loops (step time
-    # varying by +-20%) and rejects random idle stretches, measured on synthetic logs in the tests.
-    counter_rhythm_min_autocorr: float = 0.3
-    # ... and when the log shows at least this many pauses: a period is a repetition, and two
-    # pauses are one interval between them, which any two idle stretches make.
-    counter_rhythm_min_pauses: int = 3
-    # Logs with SM activity but no GPU-Util split busy from paused at the midpoint of their own
-    # 5th-95th percentile range, as long as that range spans at least this many points; a flatter
-    # signal has no bursts to split, and counter_busy_min_pct applies.
-    counter_sm_split_min_range_pct: float = 5.0
-    # Underfilled: GPU-Util busy (>= counter_busy_min_pct) while DCGM SM activity is below this.
-    # NVIDIA's DCGM guide calls SM activity of 0.8 necessary for effective use; below 0.5 at
-    # least half the SMs sit idle while "GPU-Util" reads busy.
-    counter_sm_active_low_pct: float = 50.0
-    # The low-utilisation finding fires when the time-weighted mean GPU-Util is below this without
-    # a regular rhythm (the GPU is mostly idle, not starving in steps).
-    counter_low_util_mean_pct: float = 50.0
-    # Time zone of counter logs that write wall-clock times without one (nvidia-smi), in minutes
-    # east of UTC. None: the zone of the machine running whyidle.
-    counters_utc_offset_min: int | None = None
-    # Sampling interval of logs without timestamps (dcgmi dmon), in ms. None: inferred from the
-    # energy counter and power when logged, else the tool's 1 s default.
-    counters_interval_ms: float | None = None
+class ServingSettings(msgspec.Struct, frozen=True, metaclass=Checked):
+    """The inference batching simulator and latency timing (``serving/``)."""
 
     # --- inference batching (serving/batching.py, serving/requests.py) ------------------------------
     # Candidate queue delays, as fractions of what the SLO leaves after a batch of one (longer
@@ -376,12 +382,6 @@ class Config(msgspec.Struct, frozen=True, metaclass=_Checked):
     # 1.7x the median), while a CPU curve timed on this shared 2-core machine showed p90 140x
     # the median (preemption, not the model), whose log-normal mean would be 1,600x the median.
     batching_max_sigma: float = 0.75
-    # A serving loop blocked this long for requests before or inside a batch range had caught up
-    # with its traffic (analyses/serving_loop.py): one draining a backlog goes from batch to batch
-    # in the loop's own overhead (0.11-0.17 ms between serve_batch ranges in the H200 serving
-    # trace), while one waiting for the next request blocks for a share of the gap between
-    # arrivals (1.2-8 ms there).
-    serving_wait_min_ns: int = 1_000_000
     # Sharing the device (MPS, MIG, a smaller GPU) is advised only when one instance at the observed
     # rate leaves at least this share of the time idle: the smallest MIG slice is 1/7 of an
     # A100/H100/H200 (1g profiles, serving/instances.py), so less idle time than that cannot hold
@@ -408,9 +408,36 @@ class Config(msgspec.Struct, frozen=True, metaclass=_Checked):
     # dashboards (Prometheus rate(), Triton's metrics) report request rates.
     traffic_peak_window_ns: int = 1_000_000_000
 
-    # --- CI gates (CLI) ----------------------------------------------------------------------
-    fail_on_groups: tuple[str, ...] = ()
-    min_busy_fraction: float | None = None
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+class Config(msgspec.Struct, frozen=True, metaclass=Sectioned):
+    """Every setting, one value object per layer. Each field of a section is also a keyword of
+    its own: ``Config(skip_first_steps=2)`` is ``Config(window=WindowSettings(skip_first_steps=2))``."""
+
+    read: ReadSettings = ReadSettings()
+    window: WindowSettings = WindowSettings()
+    attribution: AttributionSettings = AttributionSettings()
+    findings: FindingSettings = FindingSettings()
+    predictions: PredictionSettings = PredictionSettings()
+    render: RenderSettings = RenderSettings()
+    serving: ServingSettings = ServingSettings()
+
+    if TYPE_CHECKING:  # the flat keywords (Sectioned routes them to their section)
+
+        def __init__(
+            self,
+            *,
+            read: ReadSettings = ...,
+            window: WindowSettings = ...,
+            attribution: AttributionSettings = ...,
+            findings: FindingSettings = ...,
+            predictions: PredictionSettings = ...,
+            render: RenderSettings = ...,
+            serving: ServingSettings = ...,
+            **fields: object,
+        ) -> None: ...
 
     def with_overrides(self, **overrides: object) -> Config:
         """A copy with the named fields replaced: ``cfg.with_overrides(skip_first_steps=2)``.
@@ -418,11 +445,7 @@ class Config(msgspec.Struct, frozen=True, metaclass=_Checked):
         A name that is not a field is a UsageError that suggests the closest fields and lists them
         all (a misspelt option must not pass silently, nor fail as a bare TypeError).
         """
-        names = list(self.__struct_fields__)
-        unknown = sorted(set(overrides) - set(names))
-        if unknown:
-            raise _unknown_fields(names, unknown)
-        return msgspec.structs.replace(self, **overrides)
+        return Config(**{**msgspec.structs.asdict(self), **overrides})
 
     def __post_init__(self) -> None:
         check_fields(self)

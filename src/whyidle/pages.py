@@ -9,21 +9,25 @@ A finding's ``fix.docs`` holds the name of its page (``"starvation"``) or, for f
 input format rather than a cause (counter logs, Nsight Systems), a section of the repository's
 docs (``"docs/inputs.md#nsight-systems"``). Every finding's group has a page, so the renderers
 pick the page by ``finding.group``.
+
+A cause registered at run time (``CATALOGUE.register``) brings its section with
+:func:`register_section`: it is appended to its group's page wherever the page is shown.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from importlib import resources
 
 from whyidle.catalogue import CATALOGUE, GROUPS
 from whyidle.errors import UsageError
 
-__all__ = ["PAGES", "page_name", "page_text", "page_title", "explain_command"]
+__all__ = ["PAGES", "page_name", "page_text", "page_title", "explain_command", "register_section", "unregister_section", "section_registered"]
 
 PAGES: tuple[str, ...] = GROUPS  # one page per group of causes
 
-_KEYS = {e.key: e.group for e in CATALOGUE}
 
 
 def page_name(cause: str) -> str:
@@ -34,18 +38,53 @@ def page_name(cause: str) -> str:
     name = cause.strip().lower().replace("-", "_").replace(" ", "_")
     if name in PAGES:
         return name
-    if name in _KEYS:
-        return _KEYS[name]
+    e = CATALOGUE.get(name)
+    if e is not None:
+        return e.group
     raise UsageError(
         f"no page for {cause!r}; the pages are {', '.join(PAGES)} (a group/cause key such as "
         "starvation/input_pipeline names its group's page)"
     )
 
 
+# Sections of causes registered at run time: cause key -> Markdown, appended to its group's page.
+_SECTIONS: dict[str, str] = {}
+
+
 @lru_cache(maxsize=None)
+def _shipped(page: str) -> str:
+    return (resources.files("whyidle") / "data" / "causes" / f"{page}.md").read_text(encoding="utf-8")
+
+
 def page_text(name: str) -> str:
-    """The Markdown text of a page, from the installed package."""
-    return (resources.files("whyidle") / "data" / "causes" / f"{page_name(name)}.md").read_text(encoding="utf-8")
+    """The Markdown text of a page, from the installed package, with the sections of the
+    causes of its group registered at run time."""
+    page = page_name(name)
+    extra = [text.strip() for key, text in _SECTIONS.items() if page_name(key) == page]
+    return "\n\n".join([_shipped(page).rstrip(), *extra]) + "\n" if extra else _shipped(page)
+
+
+def register_section(key: str, markdown: str) -> None:
+    """Add the doc section of a cause in the catalogue (its ``group/cause`` key must appear in
+    it, in backticks, as in the shipped pages)."""
+    page_name(key)  # a UsageError for a key not in the catalogue
+    if f"`{key}`" not in markdown:
+        raise ValueError(f"the section of {key!r} must name its key in backticks (`{key}`)")
+    _SECTIONS[key] = markdown
+
+
+def unregister_section(key: str) -> None:
+    del _SECTIONS[key]
+
+
+@contextmanager
+def section_registered(key: str, markdown: str) -> Iterator[str]:
+    """The cause pages with ``key``'s section for the duration of the block."""
+    register_section(key, markdown)
+    try:
+        yield key
+    finally:
+        unregister_section(key)
 
 
 def page_title(name: str) -> str:

@@ -46,11 +46,11 @@ def analyse(
     elsewhere."""
     cfg = cfg or Config()
     links = link_launches(tl) if links is None else links
-    window = select_window(tl, links, cfg) if window is None else window
-    gaps = find_gaps(tl, links, window, cfg)
-    util = measure_utilization(tl, links, window, gaps, cfg)
-    kern = kernel_stats(tl, links, window, cfg) if kernels is None else kernels()
-    quality = assess_quality(tl, links, window, gaps, cfg)
+    window = select_window(tl, links, cfg.window) if window is None else window
+    gaps = find_gaps(tl, links, window, cfg.attribution)
+    util = measure_utilization(tl, links, window, gaps, cfg.window)
+    kern = kernel_stats(tl, links, window, cfg.attribution) if kernels is None else kernels()
+    quality = assess_quality(tl, links, window, gaps, cfg.attribution)
     work = measure_work(tl, links, window, cfg) if links.device_rows.size else None
     return Analyses(tl, window, gaps, util, kern, quality, ThreadIndex(tl), links, advice_context(tl, gaps.workload), work)
 
@@ -94,16 +94,16 @@ def _gap_tables(a: Analyses, cfg: Config) -> tuple[GapColumns, tuple[GapRecord, 
     op_start = np.where(ops >= 0, tl.start_ns[np.maximum(ops, 0)], 0).astype(i64) if n else np.zeros(0, dtype=i64)
     op_end = np.where(ops >= 0, tl.end_ns[np.maximum(ops, 0)], 0).astype(i64) if n else np.zeros(0, dtype=i64)
     before, line, runtime = (np.full(n, -1, dtype=i64) for _ in range(3))
-    order = np.argsort(-g.dur_ns, kind="stable")[: max(cfg.context_gaps, cfg.report_top_gaps)]
+    order = np.argsort(-g.dur_ns, kind="stable")[: max(cfg.render.context_gaps, cfg.render.report_top_gaps)]
     records = []
     for rank, i in enumerate(order.tolist()):
-        if rank < cfg.report_top_gaps:
+        if rank < cfg.render.report_top_gaps:
             ctx = gap_context(tl, g, i, a.index)
             records.append(_gap_record(a, i, ctx, next_work, strings))
             brief = (ctx.before, ctx.python_line, ctx.runtime_call)
         else:
             brief = brief_context(tl, g, i, a.index)
-        if rank < cfg.context_gaps:
+        if rank < cfg.render.context_gaps:
             before[i], line[i], runtime[i] = (strings.add(x) for x in brief)
     columns = GapColumns(
         start_ns=g.start_ns,
@@ -243,17 +243,11 @@ def diagnose(
     else:
         from whyidle.sources import load
 
-        tl = load(
-            source,
-            step_pattern=cfg.step_range,
-            jobs=jobs,
-            counters_utc_offset_min=cfg.counters_utc_offset_min,
-            counters_interval_ms=cfg.counters_interval_ms,
-        )
+        tl = load(source, jobs=jobs, settings=cfg.read)
     if tl.meta.counters is not None and len(tl) == 0:
         return _counter_report(tl, cfg)
     links = link_launches(tl)
-    window = select_window(tl, links, cfg)
+    window = select_window(tl, links, cfg.window)
     # With jobs >= 2 a forked child makes the kernel statistics (sent ahead) and the what-if
     # graph while the analyses and rules run here, replays levers ahead while it waits, then
     # replays the levers the findings name while the report is assembled. Not when there is no
@@ -264,7 +258,7 @@ def diagnose(
         lambda pg, levers: predictions_on(pg, levers, cfg),
         fork=jobs >= 2 and bool(window.steps) and links.device_rows.size > 0,
         idle=lambda pg: replay_ahead(pg, cfg),  # every lever, while the findings are being made
-        early=lambda: kernel_stats(tl, links, window, cfg),  # first: the gaps are found here meanwhile
+        early=lambda: kernel_stats(tl, links, window, cfg.attribution),  # first: the gaps are found here meanwhile
     )
     with relay:
         a = analyse(tl, cfg, links, window, kernels=relay.early_result)
@@ -282,7 +276,7 @@ def _counter_report(tl: Timeline, cfg: Config) -> Diagnosis:
     log = tl.meta.counters  # read with the caller's clock settings (see diagnose)
     # a counter log has samples, not events: no gap columns or device activity to draw
     base = msgspec.structs.replace(report_from(analyse(tl, cfg), cfg), gap_columns=None, activity=None, lanes=(), name_times=None)
-    return as_diagnosis(counter_only_report(base, analyse_counters(log, cfg), cfg))
+    return as_diagnosis(counter_only_report(base, analyse_counters(log, cfg.attribution), cfg))
 
 
 def _join_counters(report: Diagnosis, a: Analyses, path: str | os.PathLike[str], cfg: Config) -> Diagnosis:
@@ -291,7 +285,7 @@ def _join_counters(report: Diagnosis, a: Analyses, path: str | os.PathLike[str],
     from whyidle.sources.counters import load_counters
     from whyidle.timeline.model import LaneKind
 
-    log = load_counters(os.fspath(path), utc_offset_min=cfg.counters_utc_offset_min, interval_ms=cfg.counters_interval_ms)
+    log = load_counters(os.fspath(path), utc_offset_min=cfg.read.counters_utc_offset_min, interval_ms=cfg.read.counters_interval_ms)
     devices = sorted({ln.device for ln in a.tl.lanes if ln.kind is LaneKind.GPU_STREAM})
-    joined = join_counters(log, (a.window.start_ns, a.window.end_ns), a.tl.meta.devices, devices, cfg)
+    joined = join_counters(log, (a.window.start_ns, a.window.end_ns), a.tl.meta.devices, devices, cfg.attribution)
     return as_diagnosis(with_counters(report, joined, cfg))

@@ -13,7 +13,7 @@ autocorrelation's highest peak after lag 0 gives the dominant period; the peak's
 regular the rhythm is (1.0: perfectly periodic). With SM activity logged (DCGM), time with GPU-Util
 high but SM activity low is *underfilled* work: a kernel was running, but on few SMs.
 
-Pure: (CounterLog, Config) -> CounterAnalysis; no printing, no prose beyond metric names.
+Pure: (CounterLog, AttributionSettings) -> CounterAnalysis; no printing, no prose beyond metric names.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.errors import UsageError
 from whyidle.timeline.counters import HOST_SERIES, METRICS, CounterLog, CounterSeries, on_epoch_clock
 
@@ -189,7 +189,7 @@ def _resample(s: CounterSeries, start: int, interval_ns: int, n: int) -> F64:
     return filled
 
 
-def burst_pattern(busy: npt.NDArray[np.bool_], interval_ns: int, basis: str, threshold: float, cfg: Config) -> BurstPattern:
+def burst_pattern(busy: npt.NDArray[np.bool_], interval_ns: int, basis: str, threshold: float, cfg: AttributionSettings) -> BurstPattern:
     """Duty cycle, dominant period and pauses of a regularly sampled busy/pause signal."""
     n = busy.size
     duty = float(busy.mean()) if n else 0.0
@@ -235,7 +235,7 @@ class _Grid(msgspec.Struct, frozen=True):
         return _resample(s, self.start, self.interval, self.n)
 
 
-def _grid(series: dict[str, CounterSeries], interval_ns: int, cfg: Config) -> _Grid:
+def _grid(series: dict[str, CounterSeries], interval_ns: int, cfg: AttributionSettings) -> _Grid:
     interval = interval_ns or 1
     start = min(int(s.time_ns[0]) for s in series.values())
     end = max(int(s.time_ns[-1]) for s in series.values()) + interval
@@ -255,7 +255,7 @@ def _busy_basis(series: dict[str, CounterSeries]) -> tuple[CounterSeries | None,
     return util, "gpu_util_pct"
 
 
-def _busy_threshold(u: F64, valid: npt.NDArray[np.bool_], basis: str, cfg: Config) -> float:
+def _busy_threshold(u: F64, valid: npt.NDArray[np.bool_], basis: str, cfg: AttributionSettings) -> float:
     if basis == "sm_active_pct":
         # SM activity rarely reaches GPU-Util's levels: split at the midpoint of its own range
         lo_v, hi_v = np.percentile(u[valid], [5, 95])
@@ -286,7 +286,7 @@ def _burst_pause_means(s: CounterSeries | None, g: _Grid, valid: npt.NDArray[np.
     return (float(v[on].mean()) if on.any() else None), (float(v[off].mean()) if off.any() else None)
 
 
-def _gpu(log: CounterLog, gpu: str, mine: dict[str, CounterSeries], host_cpu: CounterSeries | None, cfg: Config) -> GpuCounters | None:
+def _gpu(log: CounterLog, gpu: str, mine: dict[str, CounterSeries], host_cpu: CounterSeries | None, cfg: AttributionSettings) -> GpuCounters | None:
     series = {m: s for m, s in mine.items() if len(s)}
     if not any(np.isfinite(s.value).any() for s in series.values()):
         return None  # columns without a single reading (the sampler could not read this GPU)
@@ -333,7 +333,7 @@ def _gpu(log: CounterLog, gpu: str, mine: dict[str, CounterSeries], host_cpu: Co
     )
 
 
-def analyse_counters(log: CounterLog | None, cfg: Config, window: tuple[int, int] | None = None, notes: tuple[str, ...] = ()) -> CounterAnalysis:
+def analyse_counters(log: CounterLog | None, cfg: AttributionSettings, window: tuple[int, int] | None = None, notes: tuple[str, ...] = ()) -> CounterAnalysis:
     """Per-GPU counter figures over the whole log, or over ``window`` (same clock as the log).
 
     ``log`` is a Timeline's counters track (``tl.meta.counters``); a Timeline without one (a
@@ -392,7 +392,7 @@ _TIMESTAMPED = {
 
 
 def join_counters(
-    log: CounterLog, window: tuple[int, int], devices: list[dict[str, object]], trace_devices: list[int], cfg: Config
+    log: CounterLog, window: tuple[int, int], devices: list[dict[str, object]], trace_devices: list[int], cfg: AttributionSettings
 ) -> CounterAnalysis:
     """The counters over a trace's window, when both are on the UTC epoch clock.
 

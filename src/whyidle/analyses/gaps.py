@@ -12,7 +12,7 @@ launched by a call ``[L, Le)`` from some thread (found by correlation id). What 
 that thread were doing decides the cause:
 
 1. **Queued** (``Le <= gs``: the launch had returned before the device went idle): not the host.
-   Up to ``Config.kernel_boundary_max_ns`` it is the device's own start-up cost between kernels
+   Up to ``AttributionSettings.kernel_boundary_max_ns`` it is the device's own start-up cost between kernels
    (kernel boundaries); a pageable host-to-device copy is staging (h2d copy); work that waited on
    a dependency the trace shows (a stream-wait call issued before it, a collective) is a
    dependency wait; work launched before the capture began is a capture artifact; anything else
@@ -43,6 +43,10 @@ its start, names it (staging a pageable host-to-device copy, else a host sync).
 
 Every nanosecond of idle is attributed to exactly one cause; nothing is forced: what the trace
 cannot explain is ``unattributed``.
+
+The causes of 1-3 are the detectors registered in ``analyses/detectors.py``, each with its cause
+key, in the order above; this module finds the gaps and their launches, runs the detectors, and
+applies what holds for every cause (the drained sync, the tail after the launch, nothing traced).
 """
 
 from __future__ import annotations
@@ -53,12 +57,13 @@ import numpy.typing as npt
 
 from whyidle.analyses import causes as C
 from whyidle.analyses.calls import is_launch_call
+from whyidle.analyses.detectors import DeviceView, HostView, Phase, device_detectors, host_detectors
 from whyidle.analyses.hostops import HostSets, host_sets, is_sync_call, memcpy_direction
 from whyidle.analyses.hostwork import ContextSets
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
 from whyidle.analyses.workload import Workload, workload_kind
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
@@ -157,7 +162,7 @@ class _Launch:
     """Per gap: the launching thread and call ``[L, Le)`` of the work that ended it (see 1-2 in
     the module docstring)."""
 
-    def __init__(self, tl: Timeline, links: Links, window: Window, ge: I64, next_row: I64, launch_row: I64, cfg: Config) -> None:
+    def __init__(self, tl: Timeline, links: Links, window: Window, ge: I64, next_row: I64, launch_row: I64, cfg: AttributionSettings) -> None:
         n = ge.size
         self.has_launch = launch_row >= 0
         lr = np.maximum(launch_row, 0)
@@ -181,7 +186,7 @@ class _Launch:
         self.blocking[self.has_launch] = tl.name_mask(is_sync_call, launch_row[self.has_launch])
 
 
-def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
+def find_gaps(tl: Timeline, links: Links, window: Window, cfg: AttributionSettings) -> Gaps:
     workload = workload_kind(tl)
     has_host = bool((tl.kind == int(Kind.RUNTIME)).any())
     if links.device_rows.size == 0 or window.duration_ns <= 0:
@@ -206,7 +211,7 @@ def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
         hs = sets[int(lane)]
         g = np.flatnonzero((la.thread == lane) & ~queued & ~in_flight)
         if g.size:
-            part, dr = _split_host_time(hs, gs[g], host_end[g], serving, window, cfg)
+            part, dr = _split_host_time(HostView(tl, int(lane), hs, gs[g], host_end[g], serving, cfg), window)
             pre[g] = part
             drained[g] = dr
         q = np.flatnonzero((la.thread == lane) & queued)
@@ -231,32 +236,23 @@ def find_gaps(tl: Timeline, links: Links, window: Window, cfg: Config) -> Gaps:
 
 
 def _device_side(
-    pre: I64, dur: I64, queued_any: B, pre_capture: B, in_flight: B, h2d_next: B, dep_wait: B, la: _Launch, tl: Timeline, next_row: I64, cfg: Config
+    pre: I64, dur: I64, queued_any: B, pre_capture: B, in_flight: B, h2d_next: B, dep_wait: B, la: _Launch, tl: Timeline, next_row: I64, cfg: AttributionSettings
 ) -> None:
     """Fill ``pre`` for gaps whose launch had returned (queued, or launched before the capture)
-    or was still running (in flight) when the device went idle."""
+    or was still running (in flight) when the device went idle: each gap goes whole to the first
+    device detector of its phase that claims it (``analyses/detectors.py``)."""
     coll_next = (next_row >= 0) & (tl.kind[np.maximum(next_row, 0)] == int(Kind.COLLECTIVE))
-    kb = queued_any & (dur <= cfg.kernel_boundary_max_ns)
-    pre[kb, C.cause_index(C.KERNEL_BOUNDARIES)] = dur[kb]
-    waiting = queued_any & ~kb
-    for mask, cause in (
-        (waiting & pre_capture, C.CAPTURE_BOUNDARY),
-        (waiting & ~pre_capture & h2d_next, C.H2D_COPY),
-        (waiting & ~pre_capture & ~h2d_next & (dep_wait | coll_next), C.DEPENDENCY_WAIT),
-        (waiting & ~pre_capture & ~h2d_next & ~dep_wait & ~coll_next, C.QUEUED_WAITING),
-    ):
-        pre[mask, C.cause_index(cause)] = dur[mask]
-    # A launch still running when the device went idle: staging a pageable copy (the copy call
-    # blocks while it stages), a synchronous call blocking the thread, a cold start when the call
-    # is slow, else launch latency.
-    other = in_flight & ~h2d_next & ~la.blocking
-    for mask, cause in (
-        (in_flight & h2d_next, C.H2D_COPY),
-        (in_flight & ~h2d_next & la.blocking, C.HOST_SYNC),
-        (other & la.cold, C.COLD_START),
-        (other & ~la.cold, C.LAUNCH_LATENCY),
-    ):
-        pre[mask, C.cause_index(cause)] = dur[mask]
+    phases: tuple[tuple[Phase, B], ...] = (("queued", queued_any), ("in_flight", in_flight))
+    for phase, mask in phases:
+        idx = np.flatnonzero(mask)
+        if idx.size == 0:
+            continue
+        view = DeviceView(tl, next_row[idx], dur[idx], pre_capture[idx], h2d_next[idx], dep_wait[idx], coll_next[idx], la.blocking[idx], la.cold[idx], cfg)
+        open_ = np.ones(idx.size, dtype=np.bool_)
+        for d in device_detectors(phase):
+            claim = open_ & np.asarray(d.claims(view), dtype=np.bool_)
+            pre[idx[claim], C.cause_index(C.cause(d.key))] = dur[idx[claim]]
+            open_ &= ~claim
 
 
 def _with_tail(pre: I64, tail: I64, h2d_next: B, la: _Launch) -> I64:
@@ -321,40 +317,16 @@ def _gated_by_stream_wait(hs: HostSets, launch_t: I64) -> npt.NDArray[np.bool_]:
     return np.asarray(last_wait > prev, dtype=np.bool_)
 
 
-def _repeated_jit(hs: HostSets, a: I64, b: I64, cfg: Config) -> Intervals:
-    """The thread's JIT compilation and module loading when it recurs through the window: in
-    ``Config.jit_min_gaps`` of its gaps ``[a, b)`` or more (the job compiles kernels on first use
-    as it runs); in one gap it is a start-up cost (cold start)."""
-    seen = int((hs.jit.overlap(a, b) > 0).sum()) if len(hs.jit) else 0
-    return hs.jit if seen >= cfg.jit_min_gaps else Intervals.empty()
-
-
-def _split_host_time(
-    hs: HostSets, a: I64, b: I64, serving: bool, window: Window, cfg: Config
-) -> tuple[I64, npt.NDArray[np.bool_]]:
-    """Split each host interval [a, b) of one thread into causes (see the module docstring).
+def _split_host_time(v: HostView, window: Window) -> tuple[I64, npt.NDArray[np.bool_]]:
+    """Split each host interval [a, b) of one thread into causes (see the module docstring), by
+    the host detectors in their order (``analyses/detectors.py``).
 
     When the gap was drained by a sync, the layers marked ``serialised`` (host work the sync
     kept from overlapping the device) go to the sync instead; named work keeps its cause: first
     use, the input pipeline, copies, MPI, data preparation and a blocked thread have their own
     fix, which removes the wait whole.
     """
-    ctx = hs.context
-    # (cause, activity set, serialised by a sync that drained the gap)
-    layers: list[tuple[C.Cause, Intervals, bool]] = [
-        (C.cause("underfilled/jit_compile"), _repeated_jit(hs, a, b, cfg), False),
-        (C.COLD_START, hs.cold | ctx.cold, False),
-        (C.INPUT_PIPELINE, hs.dataloader, False),
-        (C.H2D_COPY, hs.h2d, False),
-        (C.HOST_SYNC, hs.sync, True),
-        (C.DEPENDENCY_WAIT, ctx.ranks, False),
-        (C.HOST_OVERHEAD, hs.ops, True),
-        (C.HOST_PREPROCESSING, ctx.data, False),
-        (C.HOST_OVERHEAD, ctx.dispatch, True),
-        (C.IDLE_HOST if serving else C.UNTRACED_HOST, ctx.wait, False),
-        # scheduled out with nothing else traced: blocked (or preempted), not running host code
-        (C.IDLE_HOST if serving else C.UNTRACED_HOST, ctx.off_cpu, False),
-    ]
+    hs, a, b, cfg = v.sets, v.a, v.b, v.cfg
     # Inside the sync when the device went idle (woken up to sync_wake_tolerance_ns before it):
     # a sync that began after the gap opened found the queue already empty.
     tol = cfg.sync_wake_tolerance_ns
@@ -370,10 +342,13 @@ def _split_host_time(
 
     covered = Intervals.empty()
     done = np.zeros(a.size, dtype=np.int64)
-    for cause, layer, serialised in layers:
+    for d in host_detectors():
+        layer = d.covers(v)
+        if len(layer) == 0:
+            continue
         covered = covered | layer
         now = covered.overlap(a, b)
-        add(cause, now - done, serialised)
+        add(C.cause(d.key), now - done, d.serialised)
         done = now
     # Nothing traced: short stretches are the interpreter between ops, long ones untraced work.
     uncovered = np.maximum(b - a, 0) - done

@@ -24,7 +24,7 @@ priority):
   times of every launch call of the thread (to tell which launch a wait gated).
 
 First use. The first call of an op or runtime call that took at least ``cold_call_min_ns`` and
-``Config.first_call_min_ratio`` times the median of its later calls is a first-use cost (lazy
+``AttributionSettings.first_call_min_ratio`` times the median of its later calls is a first-use cost (lazy
 module loading, cuDNN/cuBLAS heuristics, allocator growth): part of ``cold``.
 """
 

@@ -37,7 +37,7 @@ data work (``preprocess`` -> ``read_video_pyav`` -> untraced decoding, with only
 everything it runs (a feature extractor's forward inside ``preprocess``). Waits, MPI calls and
 first-use costs keep their class wherever they are.
 
-User code is the job's own host work when it runs for ``Config.python_overhead_max_ns`` (1 ms)
+User code is the job's own host work when it runs for ``AttributionSettings.python_overhead_max_ns`` (1 ms)
 or longer without a traced op; shorter stretches are the interpreter between framework calls
 (dispatch).
 """

@@ -21,7 +21,7 @@ kernel-busy time):
   idle time, and an upper bound, since a small grid may be all the parallelism the work has until
   the batch grows;
 * ``low_occupancy_ns``: time of kernels whose grid does fill the SMs but whose ``est. achieved
-  occupancy %`` (Kineto) is above 0 and below ``Config.small_grid_low_occupancy_pct``: few warps
+  occupancy %`` (Kineto) is above 0 and below ``AttributionSettings.small_grid_low_occupancy_pct``: few warps
   per SM to hide memory latency. Kineto writes 0 when it cannot compute the estimate (library
   GEMMs launched with dynamic shared memory or clusters read 0 on H200), so 0 is unknown, not low.
 
@@ -29,7 +29,7 @@ Kernels without a launch configuration count as filling the device (nothing is c
 ``known_ns`` says how much kernel time had one. Communication kernels (NCCL) are left out: they use
 few blocks by design.
 
-Pure: (Timeline, Links, Window, Config) -> KernelFill.
+Pure: (Timeline, Links, Window, AttributionSettings) -> KernelFill.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
@@ -117,7 +117,7 @@ def _sweep(start: I64, end: I64, fill: F64) -> tuple[int, int, int]:
     return int(seg[on].sum()), int(seg[under].sum()), int(round(float((seg * (1.0 - share))[under].sum())))
 
 
-def kernel_fill(tl: Timeline, links: Links, window: Window, cfg: Config) -> KernelFill | None:
+def kernel_fill(tl: Timeline, links: Links, window: Window, cfg: AttributionSettings) -> KernelFill | None:
     """How much of the device the window's compute kernels could fill; None without kernels."""
     lo, hi = window.start_ns, window.end_ns
     rows = links.device_rows

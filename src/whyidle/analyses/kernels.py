@@ -6,7 +6,7 @@
 * tensor-core share: share of kernel time in kernels whose names mark tensor-core (MMA) code;
 * FP32 math share: share of kernel time in FP32 GEMM/convolution kernels that do not use tensor
   cores (SGEMM, FP32 cuDNN convolutions, FFT/Winograd convolutions);
-* short kernels: count and time of kernels shorter than ``Config.short_kernel_ns``, against the
+* short kernels: count and time of kernels shorter than ``AttributionSettings.short_kernel_ns``, against the
   mean host time of one launch call;
 * fill: how much of the device the kernels' grids could occupy over busy time
   (:mod:`whyidle.analyses.kernel_fill`).
@@ -23,7 +23,7 @@ from whyidle.analyses.calls import is_kernel_launch
 from whyidle.analyses.kernel_fill import KernelFill, kernel_fill
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.timeline.model import Kind, Timeline
 
 __all__ = ["KernelStats", "kernel_stats", "is_tensor_core_kernel", "is_fp32_math_kernel"]
@@ -90,7 +90,7 @@ class KernelStats(msgspec.Struct, frozen=True):
         return self.fp32_math_ns / self.total_ns if self.total_ns else 0.0
 
 
-def kernel_stats(tl: Timeline, links: Links, window: Window, cfg: Config) -> KernelStats:
+def kernel_stats(tl: Timeline, links: Links, window: Window, cfg: AttributionSettings) -> KernelStats:
     lo, hi = window.start_ns, window.end_ns
     rows = links.device_rows
     k = rows[(tl.kind[rows] == int(Kind.KERNEL)) | (tl.kind[rows] == int(Kind.COLLECTIVE))]

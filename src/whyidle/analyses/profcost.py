@@ -13,7 +13,7 @@ start time last, so its cost lies in the gap *before* each record::
 Where the code between two records is nothing (two children of one C++ op, a Python call that
 calls another), the gap is the profiler's cost alone; those are the shortest gaps. The estimate
 per record kind (CPU op, runtime call, Python frame, user range) is therefore a low quantile of
-the gaps before records of that kind on the same thread (``Config.whatif_profiler_gap_quantile``),
+the gaps before records of that kind on the same thread (``PredictionSettings.whatif_profiler_gap_quantile``),
 and the profiler's time is, before each record, that much of its gap (never more than the gap)::
 
     removed  = [s - min(floor_kind, s - previous boundary), s)   for each record start s

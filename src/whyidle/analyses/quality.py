@@ -16,7 +16,7 @@ from whyidle.analyses.links import Links, uncorrelated_by_design
 from whyidle.analyses.trace_checks import clock_skew_notes, step_numbering_notes
 from whyidle.analyses.window import Window
 from whyidle.catalogue import warmup_capture
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.timeline.model import Kind, Timeline
 from whyidle.units import format_ns
 
@@ -43,7 +43,7 @@ def _overlapping_on_stream(tl: Timeline, links: Links) -> int:
     return int((same & overlap).sum())
 
 
-def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: Config) -> Quality:
+def assess_quality(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: AttributionSettings) -> Quality:
     notes: list[str] = list(tl.meta.quality)
     notes.extend(window.notes)
     no_device = links.device_rows.size == 0

@@ -18,7 +18,7 @@ serving) and knows the batch sizes::
   (``handle_request``, ``request``) nested in it;
 * traffic: batches and requests served per second over the first to the last batch, and the
   **arrival rate**: requests per second from the first batch the server had to wait for
-  (``Config.serving_wait_min_ns`` blocked before or inside it) to the end. Before that it was
+  (``AttributionSettings.serving_wait_min_ns`` blocked before or inside it) to the end. Before that it was
   draining a backlog (requests queued before the capture), which inflates the served rate; once
   it waits, it keeps up, and what it serves is what arrived;
 * the curve: per batch size, the median and 90th percentile of what the server spent on the
@@ -37,7 +37,7 @@ import re
 import msgspec
 import numpy as np
 
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.analyses.hostwork import SERVING_NAME, WorkClass, classify
 from whyidle.timeline.arrays import setdiff_sorted, unique_sorted
 from whyidle.timeline.intervals import Intervals
@@ -169,7 +169,7 @@ def _curve(sizes: np.ndarray, dur: np.ndarray, dev: np.ndarray | None) -> tuple[
     return tuple(out)
 
 
-def serving_loop(tl: Timeline, cfg: Config) -> ServingLoop:
+def serving_loop(tl: Timeline, cfg: AttributionSettings) -> ServingLoop:
     """The serving loop's traffic and latency per batch size, as far as the trace holds them."""
     name, rows = _batch_rows(tl)
     if rows.size < MIN_BATCHES:

@@ -13,10 +13,10 @@ Clock skew. Device work cannot start before the host call that launched it began
 
 CUPTI converts GPU timestamps to the host clock; when that conversion drifts (long captures,
 some virtualised GPUs) or a trace is stitched from two clocks, device events land early. A device
-start more than ``Config.clock_skew_min_ns`` before its launch is skew, and the gap attribution
+start more than ``AttributionSettings.clock_skew_min_ns`` before its launch is skew, and the gap attribution
 near launches (which compares launch times with gap starts) is uncertain by about that much.
 
-Pure: (Timeline, Links, Window, Config) -> notes.
+Pure: (Timeline, Links, Window, AttributionSettings) -> notes.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy as np
 
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.timeline.model import Timeline
 from whyidle.units import format_ns
 
@@ -72,7 +72,7 @@ def step_numbering_notes(window: Window) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def clock_skew_notes(tl: Timeline, links: Links, cfg: Config) -> tuple[str, ...]:
+def clock_skew_notes(tl: Timeline, links: Links, cfg: AttributionSettings) -> tuple[str, ...]:
     """A note when device work starts before the host call that launched it."""
     linked = links.launch_of >= 0
     if not linked.any():

@@ -22,7 +22,7 @@ from whyidle.analyses.gaps import Gaps
 from whyidle.analyses.hostops import h2d_copy_rows
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
-from whyidle.config import Config
+from whyidle.config import WindowSettings
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
@@ -203,7 +203,7 @@ def _device_runs(gaps: Gaps) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def measure_utilization(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: Config) -> Utilization:
+def measure_utilization(tl: Timeline, links: Links, window: Window, gaps: Gaps, cfg: WindowSettings) -> Utilization:
     lo, hi = window.start_ns, window.end_ns
     sets = _device_sets(tl, links, lo, hi)
     n_dev = len(sets)

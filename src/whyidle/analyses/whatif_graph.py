@@ -334,9 +334,9 @@ def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5
     """The replay graph of the window, or None without step markers or linked device work.
 
     ``boundary_ns``: work starting within this of its stream predecessor's end was queued behind
-    it (``Config.kernel_boundary_max_ns``); ``profiler_quantile``: the gap quantile that estimates
-    the profiler's cost per record (``Config.whatif_profiler_gap_quantile``); ``copy_min_bytes``:
-    the smallest copy whose bandwidth counts (``Config.whatif_copy_bandwidth_min_bytes``)."""
+    it (``AttributionSettings.kernel_boundary_max_ns``); ``profiler_quantile``: the gap quantile that estimates
+    the profiler's cost per record (``PredictionSettings.whatif_profiler_gap_quantile``); ``copy_min_bytes``:
+    the smallest copy whose bandwidth counts (``PredictionSettings.whatif_copy_bandwidth_min_bytes``)."""
     if not window.steps or links.device_rows.size == 0:
         return None
     w0, w1 = window.start_ns, window.end_ns

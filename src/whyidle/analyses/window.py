@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 
 from whyidle.analyses.links import Links
-from whyidle.config import Config
+from whyidle.config import WindowSettings
 from whyidle.errors import UsageError
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
@@ -64,7 +64,7 @@ def _device_span(tl: Timeline, links: Links) -> tuple[int, int] | None:
     return int(tl.start_ns[links.device_rows].min()), int(tl.end_ns[links.device_rows].max())
 
 
-def _chosen(numbers: list[int], cfg: Config) -> list[int]:
+def _chosen(numbers: list[int], cfg: WindowSettings) -> list[int]:
     """Indices of the steps ``skip_first_steps`` and ``steps`` select (consecutive, at least one)."""
     chosen = list(range(len(numbers)))
     if cfg.skip_first_steps:
@@ -84,7 +84,7 @@ def _chosen(numbers: list[int], cfg: Config) -> list[int]:
     return chosen
 
 
-def select_window(tl: Timeline, links: Links, cfg: Config) -> Window:
+def select_window(tl: Timeline, links: Links, cfg: WindowSettings) -> Window:
     step_rows = np.flatnonzero(tl.kind == int(Kind.STEP))
     span = _device_span(tl, links)
     if step_rows.size == 0:

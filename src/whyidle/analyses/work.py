@@ -285,7 +285,7 @@ def _split(roofs: list[OpRoof], cfg: Config) -> tuple[int, int, int, int]:
     for r in roofs:
         if r.fraction is None:
             unrated += r.kernel_ns
-        elif r.fraction >= cfg.roofline_near_fraction:
+        elif r.fraction >= cfg.attribution.roofline_near_fraction:
             near += r.kernel_ns
         elif r.bound == "compute":
             compute += r.kernel_ns
@@ -406,8 +406,8 @@ def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config) -> Wor
         duration_ns=duration,
         mfu=at_peak / (duration / 1e9) if at_peak is not None and duration > 0 and by_precision else None,
         steps=_steps(window, tl.start_ns[ops], flops, precisions, peak, n_dev),
-        ops=tuple(roofs[: cfg.work_top_ops]),
-        unmodelled=tuple(sorted(unmodelled.items(), key=lambda kv: -kv[1])[: cfg.work_top_ops]),
+        ops=tuple(roofs[: cfg.render.work_top_ops]),
+        unmodelled=tuple(sorted(unmodelled.items(), key=lambda kv: -kv[1])[: cfg.render.work_top_ops]),
         notes=tuple(notes),
-        comms=measure_collectives(tl, links, window, cfg.work_top_ops),
+        comms=measure_collectives(tl, links, window, cfg.render.work_top_ops),
     )

@@ -10,7 +10,7 @@ Per step (host clock, see :mod:`whyidle.capture.tracker`)::
                   starvation/h2d_copy        up to the marked copy time
                   unattributed/untraced_host the rest (the tracker cannot see launches or syncs)
 
-A cause becomes a finding when it explains ``Config.min_finding_share_of_window`` of the window
+A cause becomes a finding when it explains ``FindingSettings.min_finding_share_of_window`` of the window
 (5%, the TensorBoard plugin's input-pipeline rule). The input-pipeline finding uses the
 DataLoader's own settings for its variant: ``num_workers=0`` gives the single-process advice.
 """
@@ -171,7 +171,7 @@ def _finding(run: _Run, cause: C.Cause, ns: int, cfg: Config) -> Finding:
     variant = _variant(st) if cause is C.INPUT_PIPELINE else ""
     # The tracker sees a PyTorch loop and its loader, not a trace: the lever's unconditional steps
     # and code, with the worker count the prediction replays and the loop's own batch size.
-    lever = fit_lever(lever_for(cause.cause, variant), None, cfg.whatif_loader_workers)
+    lever = fit_lever(lever_for(cause.cause, variant), None, cfg.predictions.whatif_loader_workers)
     label = {C.INPUT_PIPELINE: "DataLoader.__next__ (measured by whyidle.track)", C.IDLE_HOST: "no request: between model calls (measured by whyidle run)"}.get(cause, "tracker.copy() blocks")
     n_steps = sum(1 for v in per if v > 0)
     li = st.loader
@@ -192,7 +192,7 @@ def _finding(run: _Run, cause: C.Cause, ns: int, cfg: Config) -> Finding:
         share_of_step=per_step / mean_step if mean_step else None,
         top_ops=((label, ns, n_steps),),
         python_lines=((st.loop_line, n_steps),) if st.loop_line else (),
-        examples=tuple((f.start_ns, f.end_ns, f.idle_by_cause_ns[ci]) for f in sorted(figures, key=lambda f: -f.idle_by_cause_ns[ci])[: cfg.evidence_examples]),
+        examples=tuple((f.start_ns, f.end_ns, f.idle_by_cause_ns[ci]) for f in sorted(figures, key=lambda f: -f.idle_by_cause_ns[ci])[: cfg.findings.evidence_examples]),
         facts=tuple(facts),
     )
     expected = (
@@ -232,7 +232,7 @@ def report_from_tracker(st: TrackerStats, config: Config | None = None) -> Diagn
         window_ns, 1, busy_total, tuple(figures), batch, "tracker: samples in each batch" if batch is not None else ""
     )
     run = _Run(st, steps, tuple(figures), window_ns, util.idle_ns, batch)
-    threshold = cfg.min_finding_share_of_window * window_ns
+    threshold = cfg.findings.min_finding_share_of_window * window_ns
     findings = [
         _finding(run, cause, totals[cause], cfg) for cause in (_wait_cause(st), C.H2D_COPY) if not (totals[cause] <= 0 or totals[cause] < threshold)
     ]

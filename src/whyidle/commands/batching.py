@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if args.slo_ms <= 0 or args.instances < 1:
         raise UsageError("--slo-ms must be above 0 and --instances at least 1")
     cfg = Config()
-    n = args.requests_per_run or cfg.batching_requests
+    n = args.requests_per_run or cfg.serving.batching_requests
     profile = load_latency(args.latency) if args.latency else parse_curve(args.curve) if args.curve else _measure(args.measure, args)
     if args.requests:
         from whyidle.serving.requestlog import load_requests

@@ -156,33 +156,26 @@ def run(args: argparse.Namespace) -> int:
 
     # The trace is read while numpy imports, and decoded by a forked child while the analyses do.
     with ReadAhead(imports=("whyidle.pipeline", "whyidle.render.perfetto", "whyidle.render.json")) as read_ahead:
-        read_ahead.start(args.trace, cfg.stream_min_bytes)
+        read_ahead.start(args.trace, cfg.read.stream_min_bytes)
         from whyidle.commands._ranks import is_run_dir, run_ranks
 
         if is_run_dir(args.trace) or args.workers or args.scheduler:
             run_report = run_ranks(args, cfg)
             emit(run_report, args)
-            failures = [f"rank {e.rank}: {m}" for e in run_report.ranks if e.report is not None for m in gate_failures(e.report, cfg)]
+            failures = [f"rank {e.rank}: {m}" for e in run_report.ranks if e.report is not None for m in gate_failures(e.report, cfg.findings)]
         else:
             from whyidle.sources import load
 
             jobs = 2 if args.jobs is None else args.jobs
             with progress(f"whyidle: reading {args.trace}"):
-                timeline = load(
-                    args.trace,
-                    step_pattern=cfg.step_range,
-                    jobs=jobs,
-                    read_ahead=read_ahead,
-                    counters_utc_offset_min=cfg.counters_utc_offset_min,
-                    counters_interval_ms=cfg.counters_interval_ms,
-                )
+                timeline = load(args.trace, jobs=jobs, read_ahead=read_ahead, settings=cfg.read)
                 from whyidle.pipeline import diagnose  # imported by load already when it forked
 
                 report = diagnose(timeline, cfg, counters=getattr(args, "counters", None), jobs=jobs)
             from whyidle.render.perfetto import annotation_source
 
             emit(report, args, annotation_source(args.trace, timeline))
-            failures = gate_failures(report, cfg)
+            failures = gate_failures(report, cfg.findings)
     for msg in failures:
         print(f"whyidle: gate failed: {clean(msg, newlines=False)}", file=sys.stderr)  # titles quote trace names
     return 1 if failures else 0

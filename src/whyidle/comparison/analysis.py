@@ -384,7 +384,7 @@ def read_side(source: str | os.PathLike[str] | DiagnosisData, config: Config | N
     from whyidle.sources import load
 
     cfg = config or Config()
-    return diagnose(load(source, step_pattern=cfg.step_range, jobs=jobs, read_ahead=read_ahead), cfg)
+    return diagnose(load(source, jobs=jobs, read_ahead=read_ahead, settings=cfg.read), cfg)
 
 
 def compare(

@@ -231,7 +231,7 @@ DETAILS: dict[C.Cause, Detail] = {
     ),
     C.HOST_OVERHEAD: Detail(
         facts=lambda a, ci, cfg: _host_overhead_facts(a),
-        steps=lambda facts, base, cfg: _host_overhead_steps(facts, base, cfg.optimizer_step_per_parameter_min_launches),
+        steps=lambda facts, base, cfg: _host_overhead_steps(facts, base, cfg.findings.optimizer_step_per_parameter_min_launches),
         op_filter=_not_dataloader,
     ),
     C.HOST_PREPROCESSING: Detail(context=(WorkClass.DATA, WorkClass.USER)),

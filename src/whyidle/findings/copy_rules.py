@@ -23,7 +23,7 @@ def exposed_copy_finding(ex: ExposedCopies, window_capacity_ns: int, cfg: Config
     """A finding when exposed H2D copy time holds at least ``min_finding_share_of_window`` of the window."""
     capacity = max(window_capacity_ns, 1)
     share = ex.exposed_ns / capacity
-    if ex.exposed_ns <= 0 or share < cfg.min_finding_share_of_window:
+    if ex.exposed_ns <= 0 or share < cfg.findings.min_finding_share_of_window:
         return None
     steps = [n for n in ex.per_step_ns]
     per_step = sum(steps) / len(steps) if steps else None
@@ -34,7 +34,7 @@ def exposed_copy_finding(ex: ExposedCopies, window_capacity_ns: int, cfg: Config
         f"with no kernel running ({ex.copies} host-to-device copies{rate}); {pageable:.0%} of that time was copies "
         "from pageable memory, which the host must stage and wait for."
     )
-    lever = fit_lever(for_idiom("h2d_copy", lever_for("h2d_copy", "exposed"), ctx), ctx, cfg.whatif_loader_workers)
+    lever = fit_lever(for_idiom("h2d_copy", lever_for("h2d_copy", "exposed"), ctx), ctx, cfg.predictions.whatif_loader_workers)
     expected = (
         f"up to {format_ns(ex.exposed_ns)} of the window ({share:.0%}): pinned memory makes the copy faster and lets "
         "the host run ahead; a copy on a side stream, issued a batch ahead, hides it behind compute. An upper bound."

@@ -94,7 +94,7 @@ def _ev(facts: tuple[tuple[str, Any], ...]) -> Evidence:
 
 
 def _underfilled(g: GpuCounters, cfg: Config, capacity: int) -> Finding | None:
-    if not g.has_sm_active or g.underfilled_ns <= 0 or g.underfilled_ns < cfg.min_finding_share_of_window * g.span_ns:
+    if not g.has_sm_active or g.underfilled_ns <= 0 or g.underfilled_ns < cfg.findings.min_finding_share_of_window * g.span_ns:
         return None
     sm = g.dist("sm_active_pct")
     util = g.dist("gpu_util_pct")
@@ -117,8 +117,8 @@ def _underfilled(g: GpuCounters, cfg: Config, capacity: int) -> Finding | None:
         fix=Fix(
             summary="Give each kernel more parallel work: larger batches, fused ops, fewer tiny launches.",
             steps=(
-                f"For {format_ns(g.underfilled_ns, COARSE)} GPU {g.gpu} had GPU-Util >= {cfg.counter_busy_min_pct:.0f}% but SM activity "
-                f"below {cfg.counter_sm_active_low_pct:.0f}%: a kernel was running, on a small part of the GPU.",
+                f"For {format_ns(g.underfilled_ns, COARSE)} GPU {g.gpu} had GPU-Util >= {cfg.attribution.counter_busy_min_pct:.0f}% but SM activity "
+                f"below {cfg.attribution.counter_sm_active_low_pct:.0f}%: a kernel was running, on a small part of the GPU.",
                 "Raise the batch size (or micro-batch), fuse elementwise chains (torch.compile), use CUDA graphs for "
                 "launch-bound loops.",
                 "Capture a trace (torch.profiler or nsys) to see the kernels' grid sizes and durations.",
@@ -145,7 +145,7 @@ def _rhythm(g: GpuCounters, cfg: Config, capacity: int, trace_groups: dict[str, 
     if p is None or not p.regular or p.period_ns is None:
         return None
     pause_ns = g.pause_idle_ns  # the idle time inside the pause samples: part of the GPU's idle, never more
-    if pause_ns <= 0 or pause_ns < cfg.min_finding_share_of_window * g.span_ns:
+    if pause_ns <= 0 or pause_ns < cfg.findings.min_finding_share_of_window * g.span_ns:
         return None
     facts: list[tuple[str, Any]] = [
         ("gpu", g.gpu),
@@ -214,10 +214,10 @@ def _rhythm(g: GpuCounters, cfg: Config, capacity: int, trace_groups: dict[str, 
 
 def _low(g: GpuCounters, cfg: Config, capacity: int) -> Finding | None:
     util = g.dist("gpu_util_pct")
-    if util is None or util.mean >= cfg.counter_low_util_mean_pct or (g.pattern is not None and g.pattern.regular):
+    if util is None or util.mean >= cfg.findings.counter_low_util_mean_pct or (g.pattern is not None and g.pattern.regular):
         return None
     idle_ns = g.idle_ns
-    if idle_ns < cfg.min_finding_share_of_window * g.span_ns:
+    if idle_ns < cfg.findings.min_finding_share_of_window * g.span_ns:
         return None
     facts: tuple[tuple[str, Any], ...] = (
         ("gpu", g.gpu),

@@ -31,7 +31,7 @@ def batching_command(loop: ServingLoop) -> str:
 
 def demand_facts(tl: Timeline, cfg: Config) -> tuple[tuple[str, Any], ...]:
     """Facts for the finding's evidence from the serving loop in the trace (JSON: evidence.facts)."""
-    loop = serving_loop(tl, cfg)
+    loop = serving_loop(tl, cfg.attribution)
     facts: list[tuple[str, Any]] = [("batch_range", loop.batch_range or None), ("batches", loop.batches)]
     if loop.batches_per_s is not None:
         facts.append(("batches_per_s", round(loop.batches_per_s, 2)))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from whyidle.config import Config
+from whyidle.config import FindingSettings
 
 __all__ = ["gate_failures"]
 
 
-def gate_failures(diagnosis: Any, cfg: Config) -> list[str]:
+def gate_failures(diagnosis: Any, cfg: FindingSettings) -> list[str]:
     """The gate's failures, as sentences: a finding in a group of ``cfg.fail_on_groups``, a device
     busy fraction below ``cfg.min_busy_fraction`` (``whyidle diagnose --fail-on``, ``--min-busy``)."""
     failures = []

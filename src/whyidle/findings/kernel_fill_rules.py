@@ -51,8 +51,8 @@ def small_grid_finding(fill: KernelFill | None, window_capacity_ns: int, cfg: Co
             "the trace gives no kernel launch configuration (Kineto 'grid'/'blocks per SM', nsys gridX..Z) or no SM "
             "count: cannot tell whether kernels fill the device",
         )
-    grid_limited = fill.unused_share >= cfg.small_grid_min_unused_share
-    occ_limited = fill.low_occupancy_share >= cfg.small_grid_min_unused_share
+    grid_limited = fill.unused_share >= cfg.findings.small_grid_min_unused_share
+    occ_limited = fill.low_occupancy_share >= cfg.findings.small_grid_min_unused_share
     if not (grid_limited or occ_limited):
         return None
     sms = _sms(fill)
@@ -66,7 +66,7 @@ def small_grid_finding(fill: KernelFill | None, window_capacity_ns: int, cfg: Co
         ("unused_sm_share_of_kernel_busy", round(fill.unused_share, 4)),
         ("low_occupancy_ns", fill.low_occupancy_ns),
         ("launch_config_known_share", round(fill.known_ns / fill.kernel_ns, 4) if fill.kernel_ns else 0.0),
-        ("threshold_share_of_kernel_busy", cfg.small_grid_min_unused_share),
+        ("threshold_share_of_kernel_busy", cfg.findings.small_grid_min_unused_share),
         (
             "top_kernels",
             [
@@ -82,12 +82,12 @@ def small_grid_finding(fill: KernelFill | None, window_capacity_ns: int, cfg: Co
             f"Seen here: for {format_ns(fill.underfilled_ns)} ({fill.underfilled_share:.0%} of kernel-busy time) the running "
             f"kernels had fewer blocks than the device's {sms} SMs ({fill.sm_count_origin}); the SMs they left idle add up "
             f"to {format_ns(fill.unused_ns)} of the whole device ({fill.unused_share:.0%} of kernel-busy time, above the "
-            f"{cfg.small_grid_min_unused_share:.0%} this finding needs)."
+            f"{cfg.findings.small_grid_min_unused_share:.0%} this finding needs)."
         )
     if occ_limited:
         seen.append(
             f"Seen here: {format_ns(fill.low_occupancy_ns)} ({fill.low_occupancy_share:.0%} of kernel-busy time) ran in kernels "
-            f"with an est. achieved occupancy under {cfg.small_grid_low_occupancy_pct:.0f}%: too few warps per SM to hide latency."
+            f"with an est. achieved occupancy under {cfg.attribution.small_grid_low_occupancy_pct:.0f}%: too few warps per SM to hide latency."
         )
     capacity = max(window_capacity_ns, 1)
     if grid_limited:
@@ -102,7 +102,7 @@ def small_grid_finding(fill: KernelFill | None, window_capacity_ns: int, cfg: Co
             f"{format_ns(recoverable)} of kernel time ({recoverable / capacity:.0%} of the window) ran with few warps per SM: "
             "more work per kernel can shorten it; how much, only a re-profile measures"
         )
-    lever = fit_lever(for_idiom("small_grids", lever_for("small_grids"), ctx, FINDING_IDIOM_LEVERS), ctx, cfg.whatif_loader_workers)
+    lever = fit_lever(for_idiom("small_grids", lever_for("small_grids"), ctx, FINDING_IDIOM_LEVERS), ctx, cfg.predictions.whatif_loader_workers)
     return Finding(
         id="small_grids",
         group="underfilled",

@@ -7,11 +7,13 @@ catalogue (``whyidle.catalogue``).
 
 from __future__ import annotations
 
-from whyidle.catalogue import BUSY, CATALOGUE, GROUP_LABELS
+from collections.abc import Mapping
+
+from whyidle.catalogue import BUSY, GROUP_LABELS, LiveMap, derived
 
 __all__ = ["CAUSE_LABELS", "GROUP_LABELS", "BUSY_LABELS", "cause_label"]
 
-CAUSE_LABELS: dict[str, str] = {e.key: e.label for e in CATALOGUE}
+CAUSE_LABELS: Mapping[str, str] = LiveMap(derived(lambda entries: {e.key: e.label for e in entries}))
 BUSY_LABELS: dict[str, str] = {k: label for k, (label, _) in BUSY.items()}
 
 

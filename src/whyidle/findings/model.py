@@ -173,7 +173,7 @@ class GapColumns(msgspec.Struct, frozen=True):
 
     Names are indexes into ``strings``; ``-1`` is "none". ``thread`` indexes the diagnosis's
     ``lanes``. The CPU context columns (``before``, ``python_line``, ``runtime_call``) are
-    filled for the ``Config.context_gaps`` largest gaps only (``-1`` elsewhere: not looked up),
+    filled for the ``RenderSettings.context_gaps`` largest gaps only (``-1`` elsewhere: not looked up),
     as looking them up costs about 15 us a gap.
     """
 

@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from whyidle.analyses import causes as C
+from whyidle.catalogue import API_FIXES, fill
 from whyidle.config import Config
 from whyidle.findings.advice import hipify
 from whyidle.findings.model import Evidence, Finding, Fix
@@ -47,15 +48,30 @@ _SYNC_API = re.compile(r"^(cudaDeviceSynchronize|cudaStreamSynchronize|cuCtxSync
 _DOCS = "docs/inputs.md#nsight-systems"
 
 
-def _in_idiom(a: Analyses, pytorch: str, cuda: str, cupy: str = "") -> str:
-    """A snippet in the job's language (the advice context's idiom): PyTorch, CUDA C/C++ (HIP's
-    names on AMD) or CuPy; another idiom gets the C runtime call, which every runtime wraps."""
+def _in_idiom(a: Analyses, code: dict[str, str]) -> str:
+    """The catalogue's snippet in the job's language (the advice context's idiom): PyTorch, CUDA
+    C/C++ (HIP's names on AMD) or CuPy; another idiom gets the C runtime call, which every runtime
+    wraps."""
     idiom = a.advice.idiom
     if idiom in ("pytorch", "engine"):
-        return pytorch
-    if idiom == "cupy" and cupy:
-        return cupy
-    return hipify(cuda) if idiom == "hip" else cuda
+        return code["pytorch"]
+    if idiom == "cupy" and "cupy" in code:
+        return code["cupy"]
+    return hipify(code["cuda"]) if idiom == "hip" else code["cuda"]
+
+
+def _fix(fid: str, a: Analyses, measured: str, case: str, code: str, ns: int, **values: object) -> Fix:
+    """The finding's fix: the measured sentence, then the catalogue's text for ``case``."""
+    t = API_FIXES[fid]
+    steps = t.steps.get(case, t.steps[""])
+    return Fix(
+        summary=t.summary,
+        steps=(measured, *(fill(x, **values) for x in steps)),
+        code=fill(code, **values),
+        verify=t.verify,
+        expected=f"up to {format_ns(ns)} of device idle; an upper bound",
+        docs=_DOCS,
+    )
 
 
 def _calls(a: Analyses, pattern: re.Pattern[str]) -> I64:
@@ -81,7 +97,7 @@ def _overlap_per_gap(a: Analyses, rows: I64, lo: I64, hi: I64) -> I64:
 def _sync_gaps(a: Analyses, rows: I64, cfg: Config) -> tuple[npt.NDArray[np.bool_], int]:
     """Gaps a call of ``rows`` drained or held, and the synchronization time attributed to them."""
     g = a.gaps
-    tol = cfg.sync_wake_tolerance_ns
+    tol = cfg.attribution.sync_wake_tolerance_ns
     at_start = _overlap_per_gap(a, rows, g.start_ns - tol, g.start_ns + tol) > 0
     during = _overlap_per_gap(a, rows, g.start_ns, g.host_end_ns) > 0
     sync_col = g.slices[:, C.cause_index(C.HOST_SYNC)]
@@ -90,8 +106,13 @@ def _sync_gaps(a: Analyses, rows: I64, cfg: Config) -> tuple[npt.NDArray[np.bool
 
 
 def _finding(
-    fid: str, cause: C.Cause, title: str, ns: int, gaps: int, a: Analyses, facts: list[tuple[str, Any]], fix: Fix
+    fid: str, ns: int, gaps: int, a: Analyses, facts: list[tuple[str, Any]], fix: Fix, *, title: str = "", cause: C.Cause | None = None
 ) -> Finding:
+    """The finding ``fid`` (its title and the cause it refines from the catalogue's ``API_FIXES``
+    unless given)."""
+    t = API_FIXES[fid]
+    cause = cause or C.cause(t.cause)
+    title = title or t.title[""]
     idle = a.utilization.idle_ns
     cap = a.utilization.capacity_ns
     facts.append(("part_of", cause.key))
@@ -122,31 +143,18 @@ def _pageable(a: Analyses, cfg: Config) -> Finding | None:
     # copy; what came before the call belongs to the gap's other causes
     waited = g.end_ns - np.maximum(g.start_ns, np.where(g.launch_row >= 0, tl.start_ns[launch], g.end_ns))
     ns = int(np.maximum(waited, 0)[hit].sum())
-    if ns <= 0 or ns < cfg.min_finding_share_of_window * a.utilization.capacity_ns:
+    if ns <= 0 or ns < cfg.findings.min_finding_share_of_window * a.utilization.capacity_ns:
         return None
     copies = np.flatnonzero((tl.kind == int(Kind.MEMCPY)) & tl.name_mask(lambda s: "Pageable" in s))
     nbytes = int(tl.nbytes[copies][tl.nbytes[copies] > 0].sum())
     facts: list[tuple[str, Any]] = [("pageable_copies", int(copies.size)), ("pageable_bytes", nbytes), ("gaps_before_pageable_copy", int(hit.sum()))]
-    fix = Fix(
-        summary="Copy from pinned memory so the copy is truly asynchronous and overlaps compute.",
-        steps=(
-            f"{int(hit.sum())} device-idle gaps ({format_ns(ns)}) end with a cudaMemcpyAsync from pageable host memory: the driver "
-            "stages it through a bounce buffer and the host waits, so nothing overlaps.",
-            "PyTorch: DataLoader(pin_memory=True) and tensor.to(device, non_blocking=True)."
-            if a.advice.idiom == "pytorch"
-            else "Allocate the source buffer pinned (cudaHostAlloc / cudaMallocHost) or register it (cudaHostRegister).",
-        ),
-        code=_in_idiom(
-            a,
-            f"loader = DataLoader(ds, pin_memory=True, num_workers={cfg.whatif_loader_workers})\nx = x.to('cuda', non_blocking=True)",
-            "cudaMallocHost(&h_buf, bytes);   // or cudaHostRegister(existing, bytes, cudaHostRegisterDefault)\ncudaMemcpyAsync(d_buf, h_buf, bytes, cudaMemcpyHostToDevice, stream);",
-            "host = cupyx.empty_pinned(shape, dtype)\nx_gpu.set(host, stream=stream)",
-        ),
-        verify="Re-capture with nsys: the copies should read 'Pinned -> Device' and the gaps before them shrink.",
-        expected=f"up to {format_ns(ns)} of device idle; an upper bound",
-        docs=_DOCS,
+    fid = "api.pageable_memcpy"
+    measured = (
+        f"{int(hit.sum())} device-idle gaps ({format_ns(ns)}) end with a cudaMemcpyAsync from pageable host memory: the driver "
+        "stages it through a bounce buffer and the host waits, so nothing overlaps."
     )
-    return _finding("api.pageable_memcpy", C.H2D_COPY, "Async copies from pageable memory block the host", ns, int(hit.sum()), a, facts, fix)
+    fix = _fix(fid, a, measured, a.advice.idiom, _in_idiom(a, API_FIXES[fid].code), ns, workers=cfg.predictions.whatif_loader_workers)
+    return _finding(fid, ns, int(hit.sum()), a, facts, fix)
 
 
 def _sync_copies(a: Analyses, cfg: Config) -> Finding | None:
@@ -155,24 +163,17 @@ def _sync_copies(a: Analyses, cfg: Config) -> Finding | None:
     if rows.size == 0 or len(g) == 0:
         return None
     hit, ns = _sync_gaps(a, rows, cfg)
-    if ns <= 0 or ns < cfg.min_finding_share_of_window * a.utilization.capacity_ns:
+    if ns <= 0 or ns < cfg.findings.min_finding_share_of_window * a.utilization.capacity_ns:
         return None
     names = sorted({a.tl.name_of(int(r)) for r in rows})
     facts: list[tuple[str, Any]] = [("calls", int(rows.size)), ("apis", ", ".join(names)), ("gaps", int(hit.sum()))]
-    fix = Fix(
-        summary="Replace synchronous cudaMemcpy/cudaMemset with their Async forms on a stream, from pinned memory.",
-        steps=(
-            f"{int(rows.size)} synchronous calls ({', '.join(names)}) held the launching thread for {format_ns(ns)} of device idle: "
-            "each waits for all queued work and for the copy itself.",
-            "Use cudaMemcpyAsync/cudaMemsetAsync on the work stream"
-            + (" (PyTorch: .to(device, non_blocking=True) from pinned tensors; avoid .cpu()/.item() inside the loop)." if a.advice.idiom == "pytorch" else ", from pinned host memory."),
-        ),
-        code="cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream);",
-        verify="Re-capture with nsys: cudaMemcpy/cudaMemset should be gone from the CUDA API summary.",
-        expected=f"up to {format_ns(ns)} of device idle; an upper bound",
-        docs=_DOCS,
+    fid = "api.sync_memcpy"
+    measured = (
+        f"{int(rows.size)} synchronous calls ({', '.join(names)}) held the launching thread for {format_ns(ns)} of device idle: "
+        "each waits for all queued work and for the copy itself."
     )
-    return _finding("api.sync_memcpy", C.HOST_SYNC, "Synchronous cudaMemcpy/cudaMemset stall the device", ns, int(hit.sum()), a, facts, fix)
+    fix = _fix(fid, a, measured, a.advice.idiom, API_FIXES[fid].code[""], ns)
+    return _finding(fid, ns, int(hit.sum()), a, facts, fix)
 
 
 def _sync_calls(a: Analyses, cfg: Config) -> Finding | None:
@@ -183,10 +184,10 @@ def _sync_calls(a: Analyses, cfg: Config) -> Finding | None:
     hit, ns = _sync_gaps(a, rows, cfg)
     window_s = a.window.duration_ns / 1e9
     per_s = rows.size / window_s if window_s > 0 else 0.0
-    if ns <= 0 or ns < cfg.min_finding_share_of_window * a.utilization.capacity_ns:
+    if ns <= 0 or ns < cfg.findings.min_finding_share_of_window * a.utilization.capacity_ns:
         return None
     names = sorted({a.tl.name_of(int(r)) for r in rows})
-    frequent = per_s >= cfg.sync_calls_min_per_s
+    frequent = per_s >= cfg.findings.sync_calls_min_per_s
     facts: list[tuple[str, Any]] = [
         ("calls", int(rows.size)),
         ("calls_per_s", round(per_s, 2)),
@@ -194,31 +195,14 @@ def _sync_calls(a: Analyses, cfg: Config) -> Finding | None:
         ("gaps", int(hit.sum())),
         ("frequent", frequent),
     ]
-    title = (
-        f"Frequent {'/'.join(names)} ({per_s:.0f}/s) drain the GPU queue"
-        if frequent
-        else f"{'/'.join(names)} calls drain the GPU queue"
+    fid = "api.sync_calls"
+    measured = (
+        f"{int(rows.size)} calls ({per_s:.1f} per second) left the device idle for {format_ns(ns)} in {int(hit.sum())} gaps: the host "
+        "waited for the queue to empty, then had to refill it."
     )
-    fix = Fix(
-        summary="Synchronise less: only where the host needs a result, and not every iteration.",
-        steps=(
-            f"{int(rows.size)} calls ({per_s:.1f} per second) left the device idle for {format_ns(ns)} in {int(hit.sum())} gaps: the host "
-            "waited for the queue to empty, then had to refill it.",
-            "Remove debugging/timing syncs from the loop (use CUDA events), "
-            + ("read scalars (loss.item()) every N steps, " if a.advice.idiom == "pytorch" else "synchronise only where the host reads a result, ")
-            + "and let work queue ahead.",
-        ),
-        code=_in_idiom(
-            a,
-            "if step % 50 == 0:\n    print(loss.item())  # not every step",
-            "for (int i = 0; i < n; ++i) kernel<<<grid, block, 0, s>>>(d, i);   // no sync per kernel\ncudaEventRecord(done, s); cudaEventSynchronize(done);   // once, where the host reads results",
-            "for it in range(iters):\n    step(x)\n    if it % 50 == 0:\n        cupy.cuda.get_current_stream().synchronize()   # not every iteration",
-        ),
-        verify="Re-capture with nsys: fewer cudaStreamSynchronize/cudaDeviceSynchronize calls and shorter gaps after them.",
-        expected=f"up to {format_ns(ns)} of device idle; an upper bound",
-        docs=_DOCS,
-    )
-    return _finding("api.sync_calls", C.HOST_SYNC, title, ns, int(hit.sum()), a, facts, fix)
+    fix = _fix(fid, a, measured, a.advice.idiom, _in_idiom(a, API_FIXES[fid].code), ns)
+    title = fill(API_FIXES[fid].title["frequent" if frequent else ""], apis="/".join(names), per_s=f"{per_s:.0f}")
+    return _finding(fid, ns, int(hit.sum()), a, facts, fix, title=title)
 
 
 # OS-runtime calls that block a thread until something else happens: a lock or condition (a
@@ -240,7 +224,7 @@ def _blocked_host(a: Analyses, cfg: Config) -> Finding | None:
     nothing = g.slices[:, C.cause_index(C.UNTRACED_HOST)] + g.slices[:, C.cause_index(C.IDLE_HOST)]
     per_gap = np.minimum(_overlap_per_gap(a, rows, g.start_ns, g.host_end_ns), nothing)
     ns = int(per_gap.sum())
-    if ns <= 0 or ns < cfg.min_finding_share_of_window * a.utilization.capacity_ns:
+    if ns <= 0 or ns < cfg.findings.min_finding_share_of_window * a.utilization.capacity_ns:
         return None
     # which calls: overlap of each call name with the gaps' host side, on the launching threads
     by_name: dict[str, int] = {}
@@ -258,38 +242,12 @@ def _blocked_host(a: Analyses, cfg: Config) -> Finding | None:
     calls = ", ".join(f"{k} {format_ns(v)}" for k, v in sorted(by_name.items(), key=lambda kv: -kv[1])[:5])
     group = "starvation" if g.training else "insufficient_demand" if serving else "unattributed"
     facts: list[tuple[str, Any]] = [("blocking_calls", calls), ("gaps", int(hit.size))]
-    if not g.training and not serving:
-        what = (
-            "The thread waited on something the trace does not show: another thread (a lock or queue), a file, a pipe or "
-            "the network. Only a serving loop waiting for requests is short of demand; this workload is "
-            f"{g.workload.kind.replace('_', '-')}."
-        )
-        lever = "Find what the thread waits for (nsys: the call's backtrace) and move it off the launching thread, or overlap it with device work."
-    elif g.training:
-        what = (
-            "In training this is the input pipeline or another thread the loop waits on: a lock or queue (futex, "
-            "sem_wait, pthread_cond_wait) or a pipe/file read is a starving loader."
-        )
-        lever = (
-            "Find what the thread waits for (nsys: the call's backtrace), then move that work off the critical path: "
-            "DataLoader(num_workers>0, persistent_workers=True, prefetch_factor=...)."
-        )
-    else:
-        what = "In a server this is waiting for requests (poll, epoll_wait, accept, recv): too little demand for the GPU."
-        lever = "Batch requests (dynamic batching) or serve more clients per GPU."
-    fix = Fix(
-        summary="The launching thread was blocked in the OS, not computing: feed it sooner.",
-        steps=(f"During {format_ns(ns)} of device idle the launching thread sat in blocking OS calls ({calls}).", what, lever),
-        code=(
-            f"loader = DataLoader(ds, num_workers={cfg.whatif_loader_workers}, persistent_workers=True, pin_memory=True)"
-            if g.training and a.advice.idiom == "pytorch"
-            else "nsys profile -t cuda,nvtx,osrt --osrt-backtrace-threshold=1000 -o run ./app   # the blocking call's backtrace"
-        ),
-        verify="Re-capture with nsys -t cuda,nvtx,osrt: the blocking calls inside the gaps should shrink.",
-        expected=f"up to {format_ns(ns)} of device idle; an upper bound",
-        docs=_DOCS,
-    )
-    f = _finding("api.blocked_host", cause, "The launching thread was blocked in OS calls while the GPU waited", ns, int(hit.size), a, facts, fix)
+    fid = "api.blocked_host"
+    case = "training" if g.training else "serving" if serving else ""
+    code = API_FIXES[fid].code["training_pytorch" if g.training and a.advice.pytorch else ""]
+    measured = f"During {format_ns(ns)} of device idle the launching thread sat in blocking OS calls ({calls})."
+    fix = _fix(fid, a, measured, case, code, ns, workers=cfg.predictions.whatif_loader_workers, workload=g.workload.kind.replace("_", "-"))
+    f = _finding(fid, ns, int(hit.size), a, facts, fix, cause=cause)
     return replace(f, group=group)
 
 

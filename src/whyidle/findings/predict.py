@@ -18,6 +18,7 @@ from whyidle.analyses import whatif as W
 from whyidle.analyses import whatif_path as WP
 from whyidle.analyses.links import Links, link_launches
 from whyidle.analyses.window import Window
+from whyidle.catalogue import replay_lever, replay_levers
 from whyidle.config import Config
 from whyidle.errors import ArgumentError
 from whyidle.findings.critical_path import critical_path_summary
@@ -26,7 +27,7 @@ from whyidle.timeline.model import Kind, Timeline
 
 __all__ = [
     "LEVERS",
-    "Lever",
+    "LeverEdits",
     "lever_edits",
     "predict_lever",
     "predict_from_graph",
@@ -46,7 +47,11 @@ __all__ = [
 ]
 
 
-class Lever(NamedTuple):
+class LeverEdits(NamedTuple):
+    """What a replay lever changes in the what-if model: the edits of its point and range (the
+    lever's advice text is the catalogue's ``Lever``; which replay lever a cause takes is its
+    entry's ``replay``)."""
+
     lever: str  # the change, one phrase
     assumption: str
     point: W.Edit
@@ -60,10 +65,9 @@ class Lever(NamedTuple):
         return (W.NO_EDIT, self.point, self.low, self.high)
 
 
-# Which lever predicts a finding's fix, by cause, and by cause and variant where the variant's fix
-# is another lever (workers exist already: the lever is faster batches, not workers).
-_CAUSE_LEVER = {"input_pipeline": "input_pipeline", "h2d_copy": "h2d_copy", "host_sync": "host_sync", "host_overhead": "host_overhead", "fp32_math": "fp32_math"}
-_VARIANT_LEVER = {("input_pipeline", "multi_process"): "loader_speedup"}
+# The replay levers: which one predicts a finding's fix is the catalogue's (``CauseEntry.replay``,
+# by variant where the variant's fix is another lever: workers exist already, the lever is faster
+# batches, not workers).
 LEVERS = ("input_pipeline", "loader_speedup", "h2d_copy", "host_sync", "host_overhead", "fused_optimizer", "batch_size", "fp32_math")
 # The fp32 finding's variants name a different fix; the prediction's lever names the same one.
 _VARIANT_LABEL = {("fp32_math", "fp16_only"): "tensor cores for FP32 GEMM/convolution (float16 autocast with a GradScaler)"}
@@ -76,10 +80,10 @@ _IDIOM_LABEL = {
 
 def lever_of(f: Finding) -> str | None:
     """The lever that predicts the finding's fix (None: its fix is not replayed)."""
-    return _VARIANT_LEVER.get((f.cause, f.variant)) or _CAUSE_LEVER.get(f.cause)
+    return replay_lever(f.cause, f.variant)
 
 
-def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_factor: float = 2.0, copy_speedup: float = 0.0) -> Lever:
+def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_factor: float = 2.0, copy_speedup: float = 0.0) -> LeverEdits:
     """The replay edits for a named lever (see docs/metrics.md, 'What-if predictions').
 
     ``copy_speedup``: pinned over pageable bandwidth measured in the trace (``Graph.pinned_speedup``;
@@ -87,12 +91,12 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
     if lever in ("input_pipeline", "loader_speedup"):
         return _loader_lever(lever, cfg, workers)
     if lever == "h2d_copy":
-        point, low, high = cfg.whatif_pinned_copy_speedup
+        point, low, high = cfg.predictions.whatif_pinned_copy_speedup
         source = f"{high:g}x measured on an H200"
         if copy_speedup > 0:
             point, low, high = max(copy_speedup, 1.0), min(low, copy_speedup), max(high, copy_speedup)
             source = f"{point:.2g}x: this trace's pinned over pageable copy bandwidth"
-        return Lever(
+        return LeverEdits(
             "pinned memory and non_blocking host-to-device copies",
             f"copies no longer block the host (the call costs one launch); a copy from pageable memory runs {point:.2g}x "
             f"faster from pinned memory (range {low:.2g}-{high:.2g}x; {source}), other copies keep their "
@@ -102,7 +106,7 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
             W.Edit("h2d_copy", h2d_async=True, pageable_copy_factor=low),
         )
     if lever == "host_sync":
-        return Lever(
+        return LeverEdits(
             "values kept on the device (no per-step .item()/.cpu()/synchronize)",
             "the syncs no longer wait and the host ops that used what they fetched (launching no device work) are gone; "
             "the range's high end keeps those ops on the host",
@@ -111,9 +115,9 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
             W.Edit("host_sync", sync_removed=True),
         )
     if lever == "host_overhead":
-        f = cfg.whatif_host_overhead_factor
-        lo, hi = cfg.whatif_host_overhead_factor_range
-        return Lever(
+        f = cfg.predictions.whatif_host_overhead_factor
+        lo, hi = cfg.predictions.whatif_host_overhead_factor_range
+        return LeverEdits(
             "torch.compile / CUDA graphs (host cost per launch cut)",
             f"host time of the step scaled by {f:g} (range {lo:g}-{hi:g}), kernel time unchanged: a stated assumption, not a measurement",
             W.Edit("host_overhead", host_factor=f),
@@ -121,7 +125,7 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
             W.Edit("host_overhead", host_factor=hi),
         )
     if lever == "fused_optimizer":
-        return Lever(
+        return LeverEdits(
             "fused optimizer (one multi-tensor kernel instead of a per-parameter loop)",
             "the host time inside Optimizer.step disappears (range: to half of it); its kernels keep their time",
             W.Edit("fused_optimizer", host_factor=0.0, host_region="optimizer"),
@@ -130,7 +134,7 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
         )
     if lever == "batch_size":
         k = batch_factor
-        return Lever(
+        return LeverEdits(
             f"batch size x{k:g}",
             "host cost per step unchanged; a kernel's time grows with the batch once its blocks fill the SMs "
             "(range: kernels unchanged / all kernels x the batch factor)",
@@ -140,8 +144,8 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
             batch_factor=k,
         )
     if lever == "fp32_math":
-        point, low, high = cfg.whatif_tensor_core_factor
-        return Lever(
+        point, low, high = cfg.predictions.whatif_tensor_core_factor
+        return LeverEdits(
             "tensor cores for FP32 GEMM/convolution (TF32 or bf16 autocast)",
             f"FP32 GEMM/convolution kernels {point:g}x faster (range {low:g}-{high:g}x; {high:g}x is the datasheet peak ratio)",
             W.Edit("fp32_math", gemm_factor=point),
@@ -151,13 +155,13 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
     raise ArgumentError(f"unknown lever {lever!r}; expected one of {', '.join(LEVERS)}")
 
 
-def _loader_lever(lever: str, cfg: Config, workers: int | None) -> Lever:
+def _loader_lever(lever: str, cfg: Config, workers: int | None) -> LeverEdits:
     """The DataLoader's levers: workers where the loader runs in the training process, faster
     batches where workers exist already."""
-    h = cfg.whatif_loader_handoff_ns
+    h = cfg.predictions.whatif_loader_handoff_ns
     if lever == "input_pipeline":
-        w = workers or cfg.whatif_loader_workers
-        return Lever(
+        w = workers or cfg.predictions.whatif_loader_workers
+        return LeverEdits(
             f"DataLoader with {w} worker processes",
             f"the loader's time overlaps compute: each batch costs the host {h / 1e3:.0f} us to take from a worker, "
             f"and a step cannot be shorter than the recorded loader time per batch / {w}",
@@ -165,8 +169,8 @@ def _loader_lever(lever: str, cfg: Config, workers: int | None) -> Lever:
             W.Edit("input_pipeline", loader_workers=w, loader_handoff_ns=0),
             W.Edit("input_pipeline", loader_workers=w, loader_handoff_ns=h),
         )
-    point, low, high = cfg.whatif_loader_speedup
-    return Lever(
+    point, low, high = cfg.predictions.whatif_loader_speedup
+    return LeverEdits(
         f"DataLoader batches ready {point:g}x sooner (more workers than now where CPU cores are free, or cheaper samples: "
         "cached preprocessing, packed shards, GPU decoding)",
         f"the workers are the bottleneck: a batch is ready every recorded step; {point:g}x faster (range {high:g}-{low:g}x), "
@@ -234,7 +238,7 @@ class Replays:
             yield
 
 
-def predict_from_graph(g: W.Graph, lv: Lever, batch_size: int | None, cache: Replays | None = None, untraced: bool = False, warmup: bool = False) -> Prediction:
+def predict_from_graph(g: W.Graph, lv: LeverEdits, batch_size: int | None, cache: Replays | None = None, untraced: bool = False, warmup: bool = False) -> Prediction:
     """Replay the lever's edits on ``g`` and state the result (``cache``: the replays shared
     between the findings of one report).
 
@@ -293,9 +297,9 @@ def _graph(tl: Timeline, cfg: Config, window: Window | None = None, links: Links
     if window is None:
         from whyidle.analyses.window import select_window
 
-        window = select_window(tl, links, cfg)
-    window = _middle_steps(window, cfg.whatif_max_steps)
-    return W.build_graph(tl, links, window, cfg.kernel_boundary_max_ns, cfg.whatif_profiler_gap_quantile, cfg.whatif_copy_bandwidth_min_bytes), window
+        window = select_window(tl, links, cfg.window)
+    window = _middle_steps(window, cfg.predictions.whatif_max_steps)
+    return W.build_graph(tl, links, window, cfg.attribution.kernel_boundary_max_ns, cfg.predictions.whatif_profiler_gap_quantile, cfg.predictions.whatif_copy_bandwidth_min_bytes), window
 
 
 def _middle_steps(window: Window, n: int) -> Window:
@@ -317,7 +321,7 @@ def predict_lever(tl: Timeline, lever: str, cfg: Config | None = None, batch_siz
         return None
     if lever == "h2d_copy":
         kw.setdefault("copy_speedup", g.pinned_speedup)
-    return predict_from_graph(g, lever_edits(lever, cfg, **kw), batch_size, untraced=untraced, warmup=cfg.whatif_profiled_warmup)
+    return predict_from_graph(g, lever_edits(lever, cfg, **kw), batch_size, untraced=untraced, warmup=cfg.predictions.whatif_profiled_warmup)
 
 
 class LeverPredictions(msgspec.Struct, frozen=True):
@@ -355,7 +359,7 @@ def predictions_on(pg: PredictionGraph, levers: tuple[str, ...], cfg: Config) ->
     g, cache = pg.graph, pg.replays
     if g is None or cache is None:
         return LeverPredictions({}, None)
-    by_lever = {name: predict_from_graph(g, lever_edits(name, cfg, copy_speedup=g.pinned_speedup), None, cache, warmup=cfg.whatif_profiled_warmup) for name in levers}
+    by_lever = {name: predict_from_graph(g, lever_edits(name, cfg, copy_speedup=g.pinned_speedup), None, cache, warmup=cfg.predictions.whatif_profiled_warmup) for name in levers}
     return LeverPredictions(by_lever, pg.critical_path)
 
 
@@ -365,9 +369,9 @@ def replay_ahead(pg: PredictionGraph, cfg: Config) -> Iterator[None]:
     g, cache = pg.graph, pg.replays
     if g is None or cache is None:
         return
-    for name in (*_CAUSE_LEVER.values(), *_VARIANT_LEVER.values()):
+    for name in replay_levers():
         for e in lever_edits(name, cfg, copy_speedup=g.pinned_speedup).edits:
-            yield from cache.profiled_steps(e, cfg.whatif_profiled_warmup)
+            yield from cache.profiled_steps(e, cfg.predictions.whatif_profiled_warmup)
 
 
 def lever_predictions(tl: Timeline, window: Window, levers: tuple[str, ...], cfg: Config, links: Links | None = None) -> LeverPredictions:

@@ -1,7 +1,7 @@
 """The idle-cause rule and the FP32 rule: analysis results -> findings, with evidence and the lever.
 
 ``idle_cause_findings`` gives one finding per cause of the catalogue that explains at least
-``Config.min_finding_share_of_window`` of the window (of its warm part, outside the gaps a cold
+``FindingSettings.min_finding_share_of_window`` of the window (of its warm part, outside the gaps a cold
 start holds, when first-call costs dominate the capture); what a cause adds beyond the generic
 evidence (facts, named steps, a lever variant) is its entry in ``findings/cause_details.py``.
 When data is missing a rule says so with a ``Skipped`` instead of returning nothing silently.
@@ -81,7 +81,7 @@ def capture_advice(a: Analyses, cfg: Config) -> tuple[str, ...]:
     """A note naming the capture option that would let whyidle attribute what it could not.
 
     Said when unattributed time (not counting capture artifacts) is over
-    ``Config.unattributed_note_min_share_of_idle`` of device idle.
+    ``FindingSettings.unattributed_note_min_share_of_idle`` of device idle.
     """
     g, tl = a.gaps, a.tl
     idle = a.utilization.idle_ns
@@ -90,7 +90,7 @@ def capture_advice(a: Analyses, cfg: Config) -> tuple[str, ...]:
     totals = g.total_by_cause()
     parts = {c: int(totals[C.cause_index(c)]) for c in (C.UNTRACED_HOST, C.QUEUED_WAITING, C.NO_LAUNCH_INFO)}
     unattributed = sum(parts.values())
-    if unattributed <= cfg.unattributed_note_min_share_of_idle * idle:
+    if unattributed <= cfg.findings.unattributed_note_min_share_of_idle * idle:
         return ()
     if tl.meta.source_format == "rocprofv3":
         options = _rocprof_options(parts, uncorrelatable(a, C.cause_index(C.NO_LAUNCH_INFO)))
@@ -168,7 +168,7 @@ def warm_part(a: Analyses, cfg: Config) -> tuple[npt.NDArray[np.int64], _Basis]:
     """Idle by cause and the basis of a cold-start capture's warm remainder.
 
     A capture dominated by first-call costs still has a warm part: its steps that ran device work
-    and whose idle the cold start does not dominate (``Config.cold_start_max_share_of_idle``, as
+    and whose idle the cold start does not dominate (``AttributionSettings.cold_start_max_share_of_idle``, as
     for the capture; a step the profiler's stop cut before any device work says nothing), or,
     without steps, the window less the gaps the cold start holds most of. Its causes are measured
     there, against that warm window, so that a cold start of seconds does not hide a DataLoader
@@ -179,7 +179,7 @@ def warm_part(a: Analyses, cfg: Config) -> tuple[npt.NDArray[np.int64], _Basis]:
     if steps:
         n_dev = max(a.utilization.n_devices, 1)
         warm_steps = [
-            s for s in steps if s.idle_ns < s.duration_ns * n_dev and s.idle_by_cause_ns[ci] <= cfg.cold_start_max_share_of_idle * s.idle_ns
+            s for s in steps if s.idle_ns < s.duration_ns * n_dev and s.idle_by_cause_ns[ci] <= cfg.attribution.cold_start_max_share_of_idle * s.idle_ns
         ]
         by_cause = [s.idle_by_cause_ns for s in warm_steps]
         totals = np.array(by_cause, dtype=np.int64).reshape(len(warm_steps), len(C.CAUSES)).sum(axis=0)
@@ -202,9 +202,9 @@ def _cause_finding(a: Analyses, cfg: Config, ci: int, ns: int, basis: _Basis | N
     if basis is None:
         basis = _Basis(a.utilization.idle_ns, a.utilization.capacity_ns)
     idle, capacity = basis.idle_ns, basis.capacity_ns
-    ev = cause_evidence(a.tl, a.gaps, ci, a.index, examples=cfg.evidence_examples, op_filter=d.op_filter)
+    ev = cause_evidence(a.tl, a.gaps, ci, a.index, examples=cfg.findings.evidence_examples, op_filter=d.op_filter)
     variant = d.variant(a, ci, ev) if d.variant else ""
-    lever = fit_lever(for_idiom(cause.cause, lever_for(cause.cause, variant), a.advice), a.advice, cfg.whatif_loader_workers)
+    lever = fit_lever(for_idiom(cause.cause, lever_for(cause.cause, variant), a.advice), a.advice, cfg.predictions.whatif_loader_workers)
     facts = (d.facts(a, ci, cfg) if d.facts else ()) + basis.facts
     steps = d.steps(dict(facts), lever.steps, cfg) if d.steps else lever.steps
     if d.context:
@@ -229,14 +229,14 @@ def idle_cause_findings(a: Analyses, cfg: Config) -> list[Finding | Skipped]:
     if a.quality.cold_start:  # said in the headline; the warm remainder is still diagnosed
         totals, basis = warm_part(a, cfg)
     capacity = a.utilization.capacity_ns if basis is None else basis.capacity_ns
-    threshold = cfg.min_finding_share_of_window * capacity
+    threshold = cfg.findings.min_finding_share_of_window * capacity
     for ci, cause in enumerate(C.CAUSES):
         ns = int(totals[ci])
         if cause in C.ARTIFACTS:  # said in the headline
             continue
         if ns > 0 and ns >= threshold:
             out.append(_cause_finding(a, cfg, ci, ns, basis))
-        elif basis is not None and whole[ci] >= cfg.min_finding_share_of_window * a.utilization.capacity_ns:
+        elif basis is not None and whole[ci] >= cfg.findings.min_finding_share_of_window * a.utilization.capacity_ns:
             out.append(Skipped(cause.key, f"cold start dominates the capture; {format_ns(int(whole[ci]))} of idle not blamed on this cause (not enough of its warm remainder)"))
     return out
 
@@ -289,11 +289,11 @@ def _fp32_finding(a: Analyses, cfg: Config) -> Finding | Skipped | None:
         return Skipped("underfilled/fp32_math", "the trace does not give the device's compute capability: cannot tell whether it has tensor cores")
     if cc < (7, 0):
         return None
-    if k.fp32_math_share < cfg.fp32_math_min_share_of_kernel_time:
+    if k.fp32_math_share < cfg.findings.fp32_math_min_share_of_kernel_time:
         return None
     # Volta and Turing (7.x) have FP16 tensor cores only; BF16 and TF32 need Ampere (8.0).
     lever = lever_for("fp32_math", "fp16_only" if cc < (8, 0) else "")
-    lever = fit_lever(for_idiom("fp32_math", lever, a.advice, FINDING_IDIOM_LEVERS), a.advice, cfg.whatif_loader_workers)
+    lever = fit_lever(for_idiom("fp32_math", lever, a.advice, FINDING_IDIOM_LEVERS), a.advice, cfg.predictions.whatif_loader_workers)
     facts: tuple[tuple[str, Any], ...] = (
         ("compute_capability", f"{cc[0]}.{cc[1]}"),
         ("fp32_math_share_of_kernel_time", round(k.fp32_math_share, 4)),

@@ -11,22 +11,19 @@ step tracker's report, and says why the others need CUDA (``GPU_ONLY``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from whyidle.catalogue import LiveMap, derived, lab_flaw_causes
 from whyidle.errors import ArgumentError
 from whyidle.findings.model import DiagnosisData
+from whyidle.lab.job import FLAWS
 
 __all__ = ["EXPECTED", "CPU_FLAWS", "GPU_ONLY", "CheckResult", "check_report"]
 
-# flaw -> finding keys (group/cause) that may come first; () means "no problem finding".
-EXPECTED: dict[str, tuple[str, ...]] = {
-    "none": (),
-    "starvation": ("starvation/input_pipeline",),
-    "h2d": ("starvation/h2d_copy",),
-    "sync": ("synchronization/host_sync",),
-    "smallbatch": ("underfilled/host_overhead", "underfilled/kernel_boundaries"),
-    "launch": ("underfilled/host_overhead", "underfilled/kernel_boundaries"),
-}
+# flaw -> finding keys (group/cause) that may come first; () means "no problem finding". From
+# the catalogue: each cause names the flaws that produce it (``CauseEntry.lab_flaws``).
+EXPECTED: Mapping[str, tuple[str, ...]] = LiveMap(derived(lambda _: {flaw: lab_flaw_causes(flaw) for flaw in FLAWS}))
 
 CPU_FLAWS = ("none", "starvation")
 

@@ -6,7 +6,7 @@
 * :mod:`~whyidle.ranks.analysis`: the cross-rank analysis (collectives matched, stragglers,
   exposed communication, step imbalance); :mod:`~whyidle.ranks.scaling`: scaling efficiency and
   what the lost share went to;
-* :mod:`~whyidle.ranks.model`: the result; :mod:`~whyidle.ranks.saved` reads its saved JSON back;
+* :mod:`~whyidle.ranks.model`: the result and its codec (its saved JSON written and read back);
 * its renderers: :mod:`~whyidle.ranks.render_terminal`, :mod:`~whyidle.ranks.render_json`,
   :mod:`~whyidle.ranks.render_html`, :mod:`~whyidle.ranks.files` (one file per rank).
 

@@ -36,7 +36,7 @@ from whyidle.analyses.hostops import h2d_copy_rows
 from whyidle.analyses.links import Links
 from whyidle.analyses.utilization import Utilization
 from whyidle.analyses.window import Window
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.timeline.model import Kind, Timeline
 
 __all__ = [
@@ -267,7 +267,7 @@ def _median_others(values: dict[int, np.ndarray], rank: int) -> np.ndarray:
     return np.median(np.stack(others), axis=0) if others else np.zeros_like(values[rank])
 
 
-def _why(rank: int, steps: tuple[int, ...], profiles: list[RankProfile], cfg: Config) -> tuple[StragglerCause | None, tuple[StragglerCause, ...]]:
+def _why(rank: int, steps: tuple[int, ...], profiles: list[RankProfile], cfg: AttributionSettings) -> tuple[StragglerCause | None, tuple[StragglerCause, ...]]:
     """The straggler's own excess over the median other rank, in the steps where it was last."""
     per_rank: dict[int, np.ndarray] = {}
     dims: dict[int, np.ndarray] = {}
@@ -303,7 +303,7 @@ def _why(rank: int, steps: tuple[int, ...], profiles: list[RankProfile], cfg: Co
     return found[0], tuple(found[1:4])
 
 
-def _stragglers(matches: list[CollectiveMatch], profiles: list[RankProfile], cfg: Config) -> list[Straggler]:
+def _stragglers(matches: list[CollectiveMatch], profiles: list[RankProfile], cfg: AttributionSettings) -> list[Straggler]:
     thr = cfg.straggler_min_lateness_ns
     late = [m for m in matches if m.lateness_ns >= thr]
     if not late:
@@ -383,9 +383,9 @@ def _imbalance(profiles: list[RankProfile]) -> list[StepImbalance]:
     return out
 
 
-def cross_rank(profiles: list[RankProfile], cfg: Config | None = None) -> CrossRank:
+def cross_rank(profiles: list[RankProfile], cfg: AttributionSettings | None = None) -> CrossRank:
     """Compare ranks step by step (pure). Ranks without device activity are left out, with a note."""
-    cfg = cfg or Config()
+    cfg = cfg or AttributionSettings()
     notes = []
     idle_ranks = [p.rank for p in profiles if not p.has_device_activity]
     if idle_ranks:

@@ -51,9 +51,9 @@ def _refusal(fmt: str, formats: tuple[str, ...], to_file: bool) -> str:
 
 
 def _read(d: dict[str, Any], where: str) -> object:
-    from whyidle.ranks.saved import multi_rank_from_dict
+    from whyidle.ranks.model import decode
 
-    return multi_rank_from_dict(d, where)
+    return decode(d, where)
 
 
 register_lazy(MultiRankReport, "terminal", _terminal)

@@ -58,7 +58,7 @@ def rank_job(path: str, cfg: Config, chunk_jobs: int | None = 1) -> RankResult:
     from whyidle.sources import load
 
     try:
-        tl = load(path, stream_jobs=chunk_jobs)
+        tl = load(path, stream_jobs=chunk_jobs, settings=cfg.read)
     except WhyidleError as exc:
         return RankResult(path, None, None, None, None, str(exc))
     a = analyse(tl, cfg)
@@ -155,7 +155,7 @@ def build_multi_rank(run_dir: str, results: Sequence[RankResult], cfg: Config) -
         first = list(itertools.islice((r for r in range(expected) if r not in have), 16))
         shown = ", ".join(map(str, first)) + (f" and {n_missing - 16} more" if n_missing > 16 else "")
         notes.append(f"{len(present)} of {expected} ranks present; missing: {shown}. Cross-rank figures cover the present ranks only")
-    cr: CrossRank = cross_rank(profiles, cfg)
+    cr: CrossRank = cross_rank(profiles, cfg.attribution)
     problems = one_job_problems(list(zip(ranks, results)), cr)
     return MultiRankReport(run_dir, basis, world, tuple(entries), cr, tuple(notes), problems)
 

@@ -97,7 +97,7 @@ def _exposed(m: Any, reports: dict[int, DiagnosisData], cfg: Config) -> RunFindi
     comm = [c for c in m.cross_rank.comm if c.rank in reports]
     exposed = sum(c.exposed_ns for c in comm)
     window = sum(reports[c.rank].window.duration_ns for c in comm)
-    if not window or exposed < cfg.min_finding_share_of_window * window:
+    if not window or exposed < cfg.findings.min_finding_share_of_window * window:
         return None
     hidden = sum(c.hidden_ns for c in comm)
     worst = max(comm, key=lambda c: c.exposed_ns)

@@ -76,4 +76,4 @@ def multi_rank_from_steps(run_dir: str, ranks: Sequence[RankSteps], world_size: 
         missing = ", ".join(str(i) for i in range(world_size) if i not in present)
         notes.append(f"{len(present)} of {world_size} ranks left a record; missing: {missing}")
     entries = tuple(RankEntry(r.rank, r.path, r.report) for r in sorted(ranks, key=lambda r: r.rank))
-    return MultiRankReport(run_dir, basis, world_size, entries, cross_rank(profiles, cfg), tuple(notes))
+    return MultiRankReport(run_dir, basis, world_size, entries, cross_rank(profiles, cfg.attribution), tuple(notes))

@@ -49,7 +49,12 @@ def markdown_html(text: str) -> str:
     return str(md.renderer.render(_offline(md.parse(text)), md.options, {}))
 
 
-@lru_cache(maxsize=None)
 def page_html(name: str) -> str:
-    """A cause page (see :mod:`whyidle.pages`) as HTML; the same page renders once per process."""
-    return markdown_html(page_text(name))
+    """A cause page (see :mod:`whyidle.pages`) as HTML; the same page renders once per process
+    (by its text: a section registered since renders it again)."""
+    return _cached_html(page_text(name))
+
+
+@lru_cache(maxsize=None)
+def _cached_html(text: str) -> str:
+    return markdown_html(text)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -25,7 +26,7 @@ import msgspec
 from whyidle import __version__
 from whyidle.analyses import causes as C
 from whyidle.analyses.strip import BUSY_CLASSES, bin_activity
-from whyidle.catalogue import BUSY, CATALOGUE, GROUP_COLOURS, warmup_capture
+from whyidle.catalogue import BUSY, GROUP_COLOURS, LiveMap, derived, warmup_capture
 from whyidle.findings.labels import BUSY_LABELS, GROUP_LABELS, cause_label
 from whyidle.findings.model import Finding, GapRecord, DiagnosisData
 from whyidle.pages import PAGES, explain_command, page_title
@@ -42,7 +43,7 @@ DEFAULT_BINS = 1200  # about one bin per pixel of a laptop-wide strip
 
 # Colours come from the cause catalogue: a colour per cause, a hue family per group (see its
 # docstring and tests/test_palette.py); blues and green for busy work.
-CAUSE_COLORS: dict[str, str] = {e.key: e.colour for e in CATALOGUE}
+CAUSE_COLORS: Mapping[str, str] = LiveMap(derived(lambda entries: {e.key: e.colour for e in entries}))
 BUSY_COLORS: dict[str, str] = {k: colour for k, (_, colour) in BUSY.items()}
 GROUP_COLORS: dict[str, str] = dict(GROUP_COLOURS)
 

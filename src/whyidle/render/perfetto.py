@@ -41,7 +41,7 @@ import numpy as np
 from whyidle import __version__
 from whyidle.analyses import causes as C
 from whyidle.analyses.strip import BUSY_CLASSES
-from whyidle.catalogue import CATALOGUE
+from whyidle.catalogue import derived
 from whyidle.errors import InputError, TraceFormatError, UnsupportedInputError
 from whyidle.findings.labels import cause_label
 from whyidle.findings.model import DiagnosisData, GapColumns
@@ -67,7 +67,7 @@ _PID = 7825529  # "why" in ASCII; bumped if the trace already uses it
 _GPU_PID = 9_000_000  # + device index: a GPU's process in a trace built from the timeline or the diagnosis
 _STEPS_PID = 8_999_999  # the steps, in a trace drawn from the diagnosis
 _CHUNK_EVENTS = 32_768  # events made and encoded at a time: about 20 MB of dicts, whatever the capture's size
-_HOST_CAUSES = {i for i, e in enumerate(CATALOGUE) if e.host_side}  # the gap's host-side op explains it
+_HOST_CAUSES = derived(lambda entries: {i for i, e in enumerate(entries) if e.host_side})  # the gap's host-side op explains it
 
 
 def _json_id(text: str) -> int | str:
@@ -102,6 +102,7 @@ def _events(d: DiagnosisData, g: GapColumns, base_ns: int, pid: int) -> Iterator
     for dev in unique_sorted(g.device):
         yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": int(dev), "args": {"name": f"GPU {int(dev)} idle, by cause"}}
     primary = g.primary
+    causes, host_causes = tuple(C.CAUSES), _HOST_CAUSES()
     last_end: dict[int, int] = {}
     flow_id = 0
     for i in np.lexsort((g.start_ns, g.device)).tolist():
@@ -109,12 +110,12 @@ def _events(d: DiagnosisData, g: GapColumns, base_ns: int, pid: int) -> Iterator
         b = max(_us(int(g.start_ns[i]), base_ns), last_end.get(dev, -(2**62)))
         e = max(_us(int(g.end_ns[i]), base_ns), b)
         last_end[dev] = e
-        cause = C.CAUSES[int(primary[i])]
+        cause = causes[int(primary[i])]
         name = cause_label(cause.key)
         yield {"ph": "B", "cat": GAP_CATEGORY, "name": name, "pid": pid, "tid": dev, "ts": b, "args": _gap_args(d, g, i, cause.key)}
         yield {"ph": "E", "cat": GAP_CATEGORY, "name": name, "pid": pid, "tid": dev, "ts": e}
         op = int(g.op[i])
-        if op >= 0 and int(primary[i]) in _HOST_CAUSES and e - b >= 2:
+        if op >= 0 and int(primary[i]) in host_causes and e - b >= 2:
             # The arrow's head must land inside the op: an integer microsecond within it.
             os_, oe = _us(int(g.op_start_ns[i]), base_ns), _us(int(g.op_end_ns[i]), base_ns)
             lo = max(os_ + 1, _us(int(g.start_ns[i]), base_ns))
@@ -143,7 +144,7 @@ def _gap_args(d: DiagnosisData, g: GapColumns, i: int, key: str) -> dict[str, An
         args["launching_thread"] = d.lanes[lane].label
     if g.op[i] >= 0:
         args["cpu_op_during"] = g.text(g.op, i)
-    if g.before[i] >= 0:  # looked up for the largest gaps only (Config.context_gaps)
+    if g.before[i] >= 0:  # looked up for the largest gaps only (RenderSettings.context_gaps)
         args["cpu_op_before"] = g.text(g.before, i)
         args["python_line"] = g.text(g.python_line, i)
         if g.text(g.runtime_call, i):

@@ -117,7 +117,7 @@ class _Runner:
     def sigma(self, max_batch: int) -> list[float]:
         if self.z is None:
             return [0.0] * (max_batch + 1)
-        return [min(s, self.cfg.batching_max_sigma) for s in self.profile.sigma_table(max_batch)]
+        return [min(s, self.cfg.serving.batching_max_sigma) for s in self.profile.sigma_table(max_batch)]
 
     def run(self, st: Settings, rate: float) -> Simulation:
         self.count += 1
@@ -132,7 +132,7 @@ class _Runner:
         # A finite run of an overloaded server can still show a tolerable percentile if the queue
         # had little time to grow; a growing queue shows first at the end, so the last part of
         # the run must meet the objective too.
-        tail = sim.latency_ns[int(sim.latency_ns.size * (1 - self.cfg.batching_tail_share)) :]
+        tail = sim.latency_ns[int(sim.latency_ns.size * (1 - self.cfg.serving.batching_tail_share)) :]
         return sim.percentile_ns(self.q) <= self.slo_ns and percentile_ns(tail, self.q) <= self.slo_ns
 
     def capacity(self, st: Settings, start: float = 0.0) -> float:
@@ -144,7 +144,7 @@ class _Runner:
         mean = [float(np.mean(f)) for f in spread] if spread else [math.exp(x**2 / 2) for x in sig]
         # Just below it: at the bound itself a server is stable only when arrivals line up exactly.
         hi = st.instances * max(k / (svc[k] * mean[k] / 1e9) for k in range(1, st.max_batch + 1)) * (1 - 1e-3)
-        lo = hi * self.cfg.batching_min_rate_share
+        lo = hi * self.cfg.serving.batching_min_rate_share
         if lo < start < hi and self.meets(st, start):
             lo = start  # the rate carried without batching: the doubling starts there
         elif not self.meets(st, lo):
@@ -161,7 +161,7 @@ class _Runner:
             lo = up
             if up >= hi:
                 return hi
-        for _ in range(self.cfg.batching_bisection_steps):
+        for _ in range(self.cfg.serving.batching_bisection_steps):
             mid = math.sqrt(lo * hi)
             if self.meets(st, mid):
                 lo = mid
@@ -202,7 +202,7 @@ def tune_batching(
         # No delay, then fractions of what the SLO leaves after a batch of one (a longer wait
         # than that would break the SLO on its own at low traffic).
         room = slo_ns - one
-        delays = [0] + [int(room * f) for f in cfg.batching_delay_fractions_of_slack] if room > 0 else [0]
+        delays = [0] + [int(room * f) for f in cfg.serving.batching_delay_fractions_of_slack] if room > 0 else [0]
     else:
         delays = sorted(set(int(d) for d in delays_ns))
     base_st = Settings(1, 0, instances)
@@ -233,9 +233,9 @@ def _jitter_note(runner: _Runner, profile: LatencyProfile, cfg: Config) -> str:
     if runner.z is None:
         return "none: the median latency per batch size" + ("" if profile.p90_ns is not None else " (the curve has no p90)")
     raw = max(profile.sigma_table(profile.max_batch))
-    note = f"log-normal per batch from p90/median, sigma up to {min(raw, cfg.batching_max_sigma):.2f}"
-    if raw > cfg.batching_max_sigma:
-        note += f" (the curve's {raw:.2f} capped at {cfg.batching_max_sigma}: a p90 that far above the median is measurement noise, e.g. a busy host; measure again)"
+    note = f"log-normal per batch from p90/median, sigma up to {min(raw, cfg.serving.batching_max_sigma):.2f}"
+    if raw > cfg.serving.batching_max_sigma:
+        note += f" (the curve's {raw:.2f} capped at {cfg.serving.batching_max_sigma}: a p90 that far above the median is measurement noise, e.g. a busy host; measure again)"
     return note
 
 
@@ -248,7 +248,7 @@ def _choose(cands: Sequence[Candidate], cfg: Config) -> Candidate | None:
     if not ok:
         return None
     top = max(c.capacity_per_s for c in ok)
-    near = [c for c in ok if c.capacity_per_s >= top * (1 - cfg.batching_capacity_tie_share)]
+    near = [c for c in ok if c.capacity_per_s >= top * (1 - cfg.serving.batching_capacity_tie_share)]
 
     def key(c: Candidate) -> tuple[float, float, int, int]:
         lat = c.at_rate.objective_ns if c.at_rate is not None else 0.0

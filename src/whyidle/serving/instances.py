@@ -88,9 +88,9 @@ def _sharing_line(busy: float, on_cpu: bool, cfg: Config) -> str:
     head = f"At the observed rate one instance is busy {busy:.0%} of the time, idle {idle:.0%}"
     if on_cpu:
         return f"{head}; the curve was measured on a CPU: there is no GPU to share, and other processes can use the idle cores."
-    if idle < cfg.batching_share_min_idle_share:
+    if idle < cfg.serving.batching_share_min_idle_share:
         return (
-            f"{head}: too little idle time to share the GPU (sharing pays from {cfg.batching_share_min_idle_share:.0%} idle, "
+            f"{head}: too little idle time to share the GPU (sharing pays from {cfg.serving.batching_share_min_idle_share:.0%} idle, "
             "the smallest MIG slice); keep the GPU for this service."
         )
     return (

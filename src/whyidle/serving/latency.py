@@ -125,7 +125,7 @@ def _make(path: object, rows: list[Row], **meta: Any) -> LatencyProfile:
         raise InputError(path, f"lists a batch size twice ({sizes}); expected one latency per batch size")
     if sizes[0] < 1 or any(r[1] <= 0 or not math.isfinite(r[1]) for r in rows):
         raise InputError(path, "has a batch size below 1 or a latency that is not a positive number")
-    cap = Config().batching_max_batch_size
+    cap = Config().serving.batching_max_batch_size
     if sizes[-1] > cap:
         raise InputError(path, f"has batch size {sizes[-1]}; expected at most {cap} (the simulator tables every size up to the largest)")
     if any(r[2] is not None and not (math.isfinite(r[2]) and r[2] > 0) for r in rows) or any(r[3] and not all(math.isfinite(x) and x > 0 for x in r[3]) for r in rows):

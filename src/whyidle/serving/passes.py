@@ -6,13 +6,13 @@ jumps up and down with the batch size. So, per batch size::
 
     warm-up | window 1 | window 2 | window 3 | ...   each window: ``iters`` passes, its median
               stop when the last 3 windows' medians agree within 10% (the sweep's steady rule,
-              analyses/steady.py), after Config.latency_max_windows windows, or once three
-              windows are in and Config.latency_budget_ns of passes were timed
+              analyses/steady.py), after ServingSettings.latency_max_windows windows, or once three
+              windows are in and ServingSettings.latency_budget_ns of passes were timed
 
 * the passes of the steady windows are kept (all of them when it never settled, with a note that
   the spread is too large to decide between close settings);
 * a pass beyond Tukey's far-out fence (Q3 + 3 x IQR) and over
-  ``Config.latency_outlier_min_factor`` x the median is dropped and counted in a note;
+  ``ServingSettings.latency_outlier_min_factor`` x the median is dropped and counted in a note;
 * latency does not fall as the batch grows (the larger batch does the smaller one's work and
   more), so a size measured faster than a smaller one is raised to it; a raise beyond the steady
   tolerance is noted.
@@ -59,7 +59,7 @@ def drop_outliers(times: Sequence[float], cfg: Config) -> tuple[list[float], lis
     """(kept, dropped): a pass is dropped beyond Q3 + k x IQR and over min_factor x the median."""
     a = np.asarray(times, dtype=np.float64)
     q1, q3 = np.percentile(a, [25, 75])
-    fence = max(q3 + cfg.latency_outlier_iqrs * (q3 - q1), cfg.latency_outlier_min_factor * float(np.median(a)))
+    fence = max(q3 + cfg.serving.latency_outlier_iqrs * (q3 - q1), cfg.serving.latency_outlier_min_factor * float(np.median(a)))
     return [t for t in times if t <= fence], [t for t in times if t > fence]
 
 
@@ -75,7 +75,7 @@ def time_size(time_pass: TimePass, bs: int, iters: int, cfg: Config, sweep: Swee
         medians.append(median(w))
         elapsed += sum(w)
         steady = is_steady([1e9 / m if m > 0 else 0.0 for m in medians], sweep)
-        if steady or len(windows) >= cfg.latency_max_windows or (len(windows) >= n and elapsed >= cfg.latency_budget_ns):
+        if steady or len(windows) >= cfg.serving.latency_max_windows or (len(windows) >= n and elapsed >= cfg.serving.latency_budget_ns):
             break
     used = windows[-n:] if steady else windows
     kept, dropped = drop_outliers([t for w in used for t in w], cfg)

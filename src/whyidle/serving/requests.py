@@ -112,5 +112,5 @@ def diagnose_requests(
             "inputs asynchronously, and profile one request (whyidle diagnose) to see which host op it is",
         ))
     causes.sort(key=lambda c: -c.time_ns)
-    top = causes[0] if causes and causes[0].share_of_window >= cfg.min_finding_share_of_window else None
+    top = causes[0] if causes and causes[0].share_of_window >= cfg.findings.min_finding_share_of_window else None
     return ServingDiagnosis(st, device_busy_share, device_busy_basis, tuple(causes), top, tuple(skipped), tuner)

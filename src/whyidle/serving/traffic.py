@@ -96,7 +96,7 @@ def analyse_requests(log: RequestLog, cfg: Config | None = None, max_batch: int 
     gaps = np.diff(a).astype(np.float64)
     burst = float(gaps.var() / gaps.mean() ** 2) if gaps.size > 1 and gaps.mean() > 0 else math.nan
     # a log shorter than ten windows gets windows of a tenth of its span, so the peak can exceed the mean
-    win = max(min(cfg.traffic_peak_window_ns, span // 10), 1)
+    win = max(min(cfg.serving.traffic_peak_window_ns, span // 10), 1)
     ends = np.searchsorted(a, a + win, side="left")
     peak = float((ends - np.arange(n)).max()) / (win / 1e9) if span > 0 else math.nan
     lat = f - a

@@ -16,13 +16,14 @@ import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from whyidle.errors import InputError, UnsupportedInputError
+from whyidle.errors import ArgumentError, InputError, UnsupportedInputError
 from whyidle.sources._io import GZIP_MAGIC, SQLITE_MAGIC, ReadAhead, TooLargeForMemory, check_regular, estimated_size, read_bytes
 from whyidle.sources._twoway import Relay, quiet_worker
 from whyidle.sources.rocprof_schema import looks_like_rocprof
 from whyidle.sources.xplane_wire import XPLANE_SUFFIXES
 
 if TYPE_CHECKING:
+    from whyidle.config import ReadSettings
     from whyidle.timeline.model import Timeline
 
 __all__ = ["load", "find_traces", "passed_over", "ReadAhead", "read_bytes", "quiet_worker", "Relay"]
@@ -89,6 +90,7 @@ def load(
     stream_jobs: int | None = None,
     counters_utc_offset_min: int | None = None,
     counters_interval_ms: float | None = None,
+    settings: ReadSettings | None = None,
 ) -> Timeline:
     """Read a profile into a Timeline, whatever its format.
 
@@ -99,18 +101,29 @@ def load(
     file; the modules it names are imported while a forked child splits the trace (``jobs`` >= 2). ``stream_jobs``: processes decoding chunks of a trace large enough for the out-of-core
     reader (None: by size; 1 where traces are already read one per core).
     ``counters_utc_offset_min`` / ``counters_interval_ms``: how to read a GPU counter log's clock
-    (the Config fields of those names; see :func:`whyidle.sources.counters.parse_counters`).
+    (the ReadSettings fields of those names; see :func:`whyidle.sources.counters.parse_counters`).
+    ``settings``: the reading settings (a Config's ``read``): its ``step_range`` and counter clock
+    where the arguments above are None, and its size limits.
     """
+    from whyidle.config import ReadSettings
+
+    if settings is not None and not isinstance(settings, ReadSettings):
+        raise ArgumentError(f"settings must be a whyidle.ReadSettings (a Config's .read), not {type(settings).__name__}", field="settings")
+    rs = settings or ReadSettings()
     p = Path(path)
+    clock = (
+        rs.counters_utc_offset_min if counters_utc_offset_min is None else counters_utc_offset_min,
+        rs.counters_interval_ms if counters_interval_ms is None else counters_interval_ms,
+    )
     try:
-        return _load(p, step_pattern, jobs, read_ahead, stream_jobs, (counters_utc_offset_min, counters_interval_ms))
+        return _load(p, rs.step_range if step_pattern is None else step_pattern, jobs, read_ahead, stream_jobs, clock, rs)
     finally:
         if read_ahead is not None:
             read_ahead.discard(p)  # a read-ahead that this input did not use
 
 
 def _load(
-    p: Path, step_pattern: str | None, jobs: int, read_ahead: ReadAhead | None, stream_jobs: int | None, clock: tuple[int | None, float | None]
+    p: Path, step_pattern: str | None, jobs: int, read_ahead: ReadAhead | None, stream_jobs: int | None, clock: tuple[int | None, float | None], rs: ReadSettings
 ) -> Timeline:
     if p.is_dir():
         traces = find_traces(p)
@@ -138,21 +151,19 @@ def _load(
         return load_parquet(p)
     if p.name.endswith(XPLANE_SUFFIXES):
         return _load_xplane(p, read_ahead)
-    if _large(p):
+    if _large(p, rs.stream_min_bytes):
         from whyidle.sources.kineto_stream import load_kineto_stream, should_stream
 
-        if should_stream(p):
+        if should_stream(p, rs.stream_min_bytes):
             return load_kineto_stream(p, jobs=stream_jobs)
-    from whyidle.config import Config
-
     try:  # gzip size fields are modulo 4 GiB: a larger content is found out while reading
-        raw = read_bytes(p, read_ahead, max_bytes=Config().stream_min_bytes)
+        raw = read_bytes(p, read_ahead, max_bytes=rs.stream_min_bytes)
     except TooLargeForMemory:
         if not looks_like_rocprof(_text_head(p)):
             from whyidle.sources.kineto_stream import load_kineto_stream
 
             return load_kineto_stream(p, jobs=stream_jobs)
-        raw = _read_rocprof(p)
+        raw = _read_rocprof(p, rs.rocprof_max_bytes)
     from whyidle.sources.kineto import (  # numpy: after the read began
         load_kineto,
         looks_like_kineto,
@@ -192,29 +203,27 @@ def _load_xplane(p: Path, read_ahead: ReadAhead | None) -> Timeline:
     return load_xplane(p, read_bytes(p, read_ahead))
 
 
-def _large(p: Path) -> bool:
+def _large(p: Path, min_bytes: int) -> bool:
     """Whether the file may need the out-of-core reader (its estimated size, without importing it)."""
-    from whyidle.config import Config
-
     try:
-        return p.is_file() and estimated_size(p) >= Config().stream_min_bytes
+        return p.is_file() and estimated_size(p) >= min_bytes
     except OSError:
         return False  # read_bytes says why in words
 
 
 def _read_rocprof(p: Path, cap: int | None = None) -> bytes:
     """rocprofv3 JSON past the in-memory Kineto reader's range: read whole up to ``cap``
-    (config.rocprof_max_bytes)."""
-    from whyidle.config import Config
+    (ReadSettings.rocprof_max_bytes)."""
+    from whyidle.config import ReadSettings
 
-    cap = Config().rocprof_max_bytes if cap is None else cap
+    cap = ReadSettings().rocprof_max_bytes if cap is None else cap
     try:
         return read_bytes(p, max_bytes=cap)
     except TooLargeForMemory:
         raise InputError(
             p,
             f"is rocprofv3 JSON output over {cap / (1 << 20):.0f} MiB decompressed, more than whyidle reads into memory "
-            "(config.rocprof_max_bytes); record a shorter stretch (rocprofv3 --collection-period) or one process per file",
+            "(ReadSettings.rocprof_max_bytes); record a shorter stretch (rocprofv3 --collection-period) or one process per file",
         ) from None
 
 

@@ -18,11 +18,11 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def gzip_cap(compressed_bytes: int, max_ratio: float | None = None, floor_bytes: int | None = None) -> int:
-    """The most bytes a gzip file of ``compressed_bytes`` may decompress to (config.max_gzip_ratio)."""
-    from whyidle.config import Config
+    """The most bytes a gzip file of ``compressed_bytes`` may decompress to (ReadSettings.max_gzip_ratio)."""
+    from whyidle.config import ReadSettings
 
-    ratio = Config().max_gzip_ratio if max_ratio is None else max_ratio
-    floor = Config().gzip_ratio_floor_bytes if floor_bytes is None else floor_bytes
+    ratio = ReadSettings().max_gzip_ratio if max_ratio is None else max_ratio
+    floor = ReadSettings().gzip_ratio_floor_bytes if floor_bytes is None else floor_bytes
     return max(floor, int(ratio * compressed_bytes))
 
 

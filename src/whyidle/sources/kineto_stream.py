@@ -61,11 +61,11 @@ _MIB = 1 << 20
 
 
 def should_stream(path: Path, min_bytes: int | None = None) -> bool:
-    """Whether ``path`` is large enough for the out-of-core reader (config.stream_min_bytes)."""
+    """Whether ``path`` is large enough for the out-of-core reader (ReadSettings.stream_min_bytes)."""
     if min_bytes is None:
-        from whyidle.config import Config
+        from whyidle.config import ReadSettings
 
-        min_bytes = Config().stream_min_bytes
+        min_bytes = ReadSettings().stream_min_bytes
     try:
         if not path.is_file() or estimated_size(path) < min_bytes:
             return False
@@ -168,7 +168,7 @@ class _Text:
     and last MiB seen (to confirm the time style)."""
 
     def __init__(self, path: Path, progress: Progress | None) -> None:
-        from whyidle.config import Config
+        from whyidle.config import ReadSettings
 
         self.path = str(path)
         self.blocks = _blocks(path, progress)
@@ -177,7 +177,7 @@ class _Text:
         self.first = b""
         self.recent: list[bytes] = []  # the last blocks, at least 1 MiB together (no copies)
         self.eof = False
-        self.max_held = Config().max_event_bytes
+        self.max_held = ReadSettings().max_event_bytes
 
     def more(self) -> bool:
         """Append the next block to the buffer; False at the end."""
@@ -325,14 +325,14 @@ def _tail(t: _Text, doc: _Doc | None, pos: int, exact: bool) -> _Doc | None:
 
 def _run(path: Path, style: str, exact: bool, jobs: int = 1, progress: Progress | None = None) -> tuple[Timeline | None, bytes, bytes]:
     """One pass: the Timeline, and the first and last MiB of text (to confirm the time style)."""
-    from whyidle.config import Config
+    from whyidle.config import ReadSettings
 
     with open(path, "rb") as f:
         plain = f.read(2) != GZIP_MAGIC  # workers then read their batches from the file
         size = os.fstat(f.fileno()).st_size
     # Memory grows with the events kept (about 60 bytes each): for gzip, their number is bounded
     # by the compressed size, as the inflated text is by max_gzip_ratio.
-    cols = _Columns(str(path), style, None if plain else int(Config().max_events_per_gzip_byte * size) + 100_000)
+    cols = _Columns(str(path), style, None if plain else int(ReadSettings().max_events_per_gzip_byte * size) + 100_000)
     t = _Text(path, progress)
     doc, pos = _head(t, exact)
     batches = _Batches(cols, exact, jobs)

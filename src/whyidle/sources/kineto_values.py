@@ -193,12 +193,13 @@ def _as_float(v: Any) -> float:
 
 
 def _dims(v: Any) -> int:
-    """A launch dimension ([x, y, z] in Kineto's 'grid' and 'block') as its product; -1 if unknown."""
+    """A launch dimension ([x, y, z] in Kineto's 'grid' and 'block') as its product; -1 if unknown
+    (a product beyond int64 is no launch a GPU can run: unknown too)."""
     if type(v) is list and v and all(type(x) is int and x > 0 for x in v):
         out = 1
         for x in v:
             out *= x
-        return out
+        return out if out < _I64 else -1
     return -1
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+from whyidle.catalogue import sweep_knobs
 from whyidle.config import SweepConfig
 from whyidle.sweep.guard import Guard, check_guard
 from whyidle.sweep.runner import TrialRunner
@@ -44,14 +45,6 @@ PLATEAU_RULE = (
 )
 _NUMERIC = ("precision", "compile")
 
-# Finding id (before any ".variant") -> the levers that act on it, tried first when a report is given.
-_FINDING_LEVERS: dict[str, tuple[str, ...]] = {
-    "input_pipeline": ("num_workers", "prefetch_factor", "persistent_workers"),
-    "h2d_copy": ("pin_memory", "num_workers"),
-    "host_overhead": ("compile", "batch_size"),
-    "kernel_boundaries": ("batch_size", "compile"),
-    "fp32_math": ("precision",),
-}
 
 
 class Space(msgspec.Struct, kw_only=True):
@@ -113,7 +106,7 @@ def levers_for_findings(finding_ids: Sequence[str]) -> list[str]:
     """The sweep stages a report's findings name, in the findings' order, without repeats."""
     out: list[str] = []
     for fid in finding_ids:
-        for lever in _FINDING_LEVERS.get(fid.split(".", 1)[0], ()):
+        for lever in sweep_knobs(fid.split(".", 1)[0]):  # the catalogue's (CauseEntry.sweep)
             if lever not in out:
                 out.append(lever)
     return out
