@@ -43,7 +43,7 @@ def _timed(fn: Any) -> float:
 
 
 def _without_work(path: Path) -> None:
-    with mock.patch("whyidle.sources.kineto_columns._inputs_texts", lambda hargs: [None] * len(hargs)), mock.patch("whyidle.pipeline.measure_work", lambda *a: None):
+    with mock.patch("whyidle.sources.kineto_columns._inputs_texts", lambda hargs, *rest: [None] * len(hargs)), mock.patch("whyidle.pipeline.measure_work", lambda *a: None):
         d = whyidle.diagnose(path, jobs=1)
     assert d.work is None
 

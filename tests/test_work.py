@@ -283,11 +283,11 @@ def test_an_unknown_device_gets_rates_without_fractions() -> None:
 
 
 def test_a_precision_without_a_peak_gives_no_mfu() -> None:
-    j = Job(device="NVIDIA B200")  # its datasheet prints no FP32 rate
-    j.op("aten::mm", 0, 10, text([[64, 64], [64, 64]], ["float"] * 2))
+    j = Job(device="Tesla V100-SXM2-32GB", major=7)  # Volta's tensor cores take FP16, not BF16
+    j.op("aten::mm", 0, 10, text([[64, 64], [64, 64]], ["c10::BFloat16"] * 2))
     j.kernel("gemm", 1, 10, 20)
     w, _ = j.work()
-    assert w.mfu is None and w.ops[0].fraction is None and any("no fp32 peak" in n for n in w.notes)
+    assert w.mfu is None and w.ops[0].fraction is None and any("no bf16 peak" in n for n in w.notes)
 
 
 def test_the_fp32_finding_quotes_the_rate_reached() -> None:
@@ -304,5 +304,32 @@ def test_the_fp32_finding_quotes_the_rate_reached() -> None:
     (f,) = [f for f in diagnose(j.b.build()).findings if f.id == "fp32_math"]
     facts = dict(f.evidence.facts)
     rate = 2 * 2048**3 / 2e-3 / 1e12
-    assert facts["fp32_gemm_tflops"] == round(rate, 3) and facts["fp32_peak_tflops"] == 15.7 and facts["bf16_peak_tflops"] == 125.0
+    assert facts["fp32_gemm_tflops"] == round(rate, 3) and facts["fp32_peak_tflops"] == 15.7 and facts["fp16_peak_tflops"] == 125.0  # V100: FP16 tensor cores only
     assert f"{rate / 15.7:.0%} of the V100 SXM2's 15.7 TFLOP/s FP32 peak" in f.fix.expected
+
+
+# Figures as the datasheets print them "with sparsity" (TF32, BF16/FP16, FP8, INT8), per GPU: the
+# table holds half of each (dense). H200 and B200's 8-GPU figures are already per GPU here.
+PRINTED_SPARSE = {
+    "H100 SXM": (989, 1979, 3958, 3958), "H100 PCIe": (756, 1513, 3026, 3026), "H200": (989, 1979, 3958, 3958),
+    "H200 NVL": (835, 1671, 3341, 3341), "B200": (2250, 4500, 9000, 9000), "L4": (120, 242, 485, 485),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("row", sorted(PRINTED_SPARSE))
+def test_sparsity_figures_are_halved(row: str) -> None:
+    p = PEAKS[row]
+    for precision, printed in zip(("tf32", "bf16", "fp8", "int8"), PRINTED_SPARSE[row], strict=True):
+        assert p.tflops(precision) == pytest.approx(printed / 2, abs=0.6), (row, precision)
+
+
+def test_l40s_bf16_is_the_dense_figure_its_datasheet_prints() -> None:
+    """The L40S datasheet prints BF16/FP16 362.05 dense beside 733 with sparsity (not twice it):
+    the dense figure is the peak."""
+    assert PEAKS["L40S"].bf16 == PEAKS["L40S"].fp16 == 362.05 and PEAKS["L40S"].tf32 == 183.0
+
+
+def test_tensor_cores_without_bf16_have_no_bf16_peak() -> None:
+    """Volta (V100) and Turing (T4) tensor cores take FP16 and not BF16."""
+    for row in ("V100 SXM2", "V100 PCIe", "V100S PCIe", "T4"):
+        assert PEAKS[row].bf16 is None and PEAKS[row].fp16 is not None

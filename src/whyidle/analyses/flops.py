@@ -25,6 +25,8 @@ embedding lookups) has bytes and no FLOPs, as in MFU: bytes read are every tenso
 written one tensor the size of the largest input (a reduction's small output is not counted;
 an embedding writes the rows it gathers). Bytes are each tensor touched once: a lower bound on
 memory traffic (a kernel re-reading from DRAM moves more; one hitting in cache can beat it).
+Ops on lists of tensors (``_foreach_*``, fused optimizers) have bytes only, from the recorded
+lists' dims (analyses/flops_lists.py).
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ from typing import Any
 
 import msgspec
 
+from whyidle.analyses.flops_lists import is_list_op, list_bytes
+
 __all__ = ["OpWork", "op_work", "needs_output", "itemsize", "precision_of", "FAMILIES"]
 
-FAMILIES = ("gemm", "conv", "attention", "elementwise", "norm", "softmax", "reduction", "embedding", "copy", "profiler")
+FAMILIES = ("gemm", "conv", "attention", "elementwise", "norm", "softmax", "reduction", "embedding", "copy", "foreach", "profiler")
 
 _SIZES = {
     "double": 8, "float": 4, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2, "bool": 1,
@@ -258,6 +262,8 @@ def op_work(name: str, inputs_text: str, out_spatial: list[int] | None = None) -
     except (msgspec.DecodeError, ValueError, TypeError):
         return None
     counted = type(flops) in (int, float) and flops > 0
+    if is_list_op(op) and type(dims) is list and type(types) is list:
+        return _list_op(op, dims, types)
     if type(dims) is not list or not (counted or op in _KNOWN):
         return None
     strides = rest[0] if rest and type(rest[0]) is list else []
@@ -269,6 +275,13 @@ def op_work(name: str, inputs_text: str, out_spatial: list[int] | None = None) -
     if work is None and counted:  # the profiler's own count
         return OpWork(int(flops), x.read_bytes(), precision_of(dtype), "profiler", "FLOPs from the profiler's count (with_flops)")
     return work
+
+
+def _list_op(op: str, dims: list[Any], types: list[Any]) -> OpWork | None:
+    """A list-of-tensors op (``_foreach_*``, fused optimizers): bytes only (analyses/flops_lists.py)."""
+    other = next((itemsize(str(t)) for t in types if t != "TensorList" and itemsize(str(t)) > 0), 0)
+    b = list_bytes(op, dims, types, other)
+    return OpWork(0, b[0], "", "foreach", b[1]) if b is not None else None
 
 
 def _modelled(op: str, x: _Inputs, dtype: str, out_spatial: list[int] | None) -> OpWork | None:

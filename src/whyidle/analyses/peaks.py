@@ -17,6 +17,9 @@ What each precision means here:
 AMD MI250 and MI250X hold two GCDs per module and ROCm shows each as a device: their rows are the
 datasheet's module figures halved (per device). The two are told apart by the device's compute
 units (``numSms`` in Kineto's device properties: 110 per GCD on an MI250X, 104 on an MI250).
+
+``LINKS``: the GPU's link to its peers (NVLink, Infinity Fabric), as its document prints it (both
+directions over all links), which collectives' bus bandwidth is compared with (analyses/collectives.py).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["DevicePeak", "PEAKS", "PRECISIONS", "device_peak"]
+__all__ = ["DevicePeak", "PEAKS", "PRECISIONS", "device_peak", "LinkPeak", "LINKS", "link_peak"]
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
@@ -54,25 +57,30 @@ def _p(name: str, fp64: float | None, fp32: float | None, tf32: float | None, b1
     return DevicePeak(name, fp64, fp32, tf32, b16, b16, fp8, int8, tbps, source)
 
 
+def _fp16_only(p: DevicePeak) -> DevicePeak:
+    """Volta and Turing tensor cores take FP16, not BF16: no BF16 peak (PyTorch emulates it)."""
+    return msgspec.structs.replace(p, bf16=None)
+
+
 # name            fp64   fp32   tf32    bf16/fp16 fp8    int8    TB/s   vendor document
 PEAKS: dict[str, DevicePeak] = {
     p.name: p
     for p in (
-        _p("V100 SXM2", 7.8, 15.7, None, 125.0, None, None, 0.9, "NVIDIA Tesla V100 GPU Accelerator datasheet (SXM2), 2018"),
-        _p("V100 PCIe", 7.0, 14.0, None, 112.0, None, None, 0.9, "NVIDIA Tesla V100 GPU Accelerator datasheet (PCIe), 2018"),
-        _p("V100S PCIe", 8.2, 16.4, None, 130.0, None, None, 1.134, "NVIDIA V100S datasheet, 2019"),
+        _fp16_only(_p("V100 SXM2", 7.8, 15.7, None, 125.0, None, None, 0.9, "NVIDIA Tesla V100 GPU Accelerator datasheet (SXM2), 2018 (tensor cores: FP16 only)")),
+        _fp16_only(_p("V100 PCIe", 7.0, 14.0, None, 112.0, None, None, 0.9, "NVIDIA Tesla V100 GPU Accelerator datasheet (PCIe), 2018 (tensor cores: FP16 only)")),
+        _fp16_only(_p("V100S PCIe", 8.2, 16.4, None, 130.0, None, None, 1.134, "NVIDIA V100S datasheet, 2019 (tensor cores: FP16 only)")),
         _p("A100 40GB", 19.5, 19.5, 156.0, 312.0, None, 624.0, 1.555, "NVIDIA A100 Tensor Core GPU datasheet, 2021 (40GB PCIe and SXM)"),
         _p("A100 80GB PCIe", 19.5, 19.5, 156.0, 312.0, None, 624.0, 1.935, "NVIDIA A100 Tensor Core GPU datasheet, 2021 (80GB PCIe)"),
         _p("A100 80GB SXM", 19.5, 19.5, 156.0, 312.0, None, 624.0, 2.039, "NVIDIA A100 Tensor Core GPU datasheet, 2021 (80GB SXM)"),
         _p("H100 SXM", 67.0, 67.0, 494.5, 989.5, 1979.0, 1979.0, 3.35, "NVIDIA H100 Tensor Core GPU datasheet, 2023 (SXM; sparsity figures halved)"),
-        _p("H100 PCIe", 51.0, 51.0, 378.0, 756.0, 1513.0, 1513.0, 2.0, "NVIDIA H100 Tensor Core GPU datasheet, 2023 (PCIe; sparsity figures halved)"),
+        _p("H100 PCIe", 51.0, 51.0, 378.0, 756.5, 1513.0, 1513.0, 2.0, "NVIDIA H100 Tensor Core GPU datasheet, 2023 (PCIe; sparsity figures halved)"),
         _p("H200", 67.0, 67.0, 494.5, 989.5, 1979.0, 1979.0, 4.8, "NVIDIA H200 Tensor Core GPU datasheet, 2024 (SXM; sparsity figures halved)"),
         _p("H200 NVL", 60.0, 60.0, 417.5, 835.5, 1670.5, 1670.5, 4.8, "NVIDIA H200 Tensor Core GPU datasheet, 2024 (NVL; sparsity figures halved)"),
-        _p("B200", 37.0, None, 1125.0, 2250.0, 4500.0, 4500.0, 8.0, "NVIDIA HGX B200 datasheet, 2024 (8-GPU figures divided by 8; sparsity halved; FP32 not printed)"),
+        _p("B200", 37.0, 75.0, 1125.0, 2250.0, 4500.0, 4500.0, 7.7, "NVIDIA HGX B200 specifications, 2025 (per-GPU column: 180 GB HBM3E at 7.7 TB/s, FP32 75 TFLOPS; 8-GPU tensor figures divided by 8, sparsity halved)"),
         _p("L4", None, 30.3, 60.0, 121.0, 242.5, 242.5, 0.3, "NVIDIA L4 Tensor Core GPU datasheet, 2023 (sparsity figures halved)"),
-        _p("L40S", None, 91.6, 183.0, 366.5, 733.0, 733.0, 0.864, "NVIDIA L40S GPU datasheet, 2023 (sparsity figures halved)"),
+        _p("L40S", None, 91.6, 183.0, 362.05, 733.0, 733.0, 0.864, "NVIDIA L40S GPU datasheet, 2023 (dense figures as printed; FP8 and INT8 sparsity figures halved)"),
         _p("A10", None, 31.2, 62.5, 125.0, None, 250.0, 0.6, "NVIDIA A10 Tensor Core GPU datasheet, 2021"),
-        _p("T4", None, 8.1, None, 65.0, None, 130.0, 0.32, "NVIDIA T4 Tensor Core GPU datasheet, 2019"),
+        _fp16_only(_p("T4", None, 8.1, None, 65.0, None, 130.0, 0.32, "NVIDIA T4 Tensor Core GPU datasheet, 2019 (tensor cores: FP16, INT8, INT4; no BF16)")),
         _p("RTX 4090", None, 82.6, 82.6, 165.2, 330.3, 660.6, 1.008, "NVIDIA Ada GPU Architecture whitepaper v2.1, Appendix A (FP32 accumulate)"),
         _p("RTX 4060", None, 15.1, None, None, None, None, 0.272, "NVIDIA GeForce RTX 4060 family specifications page (shader TFLOPS; tensor rates not printed)"),
         _p("RTX 3090", None, 35.6, 35.6, 71.0, None, 284.0, 0.936, "NVIDIA Ampere GA102 GPU Architecture whitepaper v2.0, Table 9 (FP32 accumulate)"),
@@ -119,3 +127,40 @@ def device_peak(device: dict[str, Any]) -> DevicePeak | None:
             return PEAKS[row]
     row_name = _nvidia(n, mem_gb)
     return PEAKS[row_name] if row_name is not None else None
+
+
+class LinkPeak(msgspec.Struct, frozen=True):
+    """A GPU's link to its peers (NVLink, AMD Infinity Fabric): the total both directions together
+    over all its links, as the vendor document prints it, and that document."""
+
+    name: str
+    total_gbps: float
+    source: str
+
+    @property
+    def per_direction_gbps(self) -> float:
+        """What one direction carries: nccl-tests' bus bandwidth is unidirectional."""
+        return self.total_gbps / 2
+
+
+# Keyed by the PEAKS row. PCIe cards are left out: their NVLink bridge is optional and the trace
+# does not say whether one is fitted; so is the A100 40GB row, which holds PCIe and SXM parts alike
+# (link_peak tells the SXM part by its name).
+LINKS: dict[str, LinkPeak] = {
+    "V100 SXM2": LinkPeak("NVLink 2", 300.0, "NVIDIA Tesla V100 GPU Accelerator datasheet (SXM2), 2018: NVLink 300 GB/s"),
+    "A100 80GB SXM": LinkPeak("NVLink 3", 600.0, "NVIDIA A100 Tensor Core GPU datasheet, 2021: NVLink 600 GB/s (SXM)"),
+    "H100 SXM": LinkPeak("NVLink 4", 900.0, "NVIDIA H100 Tensor Core GPU datasheet, 2023: NVLink 900 GB/s (SXM)"),
+    "H200": LinkPeak("NVLink 4", 900.0, "NVIDIA H200 Tensor Core GPU datasheet, 2024: NVLink 900 GB/s (SXM)"),
+    "B200": LinkPeak("NVLink 5", 1800.0, "NVIDIA HGX B200 datasheet, 2024: NVLink 1.8 TB/s per GPU"),
+    "MI300X": LinkPeak("Infinity Fabric", 896.0, "AMD Instinct MI300X Platform datasheet, 2023: 7 Infinity Fabric links, 896 GB/s peak aggregate"),
+}
+
+
+def link_peak(device: dict[str, Any]) -> LinkPeak | None:
+    """The link bandwidth of a device (Kineto's ``deviceProperties`` entry), None when not known."""
+    peak = device_peak(device)
+    if peak is None:
+        return None
+    if peak.name == "A100 40GB" and "pcie" not in str(device.get("name", "")).lower():
+        return LINKS["A100 80GB SXM"]  # the same NVLink 3 on the 40GB SXM part
+    return LINKS.get(peak.name)

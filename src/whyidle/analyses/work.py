@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 import msgspec
 
+from whyidle.analyses.collectives import CommWork, measure_collectives
 from whyidle.analyses.flops import OpWork, needs_output, op_work
 from whyidle.analyses.links import Links
 from whyidle.analyses.nesting import OpenIndex
@@ -77,7 +78,7 @@ class StepWork(msgspec.Struct, frozen=True):
     mfu: float | None
 
 
-class WorkSummary(msgspec.Struct, frozen=True):
+class WorkSummary(msgspec.Struct, frozen=True, omit_defaults=True):  # comms: absent when None
     """The work model of one diagnosis window; times are kernel time summed over streams."""
 
     device: str
@@ -99,6 +100,7 @@ class WorkSummary(msgspec.Struct, frozen=True):
     ops: tuple[OpRoof, ...]
     unmodelled: tuple[tuple[str, int], ...]  # the kernels without a modelled op: (name, ns), longest first
     notes: tuple[str, ...]
+    comms: CommWork | None = None  # the collectives' bytes and bus bandwidth (analyses/collectives.py)
 
 
 def _modelled_ops(tl: Timeline) -> tuple[I64, list[OpWork]]:
@@ -407,4 +409,5 @@ def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config) -> Wor
         ops=tuple(roofs[: cfg.render.work_top_ops]),
         unmodelled=tuple(sorted(unmodelled.items(), key=lambda kv: -kv[1])[: cfg.render.work_top_ops]),
         notes=tuple(notes),
+        comms=measure_collectives(tl, links, window, cfg.render.work_top_ops),
     )

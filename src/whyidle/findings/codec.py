@@ -167,11 +167,21 @@ _WORK_DOC = (
     "`duration_ns` (the window), `mfu` (the time the model FLOPs take at each precision's peak over the window's time; null without a peak for every "
     "precision used), `steps` [{`number`, `duration_ns`, `flops` (of the ops that started in the step on the host), `mfu`}], `ops` (the 25 op shapes with "
     "the most kernel time: `name`, `inputs` (the recorded `[dims, types, concrete inputs, flops, strides]` as JSON text), `family` (`gemm`, `conv`, "
-    "`attention`, `elementwise`, `norm`, `softmax`, `reduction`, `embedding`, `copy`, `profiler`), `precision` ('' for ops that only move data), `count`, "
+    "`attention`, `elementwise`, `norm`, `softmax`, `reduction`, `embedding`, `copy`, `foreach` (ops on lists of tensors: `_foreach_*`, fused optimizers; "
+    "bytes only), `profiler`), `precision` ('' for ops that only move data), `count`, "
     "`flops`, `nbytes`, `kernel_ns`, `tflops` and `tbps` (achieved, over the kernels' time), `intensity` (FLOPs per byte), `bound` (`compute`, `memory`, '' "
     "without a peak), `fraction` (of the bound reached; null without a peak; above 1 where the kernel does less than the formula, e.g. Winograd "
     "convolutions, or reads less than each tensor once from memory), `note` (an assumption made: a stride not recorded)), `unmodelled` ([kernel name, ns] "
-    "pairs, the 25 longest), `notes` (sentences: an unknown device, a precision without a peak, a trace without shapes)"
+    "pairs, the 25 longest), `notes` (sentences: an unknown device, a precision without a peak, a trace without shapes), `comms` (absent when no "
+    "communication kernel started in the window; `analyses/collectives.py`): `link` (null: no link bandwidth known for the device; else `name` "
+    "(`NVLink 4`, `Infinity Fabric`), `total_gbps` (both directions over all links, as the vendor document prints it) and `source`), `kernel_ns` "
+    "(communication kernels that started in the window, summed), `unsized_ns` (of which no record gave the size), `rates` (the 25 collective shapes "
+    "with the most kernel time: `name` (`all_reduce`, `all_reduce_in_network` (a multimem all-reduce in the NVLink switch), `all_gather`, "
+    "`reduce_scatter`, `all_to_all`, `broadcast`, `reduce`, `send_recv`, or the recorded name), `dtype`, `group_size` (0: not known), `nbytes` (one "
+    "call's message size S, as nccl-tests: the larger of input and output), `count`, `kernel_ns`, `algbw_gbps` (S x count / kernel time, GB/s), "
+    "`busbw_gbps` (algbw x nccl-tests' factor for the collective and group size; null when either is unknown), `fraction` (bus bandwidth over "
+    "`link.total_gbps / 2`, one direction; null without a link), `note` (a group size taken from the world size or from the output/input ratio)), "
+    "`notes` (sentences)"
 )
 
 _EXTRA_DOC = (

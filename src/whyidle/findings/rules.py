@@ -263,11 +263,13 @@ def _fp32_rate(a: Analyses) -> tuple[tuple[tuple[str, Any], ...], str]:
     what = "GEMMs and convolutions" if len(bins) == 2 else "GEMMs"
     words = f" (the FP32 {what} with recorded shapes ran at {tflops:.3g} TFLOP/s"
     fp32, b16 = (peak.tflops("fp32"), peak.tflops("bf16")) if peak is not None else (None, None)
+    half = "bf16" if b16 else "fp16"  # Volta and Turing tensor cores take FP16 only
+    b16 = b16 or (peak.tflops("fp16") if peak is not None else None)
     if peak is not None and fp32:
         facts += (("fp32_peak_tflops", fp32),)
         words += f", {tflops / fp32:.0%} of the {peak.name}'s {fp32:g} TFLOP/s FP32 peak"
         if b16:
-            facts += (("bf16_peak_tflops", b16),)
+            facts += ((f"{half}_peak_tflops", b16),)
             words += f"; its 16-bit tensor cores peak at {b16:g}"
     return facts, words + ")"
 

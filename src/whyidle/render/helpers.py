@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["TITLE_GPU", "title", "busy_idle_rows", "busy_finding_stat", "counter_value", "work_rows", "op_roof_cells"]
+__all__ = ["TITLE_GPU", "title", "busy_idle_rows", "busy_finding_stat", "counter_value", "work_rows", "op_roof_cells", "COMM_HEAD", "comm_cells"]
 
 TITLE_GPU = "whyidle: why is this GPU idle?"
 
@@ -115,12 +115,46 @@ def work_rows(w: Any, fmt_ns: Callable[[float], str]) -> list[tuple[str, str, st
     return rows
 
 
+def _dims_words(d: list[Any]) -> str:
+    """One recorded input's dims: ``8x128``, or a tensor list's size (``[3 tensors]``)."""
+    return "x".join(map(str, d)) if all(isinstance(x, int) for x in d) else f"[{len(d)} tensors]"
+
+
+def _runs(words: list[str]) -> list[tuple[str, int]]:
+    """Consecutive equal tensor-list words counted (a fused optimizer's lists of one length)."""
+    out: list[tuple[str, int]] = []
+    for w in words:
+        if out and out[-1][0] == w and w.startswith("["):
+            out[-1] = (w, out[-1][1] + 1)
+        else:
+            out.append((w, 1))
+    return out
+
+
 def op_roof_cells(r: Any) -> tuple[str, str, str, str, str, str]:
     """One op shape's row: (op and dims, precision, time, TFLOP/s, TB/s, bound and fraction)."""
     try:
         recorded = msgspec.json.decode(r.inputs)[0]
     except (msgspec.DecodeError, IndexError, TypeError, KeyError):
         recorded = []
-    dims = ", ".join("x".join(map(str, d)) for d in recorded if isinstance(d, list) and d and all(isinstance(x, int) for x in d))
+    words = [_dims_words(d) for d in recorded if isinstance(d, list) and d and (all(isinstance(x, int) for x in d) or all(isinstance(x, list) for x in d))]
+    dims = ", ".join(w if n == 1 else f"{n}x{w}" for w, n in _runs(words))
     where = f"{r.bound}-bound, {r.fraction:.0%}" if r.fraction is not None else "no peak"
     return (f"{r.name} {dims}", r.precision or "bytes", str(r.count), f"{r.tflops:.3g}", f"{r.tbps:.3g}", where)
+
+
+COMM_HEAD = ("collective", "dtype", "ranks", "size", "calls", "time", "algbw GB/s", "busbw GB/s", "of link")
+
+
+def _bytes_words(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def comm_cells(c: Any, link: Any, fmt_ns: Callable[[float], str]) -> tuple[str, ...]:
+    """One collective shape's row (analyses/collectives.py), as COMM_HEAD: bandwidths in GB/s."""
+    busbw = f"{c.busbw_gbps:.3g}" if c.busbw_gbps is not None else "unknown"
+    where = f"{c.fraction:.0%} of {link.name}" if c.fraction is not None and link is not None else "no link peak"
+    return (c.name, c.dtype, str(c.group_size or "?"), _bytes_words(c.nbytes), str(c.count), fmt_ns(c.kernel_ns), f"{c.algbw_gbps:.3g}", busbw, where)

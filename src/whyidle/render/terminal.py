@@ -20,7 +20,7 @@ from whyidle.findings.labels import cause_label
 from whyidle.findings.model import Finding, DiagnosisData
 from whyidle.output import clean
 from whyidle.pages import PAGES, explain_command
-from whyidle.render.helpers import busy_finding_stat, busy_idle_rows, counter_value, op_roof_cells, rhythm_words, title, work_rows
+from whyidle.render.helpers import COMM_HEAD, busy_finding_stat, busy_idle_rows, comm_cells, counter_value, op_roof_cells, rhythm_words, title, work_rows
 from whyidle.units import format_ns
 
 __all__ = ["render_terminal", "print_report", "console_text"]
@@ -165,6 +165,22 @@ def _roofline_table(r: DiagnosisData) -> Table:
 _TOP_OPS = 5
 
 
+def _comms_table(r: DiagnosisData) -> Table:
+    """The collectives with the most kernel time: bytes, algorithm and bus bandwidth."""
+    assert r.work is not None and r.work.comms is not None
+    c = r.work.comms
+    link = f", against {c.link.name}'s {c.link.per_direction_gbps:g} GB/s per direction" if c.link is not None else ", no link peak known"
+    t = Table(title=f"Collectives by kernel time (top {min(_TOP_OPS, len(c.rates))}; bus bandwidth as nccl-tests{link}):", title_justify="left", box=None, padding=(0, 1))
+    keep = [i for i, h in enumerate(COMM_HEAD) if h not in ("dtype", "algbw GB/s")]  # 80 columns: both are in the JSON and HTML
+    for i in keep[:-1]:
+        t.add_column(COMM_HEAD[i], justify="left" if i == 0 else "right", no_wrap=i == 0, overflow="fold")
+    t.add_column("of link", justify="right")
+    for rate in c.rates[:_TOP_OPS]:
+        cells = comm_cells(rate, c.link, format_ns)
+        t.add_row(*(cells[i] for i in keep[:-1]), f"{rate.fraction:.0%}" if rate.fraction is not None else "-")
+    return t
+
+
 def _counters_section(r: DiagnosisData) -> Group:
     """GPU counter figures per GPU, with what each metric means (only when the report has counters)."""
     from whyidle.findings.counter_rules import explanations_for
@@ -225,6 +241,8 @@ def print_report(r: DiagnosisData, console: Console) -> None:
         console.print(Text("No problem finding: no cause explains 5% or more of the window.", style="bold green"))
     if r.work is not None and r.work.ops:
         console.print(_roofline_table(r))
+    if r.work is not None and r.work.comms is not None and r.work.comms.rates:
+        console.print(_comms_table(r))
     unattributed = r.idle_by_group_ns.get("unattributed", 0) - sum(r.artifact_idle_ns.values())
     if unattributed and r.utilization.idle_ns:
         console.print(Text(f"Unattributed: {format_ns(unattributed)} ({unattributed / r.utilization.idle_ns:.0%} of idle) that the trace cannot explain.", style="dim"))

@@ -65,6 +65,12 @@ class _Args(msgspec.Struct, gc=False):
     concrete: Any = msgspec.field(default=None, name="Concrete Inputs")
     strides: Any = msgspec.field(default=None, name="Input Strides")
     flops: Any = None  # with_flops=True: the profiler's own count for the op
+    # record_param_comms (and NCCL kernels, PyTorch 2.1+): what a collective moved (analyses/collectives.py)
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    comm_dtype: Any = msgspec.field(default=None, name="dtype")
     name: Any = None  # metadata events: process / thread name
     labels: Any = None  # metadata events: process labels ("GPU 0", "CPU")
 

@@ -143,7 +143,10 @@ class _Local(msgspec.Struct):
 
 
 _GET = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")}
-_ARG = {f: attrgetter(f) for f in ("correlation", "blocks_per_sm", "occupancy", "bytes", "grid", "block", "call_stack", "input_dims", "input_type", "concrete", "flops", "strides")}
+_ARG = {
+    f: attrgetter(f)
+    for f in ("correlation", "blocks_per_sm", "occupancy", "bytes", "grid", "block", "call_stack", "input_dims", "input_type", "concrete", "flops", "strides", "collective")
+}
 _STR_OR_NONE = {str, type(None)}
 
 
@@ -228,15 +231,23 @@ def _device_columns(args: list[Any], is_device: np.ndarray, n: int) -> dict[str,
 _ENCODE = msgspec.json.Encoder().encode
 
 
-def _inputs_texts(hargs: list[Any]) -> list[bytes | None]:
+def _inputs_texts(hargs: list[Any], comms: bool) -> list[bytes | None]:
     """Each op's recorded inputs as one JSON text, [dims, types, concrete inputs, flops, strides]
     (null where not recorded): what the work model (analyses/work.py) reads, which checks each
-    part's type; None when the op recorded no dims. Bytes: only the distinct ones are decoded."""
+    part's type; None when the op recorded no dims. A collective's record (``comms``: some op
+    has one) adds [name, in elements, out elements, group size, dtype] as a sixth part
+    (analyses/collectives.py), with or without dims. Bytes: only the distinct ones are decoded."""
     enc = _ENCODE
-    return [
+    texts = [
         enc((d, a.input_type, a.concrete, a.flops, a.strides)) if a is not None and type(d := a.input_dims) is list else None
         for a in hargs
     ]
+    if comms:
+        for i, a in enumerate(hargs):
+            if a is not None and a.collective is not None:
+                comm = (a.collective, a.in_nelems, a.out_nelems, a.group_size, a.comm_dtype)
+                texts[i] = enc((a.input_dims, a.input_type, a.concrete, a.flops, a.strides, comm))
+    return texts
 
 
 def _host_columns(args: list[Any], is_device: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[str]]:
@@ -254,12 +265,13 @@ def _host_columns(args: list[Any], is_device: np.ndarray, n: int) -> tuple[np.nd
     if set(map(type, _field(hargs, _ARG["call_stack"]))) != {type(None)}:  # else none has a stack
         stack[host_idx] = [stack_of.setdefault(st, len(stack_of)) if a is not None and type(st := a.call_stack) is str and st else -1 for a in hargs]
     # The leading dimension of the first input ("Input Dims": [[32, 3, 224, 224], ...]).
-    if set(map(type, _field(hargs, _ARG["input_dims"]))) != {type(None)}:
+    comms = set(map(type, _field(hargs, _ARG["collective"]))) != {type(None)}
+    if comms or set(map(type, _field(hargs, _ARG["input_dims"]))) != {type(None)}:
         shape0[host_idx] = [
             d0[0] if a is not None and type(d := a.input_dims) is list and d and type(d0 := d[0]) is list and d0 and type(d0[0]) is int else -1
             for a in hargs
         ]
-        inputs[host_idx] = [-1 if x is None else inputs_of.setdefault(x, len(inputs_of)) for x in _inputs_texts(hargs)]
+        inputs[host_idx] = [-1 if x is None else inputs_of.setdefault(x, len(inputs_of)) for x in _inputs_texts(hargs, comms)]
     return stack, shape0, inputs, list(stack_of), [t.decode() for t in inputs_of]
 
 
