@@ -230,6 +230,19 @@ class Config(msgspec.Struct, frozen=True, metaclass=_Checked):
     # The work report lists this many op shapes (the longest kernel time first); every op counts
     # in the totals.
     work_top_ops: int = 25
+    # Busy-time findings (findings/work_rules.py). A fusion chain's kernels are each shorter than
+    # this: an elementwise/normalisation kernel over a tensor that takes longer already streams
+    # at its bandwidth, and fusing it saves the re-read traffic, which the estimate counts anyway;
+    # 100 us is 10x the short-kernel line (HTA's small-kernel boundary) and covers a 1 GB/step
+    # activation tensor at 3 TB/s split over a layer's ops.
+    fusion_max_kernel_ns: int = 100_000
+    # A sequence of ops is a fusion candidate when its chain occurs at least this often in the
+    # window (a layer's chain repeats per layer and per step; once is not a pattern).
+    fusion_min_repeats: int = 2
+    # A GEMM with M (its rows: tokens x batch) at or under this is "tiny": tensor-core tiles are
+    # 64-128 rows (CUTLASS, cuBLAS), so 16 rows use an eighth of a tile or less; decode batches
+    # of a few sequences sit here.
+    gemm_tiny_m: int = 16
 
     # --- trace quality -----------------------------------------------------------------------
     # A single runtime call longer than this among first-call costs (context creation, module

@@ -16,14 +16,14 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import resources
 
-from whyidle.catalogue import CATALOGUE, GROUPS
+from whyidle.catalogue import BUSY_CAUSES, CATALOGUE, GROUPS
 from whyidle.errors import UsageError
 
 __all__ = ["PAGES", "page_name", "page_text", "page_title", "explain_command"]
 
 PAGES: tuple[str, ...] = GROUPS  # one page per group of causes
 
-_KEYS = {e.key: e.group for e in CATALOGUE}
+_KEYS = {e.key: e.group for e in (*CATALOGUE, *BUSY_CAUSES)}
 
 
 def page_name(cause: str) -> str:

@@ -46,7 +46,7 @@ from whyidle.config import Config
 from whyidle.timeline.arrays import unique_inverse, unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
-__all__ = ["OpRoof", "StepWork", "WorkSummary", "measure_work"]
+__all__ = ["OpRoof", "StepWork", "WorkSummary", "OpKernels", "measure_work", "op_kernels", "roof"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -408,3 +408,27 @@ def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config) -> Wor
         unmodelled=tuple(sorted(unmodelled.items(), key=lambda kv: -kv[1])[: cfg.work_top_ops]),
         notes=tuple(notes),
     )
+
+
+class OpKernels(msgspec.Struct, frozen=True):
+    """Each compute kernel of the window with the innermost modelled op its launch ran in: what
+    the busy-time findings read (``findings/work_rules.py``)."""
+
+    rows: I64  # kernel rows, in device start order
+    ns: I64  # each kernel's time inside the window
+    launch: I64  # its launch call's row, -1 if none
+    op: I64  # index into ``ops`` and ``works`` of its op, -1 if none
+    ops: I64  # the modelled ops' rows, in start order
+    works: list[OpWork]
+
+
+def op_kernels(tl: Timeline, links: Links, window: Window) -> OpKernels:
+    """The window's compute kernels and the modelled op that launched each (pure)."""
+    rows, ns, launch = _kernels(tl, links, window)
+    ops, works = _modelled_ops(tl)
+    return OpKernels(rows, ns, launch, _op_of_launch(tl, ops, _parents(tl, ops), launch), ops, works)
+
+
+def roof(w: OpWork, kernel_ns: int, peak: DevicePeak | None) -> tuple[float, float, float, str, float | None]:
+    """(TFLOP/s, TB/s, intensity, bound, fraction of the bound) of ``w`` done in ``kernel_ns``."""
+    return _roof(w, kernel_ns, peak)

@@ -8,7 +8,7 @@ fill the device).
 
 from __future__ import annotations
 
-from whyidle.catalogue import CATALOGUE, Lever
+from whyidle.catalogue import BUSY_CAUSES, CATALOGUE, Lever
 
 __all__ = ["Lever", "LEVERS", "FINDING_IDIOM_LEVERS", "lever_for"]
 
@@ -153,7 +153,7 @@ FINDING_IDIOM_LEVERS: dict[str, dict[str, Lever]] = {
 }
 
 LEVERS: dict[tuple[str, str], Lever] = {
-    **{(e.cause, variant): lever for e in CATALOGUE for variant, lever in e.levers.items()},
+    **{(e.cause, variant): lever for e in (*CATALOGUE, *BUSY_CAUSES) for variant, lever in e.levers.items()},
     **_FINDING_LEVERS,
 }
 

@@ -145,6 +145,7 @@ def _finding(d: dict[str, Any]) -> Finding:
         variant=d.get("variant", ""),
         affected_busy_ns=_i64(d.get("affected_busy_ns", 0)),
         compute_wait_ns=_i64(d.get("compute_wait_ns", 0)),
+        est_saving_ns=_i64(d.get("est_saving_ns", 0)),
         prediction=_prediction(d.get("prediction")),
     )
 

@@ -59,6 +59,7 @@ def _finding(f: Finding) -> dict[str, Any]:
         "share_of_window": f.share_of_window,
         "affected_busy_ns": f.affected_busy_ns,
         "compute_wait_ns": f.compute_wait_ns,
+        "est_saving_ns": f.est_saving_ns,
         "upper_bound": True,
         "evidence": {
             "gap_count": e.gap_count,
