@@ -67,7 +67,6 @@ class Chain(msgspec.Struct, frozen=True):
     nbytes: int  # each op's traffic, as the work model counts it
     fused_nbytes: int  # the fused form's (an estimate)
     est_ns: int  # the fused form's time (an estimate)
-    first_ns: int  # where the first occurrence started (device clock)
 
 
 class Attention(msgspec.Struct, frozen=True):
@@ -164,7 +163,7 @@ def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Con
     """The frequent memory-bound chains of small eager kernels, most estimated saving first (pure)."""
     fam = np.array([w.family in FUSIBLE for w in ok.works] + [False], dtype=np.bool_)
     member = eager & fam[ok.op] & (ok.ns <= cfg.fusion_max_kernel_ns)
-    groups: dict[tuple[str, ...], list[tuple[int, int, int, int, int, int, str]]] = {}  # kernels, ns, bytes, fused, est, start, stream
+    groups: dict[tuple[str, ...], list[tuple[int, int, int, int, int, str]]] = {}  # kernels, ns, bytes, fused, est, stream
     for run in _runs(tl, ok, member):
         ops = _instances(ok, run)
         if len(ops) < 2:
@@ -175,18 +174,17 @@ def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Con
         bw = peak.mem_tbps * 1e3 if peak is not None else max(ok.works[o].nbytes / max(int(ok.ns[ok.op == o].sum()), 1) for o in ops)
         est = max(int(fused / bw), int(ns.min()))  # bytes / (bytes per ns)
         key = tuple(tl.name_of(int(ok.ops[o])) for o in ops)
-        groups.setdefault(key, []).append((len(run), int(ns.sum()), nbytes, fused, min(est, int(ns.sum())), int(tl.start_ns[ok.rows[run[0]]]), tl.lanes[int(tl.lane[ok.rows[run[0]]])].label))
+        groups.setdefault(key, []).append((len(run), int(ns.sum()), nbytes, fused, min(est, int(ns.sum())), tl.lanes[int(tl.lane[ok.rows[run[0]]])].label))
     out = [
         Chain(
             key,
-            tuple(sorted({g[6] for g in got})),
+            tuple(sorted({g[5] for g in got})),
             len(got),
             kernels=sum(g[0] for g in got),
             kernel_ns=sum(g[1] for g in got),
             nbytes=sum(g[2] for g in got),
             fused_nbytes=sum(g[3] for g in got),
             est_ns=sum(g[4] for g in got),
-            first_ns=min(g[5] for g in got),
         )
         for key, got in groups.items()
         if len(got) >= cfg.fusion_min_repeats
