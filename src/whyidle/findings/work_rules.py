@@ -73,7 +73,7 @@ def _fusion(a: Analyses, cfg: Config, ok: OpKernels, eager: Any) -> Outcome:
         ("fused_ns_est", est),
     )
     expected = (
-        f"{sum(c.count for c in chains):,} chains of {len(chains)} op sequences ran {sum(c.kernels for c in chains):,} memory-bound kernels "
+        f"{sum(c.count for c in chains):,} chains of {len(chains)} op sequence{'s' if len(chains) > 1 else ''} ran {sum(c.kernels for c in chains):,} memory-bound kernels "
         f"for {format_ns(busy)}; fused, each reading its inputs once and writing its output once at {bw}, they would take about "
         f"{format_ns(est)}: {format_ns(busy - est)} saved"
     )
