@@ -231,3 +231,20 @@ def test_each_finding_has_a_lever_per_idiom_and_a_page(cause: str) -> None:
     compiled = AdviceContext(workload="training", framework="pytorch", idiom="pytorch", compiled=True)
     assert "torch.compile(model)" not in fit_lever(lever_for(cause), compiled, 4).code
     assert page_name(f"underfilled/{cause}") == "underfilled" and f"`underfilled/{cause}`" in page_text("underfilled")
+
+
+def test_the_consistency_checker_holds_an_estimate_to_its_busy_time_and_its_words() -> None:
+    import msgspec
+
+    from whyidle.findings.consistency import contradictions
+
+    d = whyidle.diagnose(Job().steps(2, _explicit, 1200))
+    assert contradictions(d) == ()
+    f = busy(d)["unfused_attention"]
+    for broken, says in (
+        (msgspec.structs.replace(f, est_saving_ns=f.affected_busy_ns + 1), "estimated to save"),
+        (msgspec.structs.replace(f, fix=msgspec.structs.replace(f.fix, expected="faster")), "does not quote its estimated saving"),
+    ):
+        data = msgspec.structs.replace(d, findings=(broken,))
+        assert any(says in c for c in contradictions(data))
+
