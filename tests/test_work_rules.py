@@ -42,10 +42,10 @@ class Job:
         self.t = 0.0  # host clock (us)
         self.d = 0.0  # device clock (us)
 
-    def op(self, name: str, inputs: str | None, kernel: str, kernel_us: float, inner: str | None = None) -> None:
+    def op(self, name: str, inputs: str | None, kernel: str, kernel_us: float, inner: str | None = None, stack: str | None = None) -> None:
         """An op (and an inner op that launches) whose kernel runs right after the previous one."""
         start = self.t
-        self.b.add(int(start * US), int((start + 8) * US), self.main, Kind.CPU_OP, name, inputs=inputs)
+        self.b.add(int(start * US), int((start + 8) * US), self.main, Kind.CPU_OP, name, inputs=inputs, stack=stack)
         if inner is not None:
             self.b.add(int((start + 1) * US), int((start + 7) * US), self.main, Kind.CPU_OP, inner, inputs=inputs)
         self.corr += 1
@@ -82,7 +82,7 @@ GELU = text([X, []], [BF16, "Scalar"])
 def _chain(j: Job) -> None:
     for _ in range(4):  # four layers
         j.op("aten::mm", text([X, X], [BF16, BF16]), "sm90_xmma_gemm_bf16", 200)
-        j.op("aten::layer_norm", LN, "vectorized_layer_norm_kernel", 50, inner="aten::native_layer_norm")
+        j.op("aten::layer_norm", LN, "vectorized_layer_norm_kernel", 50, inner="aten::native_layer_norm", stack="model.py(42): forward")
         j.op("aten::add", ADD, "elementwise_kernel_add", 50)
         j.op("aten::gelu", GELU, "GeluCUDAKernelImpl", 50)
 
@@ -99,7 +99,9 @@ def test_a_memory_bound_chain_is_a_fusion_candidate_with_its_roofline_estimate()
     assert facts["fused_bytes_est"] / 8 / (H100.mem_tbps * 1e3) < 50 * US  # the bound: 30 us
     assert facts["fused_ns_est"] == 8 * 50 * US  # the floor
     assert f.affected_busy_ns == 1200 * US and f.est_saving_ns == 800 * US
-    assert "aten::native_layer_norm -> aten::add -> aten::gelu x8 on GPU 0 stream 7" == f.evidence.top_ops[0][0]
+    # where it runs: the stream, and the Python line of the chain's first op (here its outer op's:
+    # the launching native_layer_norm has no stack of its own)
+    assert f.evidence.top_ops[0][0] == "aten::native_layer_norm -> aten::add -> aten::gelu x8 on GPU 0 stream 7 at model.py:42 in forward"
     assert "estimate" in f.fix.expected and "800.0 us saved" in f.fix.expected
     assert "torch.compile" in f.fix.code  # an eager job
 

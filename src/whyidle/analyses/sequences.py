@@ -41,6 +41,8 @@ from whyidle.analyses.advice_context import COMPILED_RANGE
 from whyidle.analyses.calls import is_graph_launch
 from whyidle.analyses.flops import itemsize
 from whyidle.analyses.gemm_shapes import gemm_dims
+from whyidle.analyses.hostops import python_line
+from whyidle.analyses.nesting import OpenIndex
 from whyidle.analyses.peaks import DevicePeak
 from whyidle.analyses.work import OpKernels
 from whyidle.config import Config
@@ -67,6 +69,7 @@ class Chain(msgspec.Struct, frozen=True):
     nbytes: int  # each op's traffic, as the work model counts it
     fused_nbytes: int  # the fused form's (an estimate)
     est_ns: int  # the fused form's time (an estimate)
+    line: str = ""  # the Python line of its first op most occurrences ran (with_stack), '' if none
 
 
 class Attention(msgspec.Struct, frozen=True):
@@ -132,6 +135,30 @@ def _instances(ok: OpKernels, run: list[int]) -> list[int]:
     return out
 
 
+class _Stacks:
+    """The Python line of an op: its own call stack's, or that of the innermost op around it on
+    its thread that has one (Kineto gives the outer op, ``aten::layer_norm``, the stack; the op
+    that launches, ``aten::native_layer_norm``, none)."""
+
+    def __init__(self, tl: Timeline) -> None:
+        self.tl = tl
+        self.lanes: dict[int, tuple[I64, OpenIndex]] = {}
+
+    def line(self, row: int) -> str:
+        tl, lane = self.tl, int(self.tl.lane[row])
+        if lane not in self.lanes:
+            rows = np.flatnonzero((tl.lane == lane) & (tl.kind == int(Kind.CPU_OP)))
+            self.lanes[lane] = (rows, OpenIndex(tl.start_ns[rows], tl.end_ns[rows], np.flatnonzero(tl.stack[rows] >= 0)))
+        rows, index = self.lanes[lane]
+        p = int(index.last_spanning_at(tl.start_ns[np.array([row])])[0])
+        return python_line(tl.stack_of(int(rows[p]))) if p >= 0 else ""
+
+
+def _most_common(lines: list[str]) -> str:
+    named = [ln for ln in lines if ln]
+    return max(set(named), key=lambda ln: (named.count(ln), ln)) if named else ""
+
+
 def _tensor_bytes(text: str) -> list[int]:
     try:
         dims, types, *_ = msgspec.json.decode(text)
@@ -163,7 +190,8 @@ def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Con
     """The frequent memory-bound chains of small eager kernels, most estimated saving first (pure)."""
     fam = np.array([w.family in FUSIBLE for w in ok.works] + [False], dtype=np.bool_)
     member = eager & fam[ok.op] & (ok.ns <= cfg.fusion_max_kernel_ns)
-    groups: dict[tuple[str, ...], list[tuple[int, int, int, int, int, str]]] = {}  # kernels, ns, bytes, fused, est, stream
+    groups: dict[tuple[str, ...], list[tuple[int, int, int, int, int, str, str]]] = {}  # kernels, ns, bytes, fused, est, stream, line
+    stacks = _Stacks(tl)
     for run in _runs(tl, ok, member):
         ops = _instances(ok, run)
         if len(ops) < 2:
@@ -174,7 +202,7 @@ def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Con
         bw = peak.mem_tbps * 1e3 if peak is not None else max(ok.works[o].nbytes / max(int(ok.ns[ok.op == o].sum()), 1) for o in ops)
         est = max(int(fused / bw), int(ns.min()))  # bytes / (bytes per ns)
         key = tuple(tl.name_of(int(ok.ops[o])) for o in ops)
-        groups.setdefault(key, []).append((len(run), int(ns.sum()), nbytes, fused, min(est, int(ns.sum())), tl.lanes[int(tl.lane[ok.rows[run[0]]])].label))
+        groups.setdefault(key, []).append((len(run), int(ns.sum()), nbytes, fused, min(est, int(ns.sum())), tl.lanes[int(tl.lane[ok.rows[run[0]]])].label, stacks.line(int(ok.ops[ops[0]]))))
     out = [
         Chain(
             key,
@@ -185,6 +213,7 @@ def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Con
             nbytes=sum(g[2] for g in got),
             fused_nbytes=sum(g[3] for g in got),
             est_ns=sum(g[4] for g in got),
+            line=_most_common([g[6] for g in got]),
         )
         for key, got in groups.items()
         if len(got) >= cfg.fusion_min_repeats

@@ -61,7 +61,10 @@ def _fusion(a: Analyses, cfg: Config, ok: OpKernels, eager: Any) -> Outcome:
     busy, est = sum(c.kernel_ns for c in chains), sum(c.est_ns for c in chains)
     if not _enough(a, cfg, busy - est):
         return []
-    top = [(f"{' -> '.join(c.ops[:6])}{' -> ...' if len(c.ops) > 6 else ''} x{c.count} on {', '.join(c.streams)}", c.kernel_ns, 0) for c in chains]
+    top = [
+        (f"{' -> '.join(c.ops[:6])}{' -> ...' if len(c.ops) > 6 else ''} x{c.count} on {', '.join(c.streams)}{f' at {c.line}' if c.line else ''}", c.kernel_ns, 0)
+        for c in chains
+    ]
     bw = f"{peak.name}'s {peak.mem_tbps:g} TB/s" if peak is not None else "the best bandwidth the chain's own kernels reached (the device's peak is unknown)"
     facts: tuple[tuple[str, Any], ...] = (
         ("sequences", len(chains)),
