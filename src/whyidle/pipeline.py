@@ -20,7 +20,7 @@ from whyidle.analyses.links import Links, link_launches
 from whyidle.analyses.quality import assess_quality
 from whyidle.analyses.utilization import measure_utilization
 from whyidle.analyses.window import Window, select_window
-from whyidle.analyses.work import measure_work
+from whyidle.analyses.work import measure_work, op_kernels
 from whyidle.config import Config
 from whyidle.errors import ArgumentError, require_path
 from whyidle.analyses.names import name_times
@@ -51,8 +51,9 @@ def analyse(
     util = measure_utilization(tl, links, window, gaps, cfg)
     kern = kernel_stats(tl, links, window, cfg) if kernels is None else kernels()
     quality = assess_quality(tl, links, window, gaps, cfg)
-    work = measure_work(tl, links, window, cfg) if links.device_rows.size else None
-    return Analyses(tl, window, gaps, util, kern, quality, ThreadIndex(tl), links, advice_context(tl, gaps.workload), work)
+    launched_by = op_kernels(tl, links, window) if links.device_rows.size else None
+    work = measure_work(tl, links, window, cfg, launched_by) if launched_by is not None else None
+    return Analyses(tl, window, gaps, util, kern, quality, ThreadIndex(tl), links, advice_context(tl, gaps.workload), work, launched_by)
 
 
 class _Strings:

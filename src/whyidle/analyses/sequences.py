@@ -31,6 +31,7 @@ has a fix of its own. Everything here is an estimate from the roofline, and says
 
 from __future__ import annotations
 
+import math
 import re
 
 import msgspec
@@ -135,23 +136,26 @@ def _instances(ok: OpKernels, run: list[int]) -> list[int]:
     return out
 
 
-class _Stacks:
-    """The Python line of an op: its own call stack's, or that of the innermost op around it on
+def _lines(tl: Timeline, rows: list[int]) -> list[str]:
+    """The Python line of each op: its own call stack's, or that of the innermost op around it on
     its thread that has one (Kineto gives the outer op, ``aten::layer_norm``, the stack; the op
-    that launches, ``aten::native_layer_norm``, none)."""
-
-    def __init__(self, tl: Timeline) -> None:
-        self.tl = tl
-        self.lanes: dict[int, tuple[I64, OpenIndex]] = {}
-
-    def line(self, row: int) -> str:
-        tl, lane = self.tl, int(self.tl.lane[row])
-        if lane not in self.lanes:
-            rows = np.flatnonzero((tl.lane == lane) & (tl.kind == int(Kind.CPU_OP)))
-            self.lanes[lane] = (rows, OpenIndex(tl.start_ns[rows], tl.end_ns[rows], np.flatnonzero(tl.stack[rows] >= 0)))
-        rows, index = self.lanes[lane]
-        p = int(index.last_spanning_at(tl.start_ns[np.array([row])])[0])
-        return python_line(tl.stack_of(int(rows[p]))) if p >= 0 else ""
+    that launches, ``aten::native_layer_norm``, none). '' where there is none."""
+    out = [""] * len(rows)
+    if not rows or not (tl.stack >= 0).any():  # no call stacks recorded (with_stack=False)
+        return out
+    q = np.array(rows, dtype=np.int64)
+    parsed: dict[int, str] = {}
+    for lane in unique_sorted(tl.lane[q]).tolist():
+        on = np.flatnonzero((tl.lane == lane) & (tl.kind == int(Kind.CPU_OP)))
+        index = OpenIndex(tl.start_ns[on], tl.end_ns[on], np.flatnonzero(tl.stack[on] >= 0))
+        mine = np.flatnonzero(tl.lane[q] == lane)
+        for i, p in zip(mine.tolist(), index.last_spanning_at(tl.start_ns[q[mine]]).tolist(), strict=True):
+            if p >= 0:
+                sid = int(tl.stack[on[p]])
+                if sid not in parsed:
+                    parsed[sid] = python_line(tl.strings[sid])
+                out[i] = parsed[sid]
+    return out
 
 
 def _most_common(lines: list[str]) -> str:
@@ -159,7 +163,15 @@ def _most_common(lines: list[str]) -> str:
     return max(set(named), key=lambda ln: (named.count(ln), ln)) if named else ""
 
 
-def _tensor_bytes(text: str) -> list[int]:
+def _tensor_bytes(tl: Timeline, row: int, cache: dict[int, list[int]]) -> list[int]:
+    """The bytes of each tensor input of the op at ``row`` (a copy: callers edit it)."""
+    key = int(tl.inputs[row])
+    if key not in cache:
+        cache[key] = _decode_bytes(tl.strings[key]) if key >= 0 else []
+    return list(cache[key])
+
+
+def _decode_bytes(text: str) -> list[int]:
     try:
         dims, types, *_ = msgspec.json.decode(text)
     except (msgspec.DecodeError, ValueError, TypeError):
@@ -170,19 +182,20 @@ def _tensor_bytes(text: str) -> list[int]:
     for d, t in zip(dims, types, strict=False):
         size = itemsize(str(t))
         if type(d) is list and size and all(type(x) is int for x in d):
-            out.append(int(np.prod(d, dtype=np.int64)) * size)
+            out.append(math.prod(d) * size)
     return out
 
 
-def _fused_nbytes(tl: Timeline, ok: OpKernels, ops: list[int]) -> int:
+def _fused_nbytes(tl: Timeline, ok: OpKernels, ops: list[int], cache: dict[int, list[int]]) -> int:
     """Bytes the chain moves when fused: see the module docstring."""
     total, prev_out = 0, 0
     for j, o in enumerate(ops):
-        reads = _tensor_bytes(tl.inputs_of(int(ok.ops[o])))
+        reads = _tensor_bytes(tl, int(ok.ops[o]), cache)
+        out = 0 if ok.works[o].family == "reduction" else max(reads, default=0)
         if j and prev_out in reads:
             reads.remove(prev_out)
         total += sum(reads)
-        prev_out = 0 if ok.works[o].family == "reduction" else max(_tensor_bytes(tl.inputs_of(int(ok.ops[o]))), default=0)
+        prev_out = out
     return total + prev_out
 
 
@@ -190,33 +203,35 @@ def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Con
     """The frequent memory-bound chains of small eager kernels, most estimated saving first (pure)."""
     fam = np.array([w.family in FUSIBLE for w in ok.works] + [False], dtype=np.bool_)
     member = eager & fam[ok.op] & (ok.ns <= cfg.fusion_max_kernel_ns)
-    groups: dict[tuple[str, ...], list[tuple[int, int, int, int, int, str, str]]] = {}  # kernels, ns, bytes, fused, est, stream, line
-    stacks = _Stacks(tl)
+    groups: dict[tuple[str, ...], list[tuple[int, int, int, int, int, int, int]]] = {}  # kernels, ns, bytes, fused, est, stream, first op
+    cache = dict[int, list[int]]()
     for run in _runs(tl, ok, member):
         ops = _instances(ok, run)
         if len(ops) < 2:
             continue
         ns = ok.ns[run]
         nbytes = sum(ok.works[o].nbytes for o in ops)
-        fused = _fused_nbytes(tl, ok, ops)
+        fused = _fused_nbytes(tl, ok, ops, cache)
         bw = peak.mem_tbps * 1e3 if peak is not None else max(ok.works[o].nbytes / max(int(ok.ns[ok.op == o].sum()), 1) for o in ops)
         est = max(int(fused / bw), int(ns.min()))  # bytes / (bytes per ns)
         key = tuple(tl.name_of(int(ok.ops[o])) for o in ops)
-        groups.setdefault(key, []).append((len(run), int(ns.sum()), nbytes, fused, min(est, int(ns.sum())), tl.lanes[int(tl.lane[ok.rows[run[0]]])].label, stacks.line(int(ok.ops[ops[0]]))))
+        groups.setdefault(key, []).append((len(run), int(ns.sum()), nbytes, fused, min(est, int(ns.sum())), int(tl.lane[ok.rows[run[0]]]), int(ok.ops[ops[0]])))
+    kept = {k: got for k, got in groups.items() if len(got) >= cfg.fusion_min_repeats}
+    firsts = sorted({g[6] for got in kept.values() for g in got})
+    line_of = dict(zip(firsts, _lines(tl, firsts), strict=True))
     out = [
         Chain(
             key,
-            tuple(sorted({g[5] for g in got})),
+            tuple(sorted({tl.lanes[g[5]].label for g in got})),
             len(got),
             kernels=sum(g[0] for g in got),
             kernel_ns=sum(g[1] for g in got),
             nbytes=sum(g[2] for g in got),
             fused_nbytes=sum(g[3] for g in got),
             est_ns=sum(g[4] for g in got),
-            line=_most_common([g[6] for g in got]),
+            line=_most_common([line_of[g[6]] for g in got]),
         )
-        for key, got in groups.items()
-        if len(got) >= cfg.fusion_min_repeats
+        for key, got in kept.items()
     ]
     return tuple(sorted(out, key=lambda c: -(c.kernel_ns - c.est_ns)))
 

@@ -350,12 +350,12 @@ def _sum_by(keys: list[str], values: I64) -> dict[str, int]:
     return out
 
 
-def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config) -> WorkSummary:
-    """The work model of the window (pure)."""
-    rows, ns, launch = _kernels(tl, links, window)
-    ops, works = _modelled_ops(tl)
-    parent = _parents(tl, ops)
-    owner = _op_of_launch(tl, ops, parent, launch)
+def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config, kernels: OpKernels | None = None) -> WorkSummary:
+    """The work model of the window (pure); ``kernels``: ``op_kernels`` of the same window, when
+    the caller has it."""
+    ok = kernels if kernels is not None else op_kernels(tl, links, window)
+    rows, ns, ops, works, parent = ok.rows, ok.ns, ok.ops, ok.works, ok.parent
+    owner = ok.op.copy()
     name, peak, n_dev, notes = _peak_of(tl, rows)
     op_ns = np.zeros(ops.size, dtype=np.int64)
     np.add.at(op_ns, owner[owner >= 0], ns[owner >= 0])
@@ -420,13 +420,15 @@ class OpKernels(msgspec.Struct, frozen=True):
     op: I64  # index into ``ops`` and ``works`` of its op, -1 if none
     ops: I64  # the modelled ops' rows, in start order
     works: list[OpWork]
+    parent: I64  # per op, the nearest modelled op enclosing it on its thread, -1 if none
 
 
 def op_kernels(tl: Timeline, links: Links, window: Window) -> OpKernels:
     """The window's compute kernels and the modelled op that launched each (pure)."""
     rows, ns, launch = _kernels(tl, links, window)
     ops, works = _modelled_ops(tl)
-    return OpKernels(rows, ns, launch, _op_of_launch(tl, ops, _parents(tl, ops), launch), ops, works)
+    parent = _parents(tl, ops)
+    return OpKernels(rows, ns, launch, _op_of_launch(tl, ops, parent, launch), ops, works, parent)
 
 
 def roof(w: OpWork, kernel_ns: int, peak: DevicePeak | None) -> tuple[float, float, float, str, float | None]:

@@ -149,7 +149,7 @@ def work_findings(a: Analyses, cfg: Config) -> Outcome:
     tl = a.tl
     if not (tl.inputs >= 0).any():
         return [Skipped("underfilled/fusion_candidates", "the trace has no op input shapes (PyTorch: profile with record_shapes=True): no fusion, GEMM-shape or unfused-attention finding")]
-    ok = op_kernels(tl, a.links, a.window)
+    ok = a.op_kernels if a.op_kernels is not None else op_kernels(tl, a.links, a.window)
     if ok.rows.size == 0:
         return []
     eager = fusible_kernels(tl, ok)
