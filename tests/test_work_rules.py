@@ -106,11 +106,12 @@ def test_a_memory_bound_chain_is_a_fusion_candidate_with_its_roofline_estimate()
     assert "torch.compile" in f.fix.code  # an eager job
 
 
-def test_the_same_chain_inside_a_compiled_region_is_not_a_candidate() -> None:
+@pytest.mark.parametrize("region", ["Torch-Compiled Region", "## Call CompiledFxGraph fx_abc ##", "Optimizer.step#AdamW.step", "Optimizer.zero_grad#AdamW.zero_grad"])
+def test_the_same_chain_inside_a_compiled_region_or_the_optimizer_is_not_a_candidate(region: str) -> None:
     def compiled(j: Job) -> None:
         t0 = j.t
         _chain(j)
-        j.region("Torch-Compiled Region", t0, j.t)
+        j.region(region, t0, j.t)
 
     d = whyidle.diagnose(Job().steps(2, compiled, 1200))
     assert "fusion_candidates" not in busy(d)

@@ -25,8 +25,8 @@ output once; the estimate is the roofline time of that at ``Config.roofline_near
 the bound (what the report calls near the roofline; flash kernels reach about that).
 
 Neither looks inside compiled regions (``torch.compile`` ranges), CUDA graph launches, Triton
-kernels or the optimizer's step (its lever is a fused optimizer): that work is fused already or
-has a fix of its own. Everything here is an estimate from the roofline, and says so.
+kernels or the optimizer's step and zero_grad (their levers are a fused optimizer and
+``set_to_none``): that work is fused already or has a fix of its own. Everything here is an estimate from the roofline, and says so.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ __all__ = ["Chain", "Attention", "fusion_chains", "unfused_attention", "fusible_
 
 I64 = npt.NDArray[np.int64]
 FUSIBLE = frozenset(("elementwise", "norm", "softmax", "reduction"))
-_SKIPPED_RANGE = re.compile(f"{COMPILED_RANGE.pattern}|^Optimizer\\.step#")
+_SKIPPED_RANGE = re.compile(f"{COMPILED_RANGE.pattern}|^Optimizer\\.(step|zero_grad)#")
 _ATTN_GEMM = frozenset(("aten::bmm", "aten::matmul", "aten::baddbmm"))
 _SIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
