@@ -216,6 +216,8 @@ def test_busy_findings_rank_by_their_estimate_and_render_everywhere(tmp_path: ob
     assert d.findings[0] is f  # ranked by the time its fix saves, above any idle cause worth less
     assert f.title in d.render("terminal") and "estimated (from the roofline) to save" in d.render("terminal", width=200)
     assert f.title in d.render("html")
+    trace = json.loads(d.render("perfetto", gzip=False))
+    assert trace["traceEvents"]  # the busy finding adds no gap slice, and breaks nothing
     saved = json.loads(d.render("json"))
     (row,) = [r for r in saved["findings"] if r["cause"] == "unfused_attention"]
     assert row["est_saving_ns"] == f.est_saving_ns
