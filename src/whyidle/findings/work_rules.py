@@ -113,11 +113,11 @@ def _gemms(a: Analyses, cfg: Config, ok: OpKernels) -> Outcome:
         ("misaligned_shapes", sum(1 for s in shapes if s.misaligned)),
         ("tiny_m_shapes", sum(1 for s in shapes if s.tiny_m)),
         ("kernel_ns", busy),
-        ("est_ns", est),
+        ("est_kernel_ns", est),
         *((f"reference_fraction_{p}", round(r, 3)) for p, r, _ in refs),
     )
     expected = (
-        f"{len(shapes)} GEMM shapes too small or badly aligned ran {format_ns(busy)} of kernels below the rate of well-shaped GEMMs; "
+        f"{len(shapes)} GEMM shape{'s' if len(shapes) > 1 else ''} too small or badly aligned ran {format_ns(busy)} of kernels below the rate of well-shaped GEMMs; "
         f"at the reference rate ({ref_words}) they would take about {format_ns(est)}: {format_ns(busy - est)} saved"
     )
     return [_finding(a, cfg, "gemm_shapes", variant, busy, busy - est, top, facts, expected)]
