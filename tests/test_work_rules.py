@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tlbuild import US
 import whyidle
 from whyidle.analyses.advice_context import AdviceContext
+from whyidle.analyses.gemm_shapes import gemm_dims
 from whyidle.analyses.peaks import PEAKS
 from whyidle.catalogue import IDIOM_LEVERS
 from whyidle.findings.advice import fit_lever, for_idiom
@@ -106,6 +109,24 @@ def test_a_memory_bound_chain_is_a_fusion_candidate_with_its_roofline_estimate()
     assert "torch.compile" in f.fix.code  # an eager job
 
 
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 4096), cols=st.integers(1, 4096), us=st.lists(st.integers(1, 99), min_size=3, max_size=3))
+def test_a_fused_chain_moves_no_more_bytes_and_saves_no_more_than_it_took(rows: int, cols: int, us: list[int]) -> None:
+    x = [rows, cols]
+
+    def body(j: Job) -> None:
+        for _ in range(3):
+            j.op("aten::native_layer_norm", text([x, [cols], [cols], []], [BF16, BF16, BF16, "Scalar"]), "ln", us[0])
+            j.op("aten::add", text([x, x, []], [BF16, BF16, "Scalar"]), "add", us[1])
+            j.op("aten::gelu", text([x, []], [BF16, "Scalar"]), "gelu", us[2])
+
+    d = whyidle.diagnose(Job().steps(1, body, 400))  # the conftest checker holds every number to every other
+    f = busy(d).get("fusion_candidates")
+    if f is not None:
+        facts = dict(f.evidence.facts)
+        assert facts["fused_bytes_est"] <= facts["bytes"] and 0 < f.est_saving_ns <= f.affected_busy_ns == 3 * sum(us) * US
+
+
 @pytest.mark.parametrize("region", ["Torch-Compiled Region", "## Call CompiledFxGraph fx_abc ##", "Optimizer.step#AdamW.step", "Optimizer.zero_grad#AdamW.zero_grad"])
 def test_the_same_chain_inside_a_compiled_region_or_the_optimizer_is_not_a_candidate(region: str) -> None:
     def compiled(j: Job) -> None:
@@ -159,6 +180,16 @@ def test_a_misaligned_gemm_is_estimated_at_the_rate_of_the_well_shaped_ones() ->
     assert f.est_saving_ns == pytest.approx(6 * 600 * US * (1 - bad / good), rel=1e-6)
     assert "K/N not a multiple of 8" in f.evidence.top_ops[0][0] or "K not a multiple of 8" in f.evidence.top_ops[0][0]
     assert f.variant == "" and "pad_to_multiple_of" in f.fix.code and "estimate" in f.fix.expected
+
+
+@given(b=st.integers(1, 8), m=st.integers(1, 300), k=st.integers(1, 300), n=st.integers(1, 300), op=st.sampled_from(["mm", "addmm", "bmm", "baddbmm", "matmul", "linear"]))
+def test_gemm_dims_read_m_n_k_from_each_op_layout(b: int, m: int, k: int, n: int, op: str) -> None:
+    a, w = ([b, m, k], [b, k, n]) if op in ("bmm", "baddbmm", "matmul") else ([m, k], [k, n])
+    inputs = {"addmm": [[n], a, w], "baddbmm": [[b, m, n], a, w], "linear": [[b, m, k], [n, k]]}.get(op, [a, w])
+    d = gemm_dims(f"aten::{op}", text(inputs, [BF16] * len(inputs)))
+    batch = b if op in ("bmm", "baddbmm", "matmul") else 1
+    rows = b * m if op == "linear" else m
+    assert d is not None and (d.batch, d.m, d.n, d.k, d.precision) == (batch, rows, n, k, "bf16")
 
 
 def test_the_aligned_gemm_is_not_flagged() -> None:
