@@ -110,20 +110,23 @@ def fusible_kernels(tl: Timeline, ok: OpKernels) -> npt.NDArray[np.bool_]:
     return eager
 
 
-def _runs(tl: Timeline, ok: OpKernels, member: npt.NDArray[np.bool_]) -> list[list[int]]:
-    """Runs of consecutive kernels on one stream that are all members: lists of kernel indices."""
+def _runs(tl: Timeline, ok: OpKernels, member: npt.NDArray[np.bool_], must: npt.NDArray[np.bool_] | None = None) -> list[list[int]]:
+    """Runs of two or more consecutive kernels on one stream that are all members (and hold at
+    least one ``must`` kernel, when given): lists of kernel indices."""
     lane = tl.lane[ok.rows]
     order = np.lexsort((tl.start_ns[ok.rows], lane))
     m, ln = member[order], lane[order]
     start = m.copy()
     start[1:] &= ~(m[:-1] & (ln[1:] == ln[:-1]))
-    ids = np.cumsum(start) - 1
-    runs: list[list[int]] = []
-    for i, k in zip(ids[m].tolist(), order[m].tolist(), strict=True):
-        if i == len(runs):
-            runs.append([])
-        runs[-1].append(k)
-    return runs
+    sel = order[m]
+    if sel.size == 0:
+        return []
+    first = np.flatnonzero(start[m])
+    size = np.diff(np.append(first, sel.size))
+    keep = size >= 2
+    if must is not None:
+        keep &= np.add.reduceat(must[sel].astype(np.int64), first) > 0
+    return [sel[a : a + n].tolist() for a, n in zip(first[keep].tolist(), size[keep].tolist(), strict=True)]
 
 
 def _instances(ok: OpKernels, run: list[int]) -> list[int]:
@@ -205,17 +208,21 @@ def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Con
     member = eager & fam[ok.op] & (ok.ns <= cfg.fusion_max_kernel_ns)
     groups: dict[tuple[str, ...], list[tuple[int, int, int, int, int, int, int]]] = {}  # kernels, ns, bytes, fused, est, stream, first op
     cache = dict[int, list[int]]()
+    ns_of, lane_of, op_rows = ok.ns.tolist(), tl.lane[ok.rows].tolist(), ok.ops.tolist()
+    op_ns = np.zeros(ok.ops.size, dtype=np.int64)
+    np.add.at(op_ns, ok.op[ok.op >= 0], ok.ns[ok.op >= 0])
+    names: dict[int, str] = {}
     for run in _runs(tl, ok, member):
         ops = _instances(ok, run)
         if len(ops) < 2:
             continue
-        ns = ok.ns[run]
-        nbytes = sum(ok.works[o].nbytes for o in ops)
+        ns = [ns_of[k] for k in run]
+        took = sum(ns)
         fused = _fused_nbytes(tl, ok, ops, cache)
-        bw = peak.mem_tbps * 1e3 if peak is not None else max(ok.works[o].nbytes / max(int(ok.ns[ok.op == o].sum()), 1) for o in ops)
-        est = max(int(fused / bw), int(ns.min()))  # bytes / (bytes per ns)
-        key = tuple(tl.name_of(int(ok.ops[o])) for o in ops)
-        groups.setdefault(key, []).append((len(run), int(ns.sum()), nbytes, fused, min(est, int(ns.sum())), int(tl.lane[ok.rows[run[0]]]), int(ok.ops[ops[0]])))
+        bw = peak.mem_tbps * 1e3 if peak is not None else max(ok.works[o].nbytes / max(int(op_ns[o]), 1) for o in ops)
+        est = min(max(int(fused / bw), min(ns)), took)  # bytes / (bytes per ns), at least one kernel
+        key = tuple(names.get(o) or names.setdefault(o, tl.name_of(op_rows[o])) for o in ops)
+        groups.setdefault(key, []).append((len(run), took, sum(ok.works[o].nbytes for o in ops), fused, est, lane_of[run[0]], op_rows[ops[0]]))
     kept = {k: got for k, got in groups.items() if len(got) >= cfg.fusion_min_repeats}
     firsts = sorted({g[6] for got in kept.values() for g in got})
     line_of = dict(zip(firsts, _lines(tl, firsts), strict=True))
@@ -268,7 +275,8 @@ def unfused_attention(
     op_ns = np.zeros(ok.ops.size + 1, dtype=np.int64)
     np.add.at(op_ns, ok.op[ok.op >= 0], ok.ns[ok.op >= 0])
     groups: dict[tuple[tuple[str, ...], tuple[int, int, int, int], str], list[tuple[int, int, int, int]]] = {}
-    for run in _runs(tl, ok, eager):
+    soft = np.array([w.family == "softmax" for w in ok.works] + [False], dtype=np.bool_)[ok.op]
+    for run in _runs(tl, ok, eager, soft):
         ops = _instances(ok, run)
         for j, o in enumerate(ops):
             if ok.works[o].family != "softmax":
