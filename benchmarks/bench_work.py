@@ -5,7 +5,8 @@ For each trace, in one process, rounds alternate between two diagnoses of the sa
 * with the work model: ``whyidle.diagnose(path)`` as shipped (the reader keeps each op's recorded
   inputs, the pipeline measures the work);
 * without it: the same call with the reader's inputs text (``kineto_columns._inputs_texts``) and
-  the pipeline's ``measure_work`` replaced by functions that return None, so neither cost is paid.
+  the pipeline's ``measure_work`` and ``op_kernels`` replaced by functions that return None, so
+  neither cost is paid (the busy-time rules, which read both, then only note the missing shapes).
 
 Each variant's median wall time is reported, and their ratio. ``measure_work`` alone is also timed
 on the loaded timeline (its own median). The issue's bar: under 10 % added.

@@ -30,7 +30,7 @@ def test_json_report_has_the_documented_fields(starved: Path, capsys: pytest.Cap
     d = json.loads(capsys.readouterr().out)
     for key in REQUIRED:
         assert key in d
-    assert d["schema_version"] == "1.0"
+    assert d["schema_version"] == "1.1"
     assert {"start_ns", "end_ns"} <= d["window"].keys()
     assert {"busy_fraction", "kernel_busy_fraction"} <= d["utilization"].keys()
     f = d["findings"][0]

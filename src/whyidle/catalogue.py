@@ -1125,6 +1125,11 @@ class BusyEntry(msgspec.Struct, frozen=True):
     idioms: dict[str, Lever] = msgspec.field(default_factory=dict)
     replay: dict[str, str] = msgspec.field(default_factory=dict)
     sweep: tuple[str, ...] = ()
+    group: str = "underfilled"  # its page: each is work too small or too slow for the device
+
+    @property
+    def key(self) -> str:
+        return f"{self.group}/{self.cause}"
 
 
 _GRID_STEPS = (
@@ -1270,6 +1275,145 @@ BUSY_FINDINGS: tuple[BusyEntry, ...] = (
                 code="batched_step = jax.jit(jax.vmap(step))   # one kernel over all problems",
                 verify="Re-profile: kernel time per sample should fall.",
                 docs="underfilled",
+            ),
+        },
+    ),
+    # Busy time a fix would shorten, found by the work model (findings/work_rules.py): ranked with
+    # the idle findings by the time the fix is estimated to recover.
+    BusyEntry(
+        "fusion_candidates",
+        {
+            "": Lever(
+                title="Memory-bound chains of small kernels a compiler would fuse",
+                summary="Fuse each chain into one kernel that reads its inputs once and writes its output once: torch.compile generates it.",
+                steps=(
+                    "Compile the module that runs the chains the evidence names (norm + activation, residual add + norm, scale + mask + softmax).",
+                    "Where the whole model cannot be compiled, compile the function or submodule that holds the sequence.",
+                ),
+                code="",
+                verify="Re-profile: each sequence should run as one kernel (triton_ names) and this finding's kernel time fall by about the estimate (whyidle compare before after).",
+                docs="underfilled",
+                when_steps=(
+                    ("compiled", "The compiled regions are fused already: these chains run outside them (a graph break or a module left eager). Find the breaks with TORCH_LOGS=graph_breaks and compile that code too."),
+                    ("training", "Compile the module, not only its forward: the backward's chains fuse too."),
+                    ("not_training", "For inference, torch.compile(model, mode='max-autotune') also captures CUDA graphs."),
+                ),
+                when_code=(
+                    ("eager", "model = torch.compile(model)   # one Triton kernel per elementwise/normalisation chain"),
+                    ("compiled", "import torch._dynamo\nprint(torch._dynamo.explain(model)(x))   # the graph breaks that leave ops eager"),
+                ),
+            ),
+        },
+        idioms={
+            "jax": _lever(
+                "Memory-bound chains of small kernels run one by one",
+                "Run the step under jax.jit: XLA fuses elementwise and normalisation chains inside a jitted function, so separate kernels mean ops dispatched one by one outside it.",
+                ("Wrap the whole step (forward, loss, update) in jax.jit rather than its parts.", "Look for Python loops or host round trips that split the step into many small jitted calls."),
+                "train_step = jax.jit(train_step)   # XLA fuses the elementwise chains inside",
+                "Re-profile: the chains should appear as XLA fusion kernels and this finding disappear.",
+                "underfilled",
+            ),
+            "cuda": _lever(
+                "Memory-bound chains of small kernels a fused kernel would replace",
+                "Fuse the chain into one kernel that reads its inputs once and writes its output once; for a GEMM followed by elementwise ops, a CUTLASS epilogue or cuBLASLt epilogue.",
+                ("Write one kernel for the chain the evidence names (intermediates stay in registers).", "For bias/activation after a GEMM: cublasLtMatmul with CUBLASLT_EPILOGUE_BIAS / _GELU, or a CUTLASS epilogue."),
+                "__global__ void bias_gelu_add(const float* x, const float* b, const float* r, float* y, int n, int c) {\n  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)\n    y[i] = gelu(x[i] + b[i % c]) + r[i];   // one read, one write\n}",
+                "Re-capture: one kernel per chain; kernel time should fall by about the estimate.",
+                "underfilled",
+            ),
+            "cupy": _lever(
+                "Memory-bound chains of small kernels run one by one",
+                "Fuse the elementwise chain with cupy.fuse or one ElementwiseKernel.",
+                ("Decorate the function that holds the chain with @cupy.fuse(), or write it as one cupy.ElementwiseKernel.",),
+                "@cupy.fuse()\ndef bias_gelu(x, b):\n    return 0.5 * (x + b) * (1 + cupy.tanh(0.79788456 * (x + b)))",
+                "Re-profile: one kernel per chain.",
+                "underfilled",
+            ),
+        },
+    ),
+    BusyEntry(
+        "gemm_shapes",
+        {
+            "": Lever(
+                title="GEMM shapes badly aligned for tensor cores",
+                summary="Pad the GEMM dimensions to multiples of 8 (16-bit) or 16 (8-bit) so tensor cores run full tiles.",
+                steps=(
+                    "Round the dimensions the evidence names up to the multiple: hidden and intermediate sizes, head dims, the vocabulary (pad the embedding and output layer).",
+                    "Pad a tokenizer's vocabulary with pad_to_multiple_of (Hugging Face: model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)).",
+                ),
+                code="model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of=64)",
+                verify="Re-profile: the work report's rate for these GEMM shapes should approach that of the well-shaped ones.",
+                docs="underfilled",
+                when_steps=(("training", "When batch x sequence is the misaligned dim, pad batches to a multiple of 8 (DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8))."),),
+                when_code=(("training", "collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)"),),
+            ),
+            "tiny_m": Lever(
+                title="GEMMs with too few rows to fill the device (tiny M)",
+                summary="Give each GEMM more rows: more sequences per decode step, more tokens per forward, or small GEMMs batched into one.",
+                steps=("Run independent small GEMMs as one (torch.bmm over stacked operands, or concatenate the weights of projections that share an input).",),
+                code="qkv = x @ torch.cat([wq, wk, wv], dim=1)   # one GEMM instead of three with the same input",
+                verify="Re-profile: the GEMMs should carry more rows and the time per sample (or per token) fall.",
+                docs="underfilled",
+                when_steps=(
+                    ("not_training", "Batch more requests per step: continuous batching with a larger batch (vLLM max_num_seqs, SGLang --max-running-requests)."),
+                    ("training", "Raise the micro-batch (and lower gradient accumulation to keep the global batch)."),
+                ),
+            ),
+        },
+        idioms={
+            "jax": _lever(
+                "GEMM shapes too small or badly aligned for the matrix units",
+                "Pad the model's dimensions (hidden, vocabulary, heads) to multiples of 8 for 16-bit and 16 for 8-bit math, and batch more rows per matmul.",
+                ("Choose layer widths and vocabulary sizes that are multiples of 64 (pad the vocabulary).", "For decode, batch more sequences per step so each matmul has more rows."),
+                "vocab = -(-vocab // 64) * 64   # pad the vocabulary to a multiple of 64",
+                "Re-profile: the matmuls' rate should approach that of the well-shaped ones.",
+                "underfilled",
+            ),
+            "cuda": _lever(
+                "GEMM shapes too small or badly aligned for tensor cores",
+                "Pad M, N, K and the leading dimensions to multiples of 8 (16-bit) or 16 (8-bit); batch small GEMMs (cublasGemmStridedBatchedEx, grouped GEMM).",
+                ("Allocate operands with leading dimensions rounded up to the multiple and zero the padding.", "Run many small GEMMs as one batched or grouped GEMM (cuBLASLt, CUTLASS grouped GEMM)."),
+                "int ld = (k + 7) / 8 * 8;   // 16-bit: a multiple of 8 elements\ncublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_16BF, ld, B, CUDA_R_16BF, ld, &zero, C, CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);",
+                "Re-capture: the GEMM kernels should be tensor-core kernels and their rate approach the well-shaped ones'.",
+                "underfilled",
+            ),
+        },
+    ),
+    BusyEntry(
+        "unfused_attention",
+        {
+            "": Lever(
+                title="Attention computed op by op, not in a fused kernel",
+                summary="Call torch.nn.functional.scaled_dot_product_attention: one flash, memory-efficient or cuDNN kernel instead of bmm, softmax and bmm, without writing the score matrix.",
+                steps=(
+                    "Replace the matmul-softmax-matmul block with F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal).",
+                    "Hugging Face models: load with attn_implementation='sdpa' (or 'flash_attention_2').",
+                ),
+                code="out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)",
+                verify="Re-profile: attention should run as one kernel per layer (flash, fmha or cudnn names) and this finding disappear.",
+                docs="underfilled",
+                when_steps=(
+                    ("training", "Pass the attention dropout to it (dropout_p=p if self.training else 0.0): the fused kernel applies it."),
+                    ("compiled", "torch.compile does not turn an explicit softmax attention into a flash kernel in every case: call SDPA in the module's code."),
+                ),
+            ),
+        },
+        idioms={
+            "jax": _lever(
+                "Attention computed op by op, not in a fused kernel",
+                "Call jax.nn.dot_product_attention, which runs cuDNN's fused attention on NVIDIA GPUs, instead of einsum, softmax, einsum.",
+                ("Replace the einsum-softmax-einsum block with jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=causal).",),
+                "out = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation='cudnn')",
+                "Re-profile: one fused attention kernel per layer.",
+                "underfilled",
+            ),
+            "cuda": _lever(
+                "Attention computed op by op, not in a fused kernel",
+                "Use a fused attention kernel (cuDNN's SDPA through cudnn-frontend, or FlashAttention) instead of GEMM, softmax, GEMM.",
+                ("Replace the two GEMMs and the softmax with one fused attention call; the score matrix is never written to memory.",),
+                "// cudnn-frontend: graph.sdpa(Q, K, V, cudnn_frontend::graph::SDPA_attributes().set_causal_mask(true))",
+                "Re-capture: one attention kernel per layer.",
+                "underfilled",
             ),
         },
     ),

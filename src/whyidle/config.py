@@ -13,6 +13,8 @@ skip_first_steps=2)``; a name that is no field is an error naming the valid ones
 All are frozen ``msgspec.Struct``s, not dataclasses: creating the former 73-field frozen dataclass
 cost 2.4 ms of every start of the command line, a Struct 0.03 ms. A default is read from an
 instance (``ReadSettings().stream_min_bytes``): on the class, a field's name is its descriptor.
+
+# long: every section with each default's reason beside it; split, the reasons would scatter
 """
 
 from __future__ import annotations
@@ -142,6 +144,20 @@ class AttributionSettings(msgspec.Struct, frozen=True, metaclass=Checked):
     # guidance and TraceLens use between "near" and "far"; tuned cuBLAS GEMMs at large shapes reach
     # 60-80 % of peak, so a kernel under half its bound has headroom a change of shape or dtype can win.
     roofline_near_fraction: float = 0.5
+
+    # Busy-time findings (findings/work_rules.py). A fusion chain's kernels are each shorter than
+    # this: an elementwise/normalisation kernel over a tensor that takes longer already streams
+    # at its bandwidth, and fusing it saves the re-read traffic, which the estimate counts anyway;
+    # 100 us is 10x the short-kernel line (HTA's small-kernel boundary) and covers a 1 GB/step
+    # activation tensor at 3 TB/s split over a layer's ops.
+    fusion_max_kernel_ns: int = 100_000
+    # A sequence of ops is a fusion candidate when its chain occurs at least this often in the
+    # window (a layer's chain repeats per layer and per step; once is not a pattern).
+    fusion_min_repeats: int = 2
+    # A GEMM with M (its rows: tokens x batch) at or under this is "tiny": tensor-core tiles are
+    # 64-128 rows (CUTLASS, cuBLAS), so 16 rows use an eighth of a tile or less; decode batches
+    # of a few sequences sit here.
+    gemm_tiny_m: int = 16
 
     # --- trace quality -----------------------------------------------------------------------
     # A single runtime call longer than this among first-call costs (context creation, module

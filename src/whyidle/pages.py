@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from importlib import resources
 
-from whyidle.catalogue import CATALOGUE, GROUPS
+from whyidle.catalogue import BUSY_FINDINGS, CATALOGUE, GROUPS
 from whyidle.errors import UsageError
 
 __all__ = ["PAGES", "page_name", "page_text", "page_title", "explain_command", "register_section", "unregister_section", "section_registered"]
@@ -38,7 +38,7 @@ def page_name(cause: str) -> str:
     name = cause.strip().lower().replace("-", "_").replace(" ", "_")
     if name in PAGES:
         return name
-    e = CATALOGUE.get(name)
+    e = CATALOGUE.get(name) or next((b for b in BUSY_FINDINGS if b.key == name), None)
     if e is not None:
         return e.group
     raise UsageError(

@@ -20,7 +20,7 @@ from whyidle.analyses.links import Links, link_launches
 from whyidle.analyses.quality import Quality, assess_quality
 from whyidle.analyses.utilization import Utilization, measure_utilization
 from whyidle.analyses.window import Window, select_window
-from whyidle.analyses.work import WorkSummary, measure_work
+from whyidle.analyses.work import OpKernels, WorkSummary, measure_work, op_kernels
 from whyidle.config import Config
 from whyidle.errors import ArgumentError, require_path
 from whyidle.analyses.names import name_times
@@ -57,19 +57,21 @@ class _Measured(msgspec.Struct, frozen=True):
     utilization: Utilization
     quality: Quality
     work: WorkSummary | None
+    op_kernels: OpKernels | None  # each kernel's launching op (the work model's; the busy-time rules read it)
 
 
 def _measure(tl: Timeline, cfg: Config, links: Links, window: Window) -> _Measured:
     gaps = find_gaps(tl, links, window, cfg.attribution)
     util = measure_utilization(tl, links, window, gaps, cfg.window)
     quality = assess_quality(tl, links, window, gaps, cfg.attribution)
-    work = measure_work(tl, links, window, cfg) if links.device_rows.size else None
-    return _Measured(tl, window, links, gaps, util, quality, work)
+    launched_by = op_kernels(tl, links, window) if links.device_rows.size else None
+    work = measure_work(tl, links, window, cfg, launched_by) if launched_by is not None else None
+    return _Measured(tl, window, links, gaps, util, quality, work, launched_by)
 
 
 def _with_kernels(m: _Measured, kernels: KernelStats) -> Analyses:
     tl = m.tl
-    return Analyses(tl, m.window, m.gaps, m.utilization, kernels, m.quality, ThreadIndex(tl), m.links, advice_context(tl, m.gaps.workload), m.work)
+    return Analyses(tl, m.window, m.gaps, m.utilization, kernels, m.quality, ThreadIndex(tl), m.links, advice_context(tl, m.gaps.workload), m.work, m.op_kernels)
 
 
 class _Strings:

@@ -35,7 +35,7 @@ from whyidle.analyses.workload import Workload
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
-__all__ = ["AdviceContext", "advice_context", "count_in_ranges", "IDIOMS", "ENGINES"]
+__all__ = ["AdviceContext", "advice_context", "count_in_ranges", "IDIOMS", "ENGINES", "COMPILED_RANGE"]
 
 # The language and idiom a snippet is written in.
 IDIOMS = ("pytorch", "cuda", "hip", "cupy", "jax", "engine")
@@ -50,6 +50,7 @@ ENGINES: dict[str, str] = {
 }
 
 _COMPILED_RANGE = re.compile(r"^(Torch-Compiled Region|CompiledFunction|## Call CompiledFxGraph|## Call CompiledFunction)")
+COMPILED_RANGE = _COMPILED_RANGE  # the names of compiled regions (analyses/sequences.py skips them)
 _COMPILED_FRAME = re.compile(r"^torch/_(dynamo|inductor)/")
 _HIP_CALL = re.compile(r"^(hip|hsa_)")
 _MODULE_LOAD = re.compile(r"^(cuModuleLoad|cuLibraryLoad|nvrtc|hipModuleLoad|hiprtc)", re.IGNORECASE)

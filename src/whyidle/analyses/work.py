@@ -47,7 +47,7 @@ from whyidle.config import Config
 from whyidle.timeline.arrays import unique_inverse, unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
-__all__ = ["OpRoof", "StepWork", "WorkSummary", "measure_work"]
+__all__ = ["OpRoof", "StepWork", "WorkSummary", "OpKernels", "measure_work", "op_kernels", "roof"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -352,12 +352,12 @@ def _sum_by(keys: list[str], values: I64) -> dict[str, int]:
     return out
 
 
-def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config) -> WorkSummary:
-    """The work model of the window (pure)."""
-    rows, ns, launch = _kernels(tl, links, window)
-    ops, works = _modelled_ops(tl)
-    parent = _parents(tl, ops)
-    owner = _op_of_launch(tl, ops, parent, launch)
+def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config, kernels: OpKernels | None = None) -> WorkSummary:
+    """The work model of the window (pure); ``kernels``: ``op_kernels`` of the same window, when
+    the caller has it."""
+    ok = kernels if kernels is not None else op_kernels(tl, links, window)
+    rows, ns, ops, works, parent = ok.rows, ok.ns, ok.ops, ok.works, ok.parent
+    owner = ok.op.copy()
     name, peak, n_dev, notes = _peak_of(tl, rows)
     op_ns = np.zeros(ops.size, dtype=np.int64)
     np.add.at(op_ns, owner[owner >= 0], ns[owner >= 0])
@@ -411,3 +411,29 @@ def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config) -> Wor
         notes=tuple(notes),
         comms=measure_collectives(tl, links, window, cfg.render.work_top_ops),
     )
+
+
+class OpKernels(msgspec.Struct, frozen=True):
+    """Each compute kernel of the window with the innermost modelled op its launch ran in: what
+    the busy-time findings read (``findings/work_rules.py``)."""
+
+    rows: I64  # kernel rows, in device start order
+    ns: I64  # each kernel's time inside the window
+    launch: I64  # its launch call's row, -1 if none
+    op: I64  # index into ``ops`` and ``works`` of its op, -1 if none
+    ops: I64  # the modelled ops' rows, in start order
+    works: list[OpWork]
+    parent: I64  # per op, the nearest modelled op enclosing it on its thread, -1 if none
+
+
+def op_kernels(tl: Timeline, links: Links, window: Window) -> OpKernels:
+    """The window's compute kernels and the modelled op that launched each (pure)."""
+    rows, ns, launch = _kernels(tl, links, window)
+    ops, works = _modelled_ops(tl)
+    parent = _parents(tl, ops)
+    return OpKernels(rows, ns, launch, _op_of_launch(tl, ops, parent, launch), ops, works, parent)
+
+
+def roof(w: OpWork, kernel_ns: int, peak: DevicePeak | None) -> tuple[float, float, float, str, float | None]:
+    """(TFLOP/s, TB/s, intensity, bound, fraction of the bound) of ``w`` done in ``kernel_ns``."""
+    return _roof(w, kernel_ns, peak)

@@ -12,7 +12,7 @@ from whyidle.analyses.links import Links
 from whyidle.analyses.quality import Quality
 from whyidle.analyses.utilization import Utilization
 from whyidle.analyses.window import Window
-from whyidle.analyses.work import WorkSummary
+from whyidle.analyses.work import OpKernels, WorkSummary
 from whyidle.timeline.model import Timeline
 
 __all__ = ["Analyses"]
@@ -31,3 +31,4 @@ class Analyses(msgspec.Struct, frozen=True):
     links: Links
     advice: AdviceContext  # what the job is and already does: the only input advice branches on
     work: WorkSummary | None = None  # FLOPs, bytes, roofline, MFU (None: no device work)
+    op_kernels: OpKernels | None = None  # each kernel's launching op, the work model's (the busy-time rules read it)

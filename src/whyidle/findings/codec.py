@@ -32,7 +32,7 @@ from whyidle.findings.model import DiagnosisData
 
 __all__ = ["SCHEMA_VERSION", "DIAGNOSIS", "encode", "decode"]
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: est_saving_ns on findings about busy time
 
 
 class Saved(msgspec.Struct, frozen=True):

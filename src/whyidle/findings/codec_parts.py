@@ -92,6 +92,12 @@ FINDING = Table(
     Field("share_of_window", FLOAT),
     Field("affected_busy_ns", INT, default=0),
     Field("compute_wait_ns", INT, "device time with no kernel running while only this cause's work ran, e.g. an exposed input copy; findings rank by `idle_ns + compute_wait_ns`", default=0),
+    Field(
+        "est_saving_ns", INT,
+        "for a finding on busy time (fusion candidates, GEMM shapes, unfused attention): the kernel time its fix is estimated to save, "
+        "from the roofline (an estimate, never measured); findings rank by `idle_ns + compute_wait_ns + est_saving_ns`; written when not 0",
+        since="1.1", default=0, when=lambda f: f.est_saving_ns != 0,
+    ),  # fmt: skip
     Field("upper_bound", BOOL, get=lambda f: True, derived=True),
     Field("evidence", Rec(EVIDENCE)),
     Field("prediction", Opt(Rec(PREDICTION)), "null, or what the fix buys from the what-if replay; docs/metrics.md", default=None),

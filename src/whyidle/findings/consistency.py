@@ -62,6 +62,10 @@ def _finding(f: Finding, d: DiagnosisData, n_steps: int) -> list[str]:
     quoted = [fmt(v) for v in (f.idle_ns, per_step) if v is not None for fmt in (format_ms, format_ns)]
     if f.idle_ns and f.basis == "" and not any(q in f.fix.expected for q in quoted):
         out.append(f"{f.id}: its expected effect quotes neither its idle time ({format_ns(f.idle_ns)}) nor its time per step: {f.fix.expected!r}")
+    if f.est_saving_ns > f.affected_busy_ns:
+        out.append(f"{f.id}: estimated to save {format_ns(f.est_saving_ns)} of the {format_ns(f.affected_busy_ns)} of busy time it concerns")
+    if f.est_saving_ns and (format_ns(f.est_saving_ns) not in f.fix.expected or "estimate" not in f.fix.expected):
+        out.append(f"{f.id}: its expected effect does not quote its estimated saving ({format_ns(f.est_saving_ns)}) as an estimate")
     for text in (*_texts(f), f.fix.code):
         if (hole := _PLACEHOLDER.search(text)) is not None:
             out.append(f"{f.id}: an unfilled placeholder {hole.group(0)} in {text[:80]!r}")

@@ -122,6 +122,9 @@ class Finding(msgspec.Struct, frozen=True):
     # device time with no kernel running while the device only did this cause's work (an exposed
     # input copy): not idle, but time the compute waited, ranked beside idle time (rank_key)
     compute_wait_ns: int = 0
+    # busy time the fix is estimated to save (a busy-time finding's estimate from the roofline,
+    # findings/work_rules.py): ranked beside idle time (rank_key); 0 where there is no estimate
+    est_saving_ns: int = 0
 
     @property
     def basis(self) -> str:
@@ -135,9 +138,10 @@ class Finding(msgspec.Struct, frozen=True):
 
 
 def rank_key(f: Finding) -> tuple[int, int]:
-    """Findings rank by the time the device's compute waited on their cause (idle time, or an
-    exposed copy), then by the busy time they concern."""
-    return (-(f.idle_ns + f.compute_wait_ns), -f.affected_busy_ns)
+    """Findings rank by the time a fix would recover: the time the device's compute waited on their
+    cause (idle time, or an exposed copy) or the busy time a fix is estimated to save, then by the
+    busy time they concern."""
+    return (-(f.idle_ns + f.compute_wait_ns + f.est_saving_ns), -f.affected_busy_ns)
 
 
 class Skipped(msgspec.Struct, frozen=True):

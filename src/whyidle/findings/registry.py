@@ -21,6 +21,7 @@ from whyidle.findings.copy_rules import exposed_copy_finding
 from whyidle.findings.kernel_fill_rules import small_grid_finding
 from whyidle.findings.model import Finding, Skipped
 from whyidle.findings.rules import Analyses, fp32_findings, idle_cause_findings
+from whyidle.findings.work_rules import work_findings
 
 __all__ = ["Rule", "RULES", "NEEDS", "apply_rules"]
 
@@ -70,6 +71,13 @@ RULES: tuple[Rule, ...] = (
         idle_cause_findings,
     ),
     Rule("fp32_math", "GEMM/convolution kernel time in FP32 without tensor cores", ("device_activity", "warm"), "underfilled", fp32_findings),
+    Rule(
+        "busy_work",
+        "busy time a fix would shorten: memory-bound kernel chains to fuse, GEMM shapes too small or misaligned, attention not fused",
+        ("device_activity", "warm"),
+        "underfilled",
+        work_findings,
+    ),
     Rule("nsys_api", "CUDA API patterns only an Nsight capture shows (pageable and synchronous copies, blocking calls)", ("nsys", "device_activity", "gaps"), "docs/inputs.md#nsight-systems", _nsys_api),
     Rule("small_grids", "kernels whose grids leave most SMs idle", ("device_activity",), "underfilled", _small_grids),
     Rule("exposed_h2d_copy", "host-to-device copies with no kernel running", ("device_activity",), "starvation", _exposed_copies),

@@ -56,6 +56,12 @@ def busy_finding_stat(f: Any, window_ns: int, fmt_ns: Callable[[float], str]) ->
     idle findings use: time and share of the window, an upper bound on what its fix recovers."""
     ns = f.affected_busy_ns
     share = f" ({ns / window_ns:.0%} of the window)" if window_ns > 0 else ""
+    saving = getattr(f, "est_saving_ns", 0)
+    if saving > 0:  # the busy-time findings with an estimate from the roofline rank by it
+        return (
+            f"Concerns {fmt_ns(ns)} of device busy time{share}, not idle time: the fix is estimated "
+            f"(from the roofline) to save {fmt_ns(saving)} of it."
+        )
     return (
         f"Concerns {fmt_ns(ns)} of device busy time{share}, not idle time: the fix shortens part of it, "
         "so that is an upper bound on what it recovers."

@@ -1,0 +1,303 @@
+"""Kernel sequences a compiler would fuse: memory-bound chains of small eager kernels, and
+attention computed as GEMM + softmax + GEMM instead of one fused kernel.
+
+A **fusion chain** is a run of consecutive kernels on one stream (no other kernel between them),
+each launched by an eager op that only moves data (elementwise, normalisation, softmax,
+reduction: ``analyses/flops.py``'s bytes-only families, memory-bound by construction) and each
+shorter than ``Config.fusion_max_kernel_ns``, from at least two ops::
+
+    stream 7  [layer_norm][add][gelu]   [mm ............]   [layer_norm][add][gelu]
+              '--- chain (3 ops) ---'                       '--- same sequence ---'
+
+Chains are grouped by their op names; a sequence seen at least ``Config.fusion_min_repeats``
+times is a fusion candidate. Its fused form reads the chain's inputs once and writes its output
+once: each op after the first does not read back the tensor the op before it wrote (an input of
+that size is taken to be it), and only the last op's output is written. The estimate is that
+traffic at the device's memory bandwidth, and never less than the chain's shortest kernel::
+
+    fused bytes = reads(op 1) + sum over later ops of (reads - the previous op's output) + output(last)
+    est. ns     = max(fused bytes / bandwidth, shortest kernel of the chain)
+
+An **unfused attention** is, on one stream, a GEMM (``bmm``/``matmul``) whose output the next
+ops scale or mask (elementwise), a ``softmax`` of it, maybe dropout, then a GEMM by V. Its fused
+form (``scaled_dot_product_attention``) does the two GEMMs' FLOPs and moves Q, K, V and the
+output once; the estimate is the roofline time of that at ``Config.roofline_near_fraction`` of
+the bound (what the report calls near the roofline; flash kernels reach about that).
+
+Neither looks inside compiled regions (``torch.compile`` ranges), CUDA graph launches, Triton
+kernels or the optimizer's step and zero_grad (their levers are a fused optimizer and
+``set_to_none``): that work is fused already or has a fix of its own. Everything here is an estimate from the roofline, and says so.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from whyidle.analyses.advice_context import COMPILED_RANGE
+from whyidle.analyses.calls import is_graph_launch
+from whyidle.analyses.flops import itemsize
+from whyidle.analyses.gemm_shapes import gemm_dims
+from whyidle.analyses.hostops import python_line
+from whyidle.analyses.nesting import OpenIndex
+from whyidle.analyses.peaks import DevicePeak
+from whyidle.analyses.work import OpKernels
+from whyidle.config import Config
+from whyidle.timeline.arrays import unique_sorted
+from whyidle.timeline.model import Kind, Timeline
+
+__all__ = ["Chain", "Attention", "fusion_chains", "unfused_attention", "fusible_kernels"]
+
+I64 = npt.NDArray[np.int64]
+FUSIBLE = frozenset(("elementwise", "norm", "softmax", "reduction"))
+_SKIPPED_RANGE = re.compile(f"{COMPILED_RANGE.pattern}|^Optimizer\\.(step|zero_grad)#")
+_ATTN_GEMM = frozenset(("aten::bmm", "aten::matmul", "aten::baddbmm"))
+_SIZE = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+
+class Chain(msgspec.Struct, frozen=True):
+    """One sequence of ops whose kernels ran back to back, summed over its occurrences."""
+
+    ops: tuple[str, ...]
+    streams: tuple[str, ...]
+    count: int
+    kernels: int
+    kernel_ns: int
+    nbytes: int  # each op's traffic, as the work model counts it
+    fused_nbytes: int  # the fused form's (an estimate)
+    est_ns: int  # the fused form's time (an estimate)
+    line: str = ""  # the Python line of its first op most occurrences ran (with_stack), '' if none
+
+
+class Attention(msgspec.Struct, frozen=True):
+    """Attention computed op by op: the op sequence and its shape, summed over occurrences."""
+
+    ops: tuple[str, ...]
+    shape: tuple[int, int, int, int]  # (batch x heads, query length, key length, head dim)
+    precision: str
+    count: int
+    kernel_ns: int
+    flops: int
+    fused_nbytes: int
+    est_ns: int  # the fused kernel's time (an estimate)
+
+
+def _inside(tl: Timeline, ranges: I64, rows: I64) -> npt.NDArray[np.bool_]:
+    """Whether each row starts inside one of ``ranges`` on its own thread."""
+    out = np.zeros(rows.size, dtype=np.bool_)
+    for lane in unique_sorted(tl.lane[ranges]).tolist():
+        on = ranges[tl.lane[ranges] == lane]
+        s, reach = tl.start_ns[on], np.maximum.accumulate(tl.end_ns[on])
+        q = np.flatnonzero(tl.lane[rows] == lane)
+        t = tl.start_ns[rows[q]]
+        pos = np.searchsorted(s, t, side="right") - 1
+        out[q] = (pos >= 0) & (reach[np.maximum(pos, 0)] > t)
+    return out
+
+
+def fusible_kernels(tl: Timeline, ok: OpKernels) -> npt.NDArray[np.bool_]:
+    """The kernels an eager op launched outside compiled regions, graphs and the optimizer step."""
+    eager = ok.op >= 0
+    ranges = np.flatnonzero(tl.kind_name_mask(_SKIPPED_RANGE.search, Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON))
+    launch = np.maximum(ok.launch, 0)
+    eager &= ~tl.name_mask(is_graph_launch, launch) & ~tl.name_mask(lambda n: n.startswith("triton"), ok.rows)
+    if ranges.size:
+        eager &= ~_inside(tl, ranges, launch)
+    return eager
+
+
+def _runs(tl: Timeline, ok: OpKernels, member: npt.NDArray[np.bool_], must: npt.NDArray[np.bool_] | None = None) -> list[list[int]]:
+    """Runs of two or more consecutive kernels on one stream that are all members (and hold at
+    least one ``must`` kernel, when given): lists of kernel indices."""
+    lane = tl.lane[ok.rows]
+    order = np.lexsort((tl.start_ns[ok.rows], lane))
+    m, ln = member[order], lane[order]
+    start = m.copy()
+    start[1:] &= ~(m[:-1] & (ln[1:] == ln[:-1]))
+    sel = order[m]
+    if sel.size == 0:
+        return []
+    first = np.flatnonzero(start[m])
+    size = np.diff(np.append(first, sel.size))
+    keep = size >= 2
+    if must is not None:
+        keep &= np.add.reduceat(must[sel].astype(np.int64), first) > 0
+    return [sel[a : a + n].tolist() for a, n in zip(first[keep].tolist(), size[keep].tolist(), strict=True)]
+
+
+def _instances(ok: OpKernels, run: list[int]) -> list[int]:
+    """The op instances (indices into ``ok.ops``) of a run of kernels, each once, in order."""
+    out: list[int] = []
+    for k in run:
+        o = int(ok.op[k])
+        if not out or out[-1] != o:
+            out.append(o)
+    return out
+
+
+def _lines(tl: Timeline, rows: list[int]) -> list[str]:
+    """The Python line of each op: its own call stack's, or that of the innermost op around it on
+    its thread that has one (Kineto gives the outer op, ``aten::layer_norm``, the stack; the op
+    that launches, ``aten::native_layer_norm``, none). '' where there is none."""
+    out = [""] * len(rows)
+    if not rows or not (tl.stack >= 0).any():  # no call stacks recorded (with_stack=False)
+        return out
+    q = np.array(rows, dtype=np.int64)
+    parsed: dict[int, str] = {}
+    for lane in unique_sorted(tl.lane[q]).tolist():
+        on = np.flatnonzero((tl.lane == lane) & (tl.kind == int(Kind.CPU_OP)))
+        index = OpenIndex(tl.start_ns[on], tl.end_ns[on], np.flatnonzero(tl.stack[on] >= 0))
+        mine = np.flatnonzero(tl.lane[q] == lane)
+        for i, p in zip(mine.tolist(), index.last_spanning_at(tl.start_ns[q[mine]]).tolist(), strict=True):
+            if p >= 0:
+                sid = int(tl.stack[on[p]])
+                if sid not in parsed:
+                    parsed[sid] = python_line(tl.strings[sid])
+                out[i] = parsed[sid]
+    return out
+
+
+def _most_common(lines: list[str]) -> str:
+    named = [ln for ln in lines if ln]
+    return max(set(named), key=lambda ln: (named.count(ln), ln)) if named else ""
+
+
+def _tensor_bytes(tl: Timeline, row: int, cache: dict[int, list[int]]) -> list[int]:
+    """The bytes of each tensor input of the op at ``row`` (a copy: callers edit it)."""
+    key = int(tl.inputs[row])
+    if key not in cache:
+        cache[key] = _decode_bytes(tl.strings[key]) if key >= 0 else []
+    return list(cache[key])
+
+
+def _decode_bytes(text: str) -> list[int]:
+    try:
+        dims, types, *_ = msgspec.json.decode(text)
+    except (msgspec.DecodeError, ValueError, TypeError):
+        return []
+    if type(dims) is not list or type(types) is not list:
+        return []
+    out = []
+    for d, t in zip(dims, types, strict=False):
+        size = itemsize(str(t))
+        if type(d) is list and size and all(type(x) is int for x in d):
+            out.append(math.prod(d) * size)
+    return out
+
+
+def _fused_nbytes(tl: Timeline, ok: OpKernels, ops: list[int], cache: dict[int, list[int]]) -> int:
+    """Bytes the chain moves when fused: see the module docstring."""
+    total, prev_out = 0, 0
+    for j, o in enumerate(ops):
+        reads = _tensor_bytes(tl, int(ok.ops[o]), cache)
+        out = 0 if ok.works[o].family == "reduction" else max(reads, default=0)
+        if j and prev_out in reads:
+            reads.remove(prev_out)
+        total += sum(reads)
+        prev_out = out
+    return total + prev_out
+
+
+def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Config, eager: npt.NDArray[np.bool_]) -> tuple[Chain, ...]:
+    """The frequent memory-bound chains of small eager kernels, most estimated saving first (pure)."""
+    fam = np.array([w.family in FUSIBLE for w in ok.works] + [False], dtype=np.bool_)
+    member = eager & fam[ok.op] & (ok.ns <= cfg.attribution.fusion_max_kernel_ns)
+    groups: dict[tuple[str, ...], list[tuple[int, int, int, int, int, int, int]]] = {}  # kernels, ns, bytes, fused, est, stream, first op
+    cache = dict[int, list[int]]()
+    ns_of, lane_of, op_rows = ok.ns.tolist(), tl.lane[ok.rows].tolist(), ok.ops.tolist()
+    op_ns = np.zeros(ok.ops.size, dtype=np.int64)
+    np.add.at(op_ns, ok.op[ok.op >= 0], ok.ns[ok.op >= 0])
+    names: dict[int, str] = {}
+    for run in _runs(tl, ok, member):
+        ops = _instances(ok, run)
+        if len(ops) < 2:
+            continue
+        ns = [ns_of[k] for k in run]
+        took = sum(ns)
+        fused = _fused_nbytes(tl, ok, ops, cache)
+        bw = peak.mem_tbps * 1e3 if peak is not None else max(ok.works[o].nbytes / max(int(op_ns[o]), 1) for o in ops)
+        est = min(max(int(fused / bw), min(ns)), took)  # bytes / (bytes per ns), at least one kernel
+        key = tuple(names.get(o) or names.setdefault(o, tl.name_of(op_rows[o])) for o in ops)
+        groups.setdefault(key, []).append((len(run), took, sum(ok.works[o].nbytes for o in ops), fused, est, lane_of[run[0]], op_rows[ops[0]]))
+    kept = {k: got for k, got in groups.items() if len(got) >= cfg.attribution.fusion_min_repeats}
+    firsts = sorted({g[6] for got in kept.values() for g in got})
+    line_of = dict(zip(firsts, _lines(tl, firsts), strict=True))
+    out = [
+        Chain(
+            key,
+            tuple(sorted({tl.lanes[g[5]].label for g in got})),
+            len(got),
+            kernels=sum(g[0] for g in got),
+            kernel_ns=sum(g[1] for g in got),
+            nbytes=sum(g[2] for g in got),
+            fused_nbytes=sum(g[3] for g in got),
+            est_ns=sum(g[4] for g in got),
+            line=_most_common([line_of[g[6]] for g in got]),
+        )
+        for key, got in kept.items()
+    ]
+    return tuple(sorted(out, key=lambda c: -(c.kernel_ns - c.est_ns)))
+
+
+def _attention_at(tl: Timeline, ok: OpKernels, ops: list[int], j: int) -> tuple[list[int], tuple[int, int, int, int], str] | None:
+    """The attention pattern around the softmax at ``ops[j]``: (its op instances, shape, precision)."""
+    fam = [ok.works[o].family for o in ops]
+    a = j - 1
+    while a >= 0 and fam[a] in ("elementwise", "copy"):
+        a -= 1
+    b = j + 1
+    while b < len(ops) and fam[b] in ("elementwise", "copy"):
+        b += 1
+    if a < 0 or b >= len(ops):
+        return None
+    names = [tl.name_of(int(ok.ops[ops[i]])) for i in (a, b)]
+    if not all(n in _ATTN_GEMM for n in names):
+        return None
+    qk, pv = (gemm_dims(n, tl.inputs_of(int(ok.ops[ops[i]]))) for n, i in zip(names, (a, b), strict=True))
+    if qk is None or pv is None or pv.k != qk.n or pv.m != qk.m or qk.batch != pv.batch:
+        return None
+    return ops[a : b + 1], (qk.batch, qk.m, qk.n, pv.n), qk.precision
+
+
+def unfused_attention(
+    tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Config, eager: npt.NDArray[np.bool_]
+) -> tuple[tuple[Attention, ...], npt.NDArray[np.bool_]]:
+    """Attention computed as GEMM, softmax, GEMM by eager ops, most estimated saving first, and
+    which kernels it ran (pure; a fusion chain inside it is not counted twice). Needs the device's
+    peaks for the estimate."""
+    used = np.zeros(ok.ops.size + 1, dtype=np.bool_)
+    if peak is None:
+        return (), used[ok.op]
+    op_ns = np.zeros(ok.ops.size + 1, dtype=np.int64)
+    np.add.at(op_ns, ok.op[ok.op >= 0], ok.ns[ok.op >= 0])
+    groups: dict[tuple[tuple[str, ...], tuple[int, int, int, int], str], list[tuple[int, int, int, int]]] = {}
+    soft = np.array([w.family == "softmax" for w in ok.works] + [False], dtype=np.bool_)[ok.op]
+    for run in _runs(tl, ok, eager, soft):
+        ops = _instances(ok, run)
+        for j, o in enumerate(ops):
+            if ok.works[o].family != "softmax":
+                continue
+            hit = _attention_at(tl, ok, ops, j)
+            if hit is None:
+                continue
+            chain, shape, precision = hit
+            flops = ok.works[chain[0]].flops + ok.works[chain[-1]].flops
+            size = max(_SIZE.get(precision, 0), 1)
+            bh, sq, sk, d = shape
+            nbytes = bh * (2 * sq * d + 2 * sk * d) * size  # Q, K, V read and the output written
+            p = peak.tflops(precision)
+            if p is None:
+                continue
+            t_bound = max(flops / (p * 1e3), nbytes / (peak.mem_tbps * 1e3))  # ns
+            ns = int(op_ns[chain].sum())
+            est = min(int(t_bound / cfg.attribution.roofline_near_fraction), ns)
+            used[chain] = True
+            key = (tuple(tl.name_of(int(ok.ops[c])) for c in chain), shape, precision)
+            groups.setdefault(key, []).append((ns, flops, nbytes, est))
+    out = [Attention(k[0], k[1], k[2], len(v), *(sum(x[i] for x in v) for i in range(4))) for k, v in groups.items()]
+    return tuple(sorted(out, key=lambda a: -(a.kernel_ns - a.est_ns))), used[ok.op]
+
