@@ -143,7 +143,7 @@ class _Local(msgspec.Struct):
 
 
 _GET = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")}
-_ARG = {f: attrgetter(f) for f in ("correlation", "blocks_per_sm", "occupancy", "bytes", "grid", "block", "call_stack", "input_dims", "input_type", "concrete", "flops", "strides")}
+_ARG = {f: attrgetter(f) for f in ("correlation", "blocks_per_sm", "occupancy", "bytes", "grid", "block", "call_stack", "input_dims")}
 _STR_OR_NONE = {str, type(None)}
 
 
