@@ -373,9 +373,9 @@ def _peak_of(tl: Timeline, kernel_rows: I64) -> tuple[str, DevicePeak | None, in
 def _steps(window: Window, op_start: I64, flops: I64, works: _Works, peak: DevicePeak | None, n_dev: int) -> tuple[StepWork, ...]:
     """Each step's model FLOPs (the ops that started in it, on the host) and its MFU."""
     out = []
-    for s in window.steps:
-        inside = (op_start >= s.start_ns) & (op_start < s.end_ns)
-        mine = _sum_by(works.precisions, works.index, flops * inside)
+    for s in window.steps:  # the ops are in start order: a step's are one slice
+        a, b = np.searchsorted(op_start, [s.start_ns, s.end_ns], side="left").tolist()
+        mine = _sum_by(works.precisions, works.index[a:b], flops[a:b])
         t = _at_peak_s(mine, peak, n_dev)
         dur = s.end_ns - s.start_ns
         out.append(StepWork(s.number, dur, sum(mine.values()), t / (dur / 1e9) if t is not None and dur > 0 else None))
