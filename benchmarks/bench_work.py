@@ -4,8 +4,9 @@ For each trace, in one process, rounds alternate between two diagnoses of the sa
 
 * with the work model: ``whyidle.diagnose(path)`` as shipped (the reader keeps each op's recorded
   inputs, the pipeline measures the work);
-* without it: the same call with the reader's inputs text (``kineto_columns._inputs_texts``) and
-  the pipeline's ``measure_work`` and ``op_kernels`` replaced by functions that return None, so
+* without it: the same call with the reader keeping no inputs texts (``kineto_columns._inputs_columns``
+  still gives each op's leading input dimension, which the batch size needs, and drops the texts)
+  and the pipeline's ``measure_work`` and ``op_kernels`` replaced by functions that return None, so
   neither cost is paid (the busy-time rules, which read both, then only note the missing shapes).
 
 Each variant's median wall time is reported, and their ratio. ``measure_work`` alone is also timed
@@ -26,12 +27,16 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import numpy as np
+
 import whyidle
 from whyidle import sources
 from whyidle.analyses.links import link_launches
 from whyidle.analyses.window import select_window
 from whyidle.analyses.work import measure_work
 from whyidle.config import Config
+from whyidle.sources.kineto_columns import _INPUTS_SEEN
+from whyidle.sources.kineto_columns import _inputs_columns as _INPUTS_COLUMNS
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 DEFAULT = [SHARED / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz", SHARED / "inference" / "tracelens__b200_eager_llm_prefill_rank0.json.gz"]
@@ -43,13 +48,20 @@ def _timed(fn: Any) -> float:
     return time.perf_counter() - t0
 
 
+def _no_texts(hargs: list[Any]) -> tuple[Any, Any, list[str]]:
+    inputs, shape0, _ = _INPUTS_COLUMNS(hargs)
+    return np.full(inputs.size, -1, dtype=np.int32), shape0, []
+
+
 def _without_work(path: Path) -> None:
-    with mock.patch("whyidle.sources.kineto_columns._inputs_texts", lambda hargs, *rest: [None] * len(hargs)), mock.patch("whyidle.pipeline.measure_work", lambda *a: None):
+    _INPUTS_SEEN.clear()
+    with mock.patch("whyidle.sources.kineto_columns._inputs_columns", _no_texts), mock.patch("whyidle.pipeline.measure_work", lambda *a: None), mock.patch("whyidle.pipeline.op_kernels", lambda *a: None):
         d = whyidle.diagnose(path, jobs=1)
     assert d.work is None
 
 
 def _with_work(path: Path) -> None:
+    _INPUTS_SEEN.clear()  # as in a fresh process: each distinct inputs text decoded once per process
     d = whyidle.diagnose(path, jobs=1)
     assert d.work is not None
 

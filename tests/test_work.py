@@ -272,6 +272,46 @@ def test_mfu_is_model_flops_over_step_time_at_peak() -> None:
     assert w.compute_slow_ns == 1000 * US and w.near_roofline_ns == 0
 
 
+_CONV_TYPES = ["float", "float"] + ["GenericList"] * 7  # no stride recorded: the output size is read after it
+_consumer = st.tuples(st.integers(2, 5), st.booleans(), st.booleans(), st.lists(st.integers(1, 9), min_size=3, max_size=3))
+
+
+@settings(max_examples=60)
+@given(convs=st.lists(st.tuples(st.integers(1, 3), st.integers(1, 3), st.lists(_consumer, max_size=11)), min_size=1, max_size=5))
+def test_a_convolution_without_its_stride_takes_the_size_of_the_first_op_that_consumes_it(
+    convs: list[tuple[int, int, list[tuple[int, bool, bool, list[int]]]]],
+) -> None:
+    """Each convolution's output size comes from the first of the next 8 ops with recorded inputs
+    on its thread (the following convolutions among them) whose first input has its rank and
+    starts [N, C_out]; without one, stride 1 and no padding are assumed. Written out here as a
+    scan, op by op."""
+    j = Job()
+    ops: list[tuple[str, float, float, str]] = []  # (name, start, end, inputs), in start order
+    t = 0.0
+    for n, cout, consumers in convs:
+        ops.append(("aten::convolution", t, t + 5, json.dumps([[[n, 3, 12, 12], [cout, 3, 3, 3]] + [[]] * 7, _CONV_TYPES, None, None])))
+        j.kernel("conv", t + 1, t + 2, t + 3)
+        t += 6
+        for rank, same_n, same_c, spatial in consumers:
+            first = [n if same_n else n + 1, cout if same_c else cout + 1, *spatial][:rank]
+            ops.append(("aten::relu", t, t + 1, json.dumps([[first], ["float"], None, None])))
+            t += 2
+    for name, start, end, inputs in ops:
+        j.op(name, start, end, inputs)
+    expected = 0
+    for i, (name, _, end, inputs) in enumerate(ops):
+        if name != "aten::convolution":
+            continue
+        dims = json.loads(inputs)[0]
+        after = [json.loads(o[3])[0][0] for o in ops[i + 1 :] if o[1] >= end][:8]
+        out = next((d[2:] for d in after if len(d) == len(dims[0]) and d[:2] == [dims[0][0], dims[1][0]]), None)
+        w = op_work(name, inputs, out_spatial=out)
+        assert w is not None
+        expected += w.flops
+    work, _ = j.work()
+    assert work.flops == expected
+
+
 def test_an_unknown_device_gets_rates_without_fractions() -> None:
     j = Job(device="Mystery Accelerator 9000")
     j.op("aten::mm", 0, 10, BF16_MM)

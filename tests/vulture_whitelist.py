@@ -67,9 +67,14 @@ measure_ns
 graph_break_reasons
 recompile_reasons
 
-# Read through operator.attrgetter by field name (sources/kineto_columns.py's _GET and _ARG)
+# Read through operator.attrgetter by field name (sources/kineto_columns.py's _GET, _ARG and _INPUTS)
 _.correlation
 _.ph
+_.input_type
+_.collective
+_.in_nelems
+_.out_nelems
+_.comm_dtype
 # Renderer.binary: part of the declared registry (whyidle.render.RENDERERS) for callers choosing a write mode
 _.binary
 # _Thread.tops_overlapping: the per-gap lookup tests/test_evidence_index.py checks the all-gap index against

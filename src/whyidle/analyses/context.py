@@ -36,7 +36,7 @@ from whyidle.timeline.model import Kind, Timeline
 __all__ = ["GapContext", "CauseEvidence", "ThreadIndex", "gap_context", "cause_evidence", "explaining_ops", "brief_context"]
 
 I64 = npt.NDArray[np.int64]
-_WORK = (int(Kind.CPU_OP), int(Kind.RUNTIME), int(Kind.SYNC))
+_WORK = (Kind.CPU_OP, Kind.RUNTIME, Kind.SYNC)
 
 
 class GapContext(msgspec.Struct, frozen=True):
@@ -96,7 +96,7 @@ class ThreadIndex:
             return got
         tl = self.tl
         on = tl.lane == lane
-        work = on & (np.isin(tl.kind, _WORK) | self._dl_range)
+        work = on & (tl.mask(*_WORK) | self._dl_range)
         rows = np.flatnonzero(work)  # timeline rows are sorted by start, longest first on ties
         s, e = tl.start_ns[rows], tl.end_ns[rows]
         reach = np.maximum.accumulate(e) if rows.size else e
@@ -108,6 +108,12 @@ class ThreadIndex:
         th = _Thread(rows, s, e, top, s[top], e[top], py)
         self._cache[lane] = th
         return th
+
+    def release(self) -> None:
+        """Let go of the per-thread tables and the gaps' contexts (about 100 bytes a host op and
+        a gap); a later use builds them again."""
+        self._cache.clear()
+        self._contexts = None
 
     def rows(self, lane: int) -> tuple[I64, npt.NDArray[np.bool_], I64]:
         """(rows, top-level mask over rows, python_function rows) of one thread."""

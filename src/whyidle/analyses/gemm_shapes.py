@@ -96,7 +96,7 @@ def _shapes(tl: Timeline, ok: OpKernels) -> list[tuple[int, int, int, int]]:
     op_ns = np.zeros(ok.ops.size, dtype=np.int64)
     has = ok.op >= 0
     np.add.at(op_ns, ok.op[has], ok.ns[has])
-    gemm = np.array([w.family == "gemm" for w in ok.works], dtype=np.bool_)
+    gemm = ok.works.family_is(("gemm",))
     used = np.flatnonzero((op_ns > 0) & gemm) if gemm.size else np.zeros(0, dtype=np.int64)
     if used.size == 0:
         return []

@@ -59,9 +59,11 @@ class OpenIndex:
     def __init__(self, start: I64, end: I64, subset: I64 | None = None) -> None:
         self.start = start
         self.pos = np.arange(start.size, dtype=np.int64) if subset is None else subset
-        self.end = end[self.pos]
+        self.end = end if subset is None else end[self.pos]
         pg = previous_greater(self.end)
-        self.up = [pg]
+        # The jumps as int32 where positions fit (half the memory; a thread's index is
+        # O(n log depth) of them): the answers are the same int64 positions.
+        self.up: list[npt.NDArray[np.integer]] = [pg.astype(np.int32) if pg.size < 2**31 else pg]
         while True:  # up[k + 1] = up[k] applied twice, until every chain has ended
             last = self.up[-1]
             live = last >= 0

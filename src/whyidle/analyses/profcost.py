@@ -90,29 +90,35 @@ def estimate_profiler_cost(tl: Timeline, lanes: npt.NDArray[np.int64], lo: int, 
     removed for it): too few records to find the profiler's own cost among them."""
     kinds = np.array([int(k) for k in RECORD_KINDS])
     gaps_by_kind: dict[int, list[I64]] = {int(k): [] for k in RECORD_KINDS}
-    per_lane: list[tuple[I64, I64, I64, npt.NDArray[np.bool_]]] = []
+    # Per lane, the records that start in [lo, hi): (start, kind, gap before the next) of those
+    # with a gap. The whole lane's gaps go to the quantiles; only these are kept for the cut.
+    per_lane: list[tuple[I64, npt.NDArray[np.int8], I64]] = []
+    is_record = tl.mask(*RECORD_KINDS)
     for ln in lanes.tolist():
-        rows = np.flatnonzero((tl.lane == ln) & np.isin(tl.kind, kinds))
+        rows = np.flatnonzero((tl.lane == ln) & is_record)
         if rows.size == 0:
             continue
         s, e = tl.start_ns[rows].astype(np.int64), tl.end_ns[rows].astype(np.int64)
         gap, has = record_gaps(s, e)
-        k = tl.kind[rows].astype(np.int64)
+        del e
+        k = tl.kind[rows]
         for kk in gaps_by_kind:
             gaps_by_kind[kk].append(gap[has & (k == kk)])
-        per_lane.append((s, k, gap, has))
+        keep = has & (s >= lo) & (s < hi)
+        per_lane.append((s[keep], k[keep], gap[keep]))
     floor: dict[int, int] = {}
     for kk, parts in gaps_by_kind.items():
         g = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
         floor[kk] = int(linear_quantile(g, quantile)) if g.size >= min_records else 0
+    gaps_by_kind.clear()
     starts: list[I64] = []
     ends: list[I64] = []
     records = 0
     by_kind = np.zeros(int(kinds.max()) + 1, dtype=np.int64)
     by_kind[kinds] = [floor[int(x)] for x in kinds]
-    for s, k, gap, has in per_lane:
+    for s, k, gap in per_lane:
         f = by_kind[k]
-        take = has & (s >= lo) & (s < hi) & (f > 0) & (gap > 0)
+        take = (f > 0) & (gap > 0)
         cut = np.minimum(f, gap)[take]
         starts.append(s[take] - cut)
         ends.append(s[take])

@@ -204,7 +204,7 @@ def _fused_nbytes(tl: Timeline, ok: OpKernels, ops: list[int], cache: dict[int, 
 
 def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Config, eager: npt.NDArray[np.bool_]) -> tuple[Chain, ...]:
     """The frequent memory-bound chains of small eager kernels, most estimated saving first (pure)."""
-    fam = np.array([w.family in FUSIBLE for w in ok.works] + [False], dtype=np.bool_)
+    fam = np.append(ok.works.family_is(FUSIBLE), False)
     member = eager & fam[ok.op] & (ok.ns <= cfg.attribution.fusion_max_kernel_ns)
     groups: dict[tuple[str, ...], list[tuple[int, int, int, int, int, int, int]]] = {}  # kernels, ns, bytes, fused, est, stream, first op
     cache = dict[int, list[int]]()
@@ -275,7 +275,7 @@ def unfused_attention(
     op_ns = np.zeros(ok.ops.size + 1, dtype=np.int64)
     np.add.at(op_ns, ok.op[ok.op >= 0], ok.ns[ok.op >= 0])
     groups: dict[tuple[tuple[str, ...], tuple[int, int, int, int], str], list[tuple[int, int, int, int]]] = {}
-    soft = np.array([w.family == "softmax" for w in ok.works] + [False], dtype=np.bool_)[ok.op]
+    soft = np.append(ok.works.family_is(("softmax",)), False)[ok.op]
     for run in _runs(tl, ok, eager, soft):
         ops = _instances(ok, run)
         for j, o in enumerate(ops):

@@ -31,6 +31,7 @@ FLOPs of its ops that started in the window, and no rates.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,7 @@ from whyidle.config import Config
 from whyidle.timeline.arrays import unique_inverse, unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
-__all__ = ["OpRoof", "StepWork", "WorkSummary", "OpKernels", "measure_work", "op_kernels", "roof"]
+__all__ = ["OpRoof", "StepWork", "WorkSummary", "OpKernels", "OpWorks", "measure_work", "op_kernels", "roof"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -103,27 +104,46 @@ class WorkSummary(msgspec.Struct, frozen=True, omit_defaults=True):  # comms: ab
     comms: CommWork | None = None  # the collectives' bytes and bus bandwidth (analyses/collectives.py)
 
 
-def _modelled_ops(tl: Timeline) -> tuple[I64, list[OpWork]]:
+class OpWorks:
+    """The work of each modelled op, as an index into a table of the distinct works."""
+
+    def __init__(self, table: list[OpWork], index: I64) -> None:
+        self.table, self.index = table, index
+        self.flops = np.array([w.flops for w in table], dtype=np.int64)[index]
+        self.nbytes = np.array([w.nbytes for w in table], dtype=np.int64)[index]
+        self.precisions = [w.precision for w in table]  # op i's is precisions[index[i]]
+
+    def __getitem__(self, i: int) -> OpWork:
+        return self.table[int(self.index[i])]
+
+    def __len__(self) -> int:
+        return int(self.index.size)
+
+    def family_is(self, families: Collection[str]) -> npt.NDArray[np.bool_]:
+        """Per op: its work's family is one of ``families`` (tested once per distinct work)."""
+        return np.array([w.family in families for w in self.table], dtype=np.bool_)[self.index] if self.table else np.zeros(self.index.size, dtype=np.bool_)
+
+
+def _modelled_ops(tl: Timeline) -> tuple[I64, OpWorks]:
     """The modelled ops (rows, in start order) and their work."""
     rows = np.flatnonzero((tl.kind == int(Kind.CPU_OP)) & (tl.inputs >= 0))
-    if rows.size == 0:
-        return rows, []
     key = tl.name[rows].astype(np.int64) << 32 | tl.inputs[rows].astype(np.int64)
     uniq, inverse = unique_inverse(key)
-    table = [op_work(tl.strings[int(k >> 32)], tl.strings[int(k & 0xFFFFFFFF)]) for k in uniq.tolist()]
-    has = np.array([w is not None for w in table], dtype=np.bool_)[inverse]
-    rows, inverse = rows[has], inverse[has]
-    works = [w for w in (table[i] for i in inverse.tolist()) if w is not None]
-    todo = [j for j, w in enumerate(works) if needs_output(w)]
-    if todo:
-        recorded = np.flatnonzero(tl.inputs >= 0)  # in start order
-        lanes = {ln: recorded[tl.lane[recorded] == ln] for ln in unique_sorted(tl.lane[rows[todo]]).tolist()}
-        by_lane = {ln: (r, tl.start_ns[r]) for ln, r in lanes.items()}
-        outputs = _Outputs(tl)
-        for j in todo:
-            better = outputs.work(int(rows[j]), *by_lane[int(tl.lane[rows[j]])])
-            works[j] = better if better is not None else works[j]
-    return rows, works
+    found = [op_work(tl.strings[int(k >> 32)], tl.strings[int(k & 0xFFFFFFFF)]) for k in uniq.tolist()]
+    modelled = np.array([w is not None for w in found], dtype=np.bool_)
+    table = [w for w in found if w is not None]
+    keep = modelled[inverse]
+    rows, index = rows[keep], (np.cumsum(modelled) - 1)[inverse[keep]]
+    todo = np.flatnonzero(np.array([needs_output(w) for w in table], dtype=np.bool_)[index]) if table else index[:0]
+    if todo.size:
+        slot: dict[int, int] = {}  # a better work (one object per distinct count) -> its place in the table
+        for j, better in zip(todo.tolist(), _Outputs(tl).works(rows[todo]), strict=True):
+            if better is not None:
+                if id(better) not in slot:
+                    slot[id(better)] = len(table)
+                    table.append(better)
+                index[j] = slot[id(better)]
+    return rows, OpWorks(table, index)
 
 
 def _parents(tl: Timeline, ops: I64) -> I64:
@@ -160,17 +180,18 @@ def _counted(flops: I64, own_ns: I64, parent: I64) -> npt.NDArray[np.bool_]:
 
 
 class _Outputs:
-    """A convolution's work with its output size read from the next op on its thread whose first
-    input is [N, C_out, ...] (the batch norm or activation that consumes it). Each inputs text is
-    decoded once, each (op, inputs, output size) counted once."""
+    """Convolutions' work with their output size read from the next op on their thread whose
+    first input is [N, C_out, ...] (the batch norm or activation that consumes it), looked for
+    among the next ``_LOOK_AHEAD`` ops with recorded inputs. Each inputs text is decoded once,
+    each (op, inputs, consumer's inputs) counted once."""
 
     def __init__(self, tl: Timeline) -> None:
         self.tl = tl
         self.dims: dict[int, list[Any] | None] = {}
-        self.done: dict[tuple[int, int, tuple[int, ...]], OpWork | None] = {}
+        self.done: dict[tuple[int, int, int], OpWork | None] = {}
 
-    def _dims(self, row: int) -> list[Any] | None:
-        i = int(self.tl.inputs[row])
+    def _dims(self, i: int) -> list[Any] | None:
+        """The dims of inputs text ``i``, None when they do not decode to a list."""
         if i not in self.dims:
             try:
                 d = msgspec.json.decode(self.tl.strings[i])[0]
@@ -179,23 +200,60 @@ class _Outputs:
             self.dims[i] = d if type(d) is list else None
         return self.dims[i]
 
-    def work(self, row: int, recorded: I64, starts: I64) -> OpWork | None:
-        """The op's work, None when no op after it takes its output. ``recorded``: the thread's
-        rows with recorded inputs, in start order; ``starts``: their starts."""
-        tl, dims = self.tl, self._dims(row)
+    def works(self, convs: I64) -> list[OpWork | None]:
+        """Each convolution's work (rows, in start order), None when no op after it takes its output."""
+        tl = self.tl
+        out: list[OpWork | None] = [None] * convs.size
+        recorded = np.flatnonzero(tl.inputs >= 0)  # in start order
+        for lane in unique_sorted(tl.lane[convs]).tolist():
+            mine = np.flatnonzero(tl.lane[convs] == lane)
+            rec = recorded[tl.lane[recorded] == lane]  # holds the convolutions themselves: not empty
+            first = np.searchsorted(tl.start_ns[rec], tl.end_ns[convs[mine]], side="left")
+            pos = first[:, None] + np.arange(_LOOK_AHEAD, dtype=np.int64)
+            cand = np.where(pos < rec.size, tl.inputs[rec[np.minimum(pos, rec.size - 1)]], -1)
+            # The first input's (rank, N, C) of every candidate, as a code; the convolutions' own
+            # (rank, N, C_out) looked up among them: the first candidate with the same code takes it.
+            codes: dict[tuple[Any, ...], int] = {}
+            ids = unique_sorted(cand[cand >= 0])
+            cand_code = np.full(len(tl.strings) if ids.size else 0, -1, dtype=np.int64)
+            for i in ids.tolist():
+                d = self._dims(i)
+                d0 = d[0] if d else None
+                if type(d0) is list and len(d0) >= 2:
+                    cand_code[i] = codes.setdefault((len(d0), _frozen(d0[0]), _frozen(d0[1])), len(codes))
+            got = np.where(cand >= 0, cand_code[np.maximum(cand, 0)], -1) if ids.size else np.full(cand.shape, -1, dtype=np.int64)
+            own = np.array([self._code(int(r), codes) for r in convs[mine].tolist()], dtype=np.int64)
+            match = (got == own[:, None]) & (own[:, None] >= 0)
+            which = cand[np.arange(mine.size), np.argmax(match, axis=1)]
+            for k, found in zip(mine.tolist(), np.where(match.any(axis=1), which, -1).tolist(), strict=True):
+                if found >= 0:
+                    out[k] = self._work(int(convs[k]), found)
+        return out
+
+    def _code(self, row: int, codes: dict[tuple[Any, ...], int]) -> int:
+        """The code of the (rank, N, C_out) a consumer of convolution ``row``'s output starts with, -1 if none can."""
+        dims = self._dims(int(self.tl.inputs[row]))
         if not dims or len(dims) < 2 or type(dims[0]) is not list or type(dims[1]) is not list or not dims[0] or not dims[1]:
-            return None
-        n, c_out, nd = dims[0][0], dims[1][0], len(dims[0])
-        first = int(np.searchsorted(starts, tl.end_ns[row], side="left"))
-        for r in recorded[first : first + _LOOK_AHEAD].tolist():
-            nxt = self._dims(r)
-            d = nxt[0] if nxt else None
-            if type(d) is list and len(d) == nd and d[:2] == [n, c_out]:
-                key = (int(tl.name[row]), int(tl.inputs[row]), tuple(d[2:]))
-                if key not in self.done:
-                    self.done[key] = op_work(tl.name_of(row), tl.inputs_of(row), out_spatial=list(d[2:]))
-                return self.done[key]
-        return None
+            return -1
+        return codes.get((len(dims[0]), _frozen(dims[0][0]), _frozen(dims[1][0])), -1)
+
+    def _work(self, row: int, consumer: int) -> OpWork | None:
+        """Convolution ``row``'s work, its output size the spatial dims of inputs text ``consumer``'s first input."""
+        tl = self.tl
+        key = (int(tl.name[row]), int(tl.inputs[row]), consumer)
+        if key not in self.done:
+            d = self._dims(consumer)
+            self.done[key] = op_work(tl.name_of(row), tl.inputs_of(row), out_spatial=list(d[0][2:]) if d else None)
+        return self.done[key]
+
+
+def _frozen(x: Any) -> Any:
+    """A decoded JSON value as a key that is equal where the values are (lists as tuples)."""
+    if type(x) is list:
+        return tuple(map(_frozen, x))
+    if type(x) is dict:
+        return ("{}", frozenset((k, _frozen(v)) for k, v in x.items()))
+    return x
 
 
 # Ops read after a convolution for the one consuming its output (batch norm, activation, add).
@@ -257,7 +315,7 @@ def _kernels(tl: Timeline, links: Links, window: Window) -> tuple[I64, I64, I64]
     return rows[inside], ns[inside], launch[inside]
 
 
-def _group_roofs(tl: Timeline, ops: I64, works: list[OpWork], op_ns: I64, peak: DevicePeak | None) -> list[OpRoof]:
+def _group_roofs(tl: Timeline, ops: I64, works: OpWorks, op_ns: I64, peak: DevicePeak | None) -> list[OpRoof]:
     """One OpRoof per (name, inputs) among the ops with kernel time, longest first."""
     used = np.flatnonzero(op_ns > 0)
     key = tl.name[ops[used]].astype(np.int64) << 32 | tl.inputs[ops[used]].astype(np.int64)
@@ -266,8 +324,8 @@ def _group_roofs(tl: Timeline, ops: I64, works: list[OpWork], op_ns: I64, peak: 
     first = np.full(uniq.size, inverse.size, dtype=np.int64)
     np.minimum.at(first, inverse, np.arange(inverse.size, dtype=np.int64))
     flops, nbytes, group_ns = (np.zeros(uniq.size, dtype=np.int64) for _ in range(3))  # exact sums: int64, not bincount's floats
-    np.add.at(flops, inverse, np.array([works[i].flops for i in used.tolist()], dtype=np.int64))
-    np.add.at(nbytes, inverse, np.array([works[i].nbytes for i in used.tolist()], dtype=np.int64))
+    np.add.at(flops, inverse, works.flops[used])
+    np.add.at(nbytes, inverse, works.nbytes[used])
     np.add.at(group_ns, inverse, op_ns[used])
     out = []
     for g in range(uniq.size):
@@ -322,14 +380,12 @@ def _peak_of(tl: Timeline, kernel_rows: I64) -> tuple[str, DevicePeak | None, in
     return name, peak, max(len(used), 1), notes
 
 
-def _steps(window: Window, op_start: I64, flops: I64, by_prec: list[str], peak: DevicePeak | None, n_dev: int) -> tuple[StepWork, ...]:
+def _steps(window: Window, op_start: I64, flops: I64, works: OpWorks, peak: DevicePeak | None, n_dev: int) -> tuple[StepWork, ...]:
     """Each step's model FLOPs (the ops that started in it, on the host) and its MFU."""
     out = []
-    for s in window.steps:
-        inside = (op_start >= s.start_ns) & (op_start < s.end_ns)
-        mine: dict[str, int] = {}
-        for i in np.flatnonzero(inside & (flops > 0)).tolist():
-            mine[by_prec[i]] = mine.get(by_prec[i], 0) + int(flops[i])
+    for s in window.steps:  # the ops are in start order: a step's are one slice
+        a, b = np.searchsorted(op_start, [s.start_ns, s.end_ns], side="left").tolist()
+        mine = _sum_by(works.precisions, works.index[a:b], flops[a:b])
         t = _at_peak_s(mine, peak, n_dev)
         dur = s.end_ns - s.start_ns
         out.append(StepWork(s.number, dur, sum(mine.values()), t / (dur / 1e9) if t is not None and dur > 0 else None))
@@ -343,12 +399,13 @@ def _started_in(starts: I64, window: Window) -> I64:
     return ((starts >= window.start_ns) & (starts < window.end_ns)).astype(np.int64)
 
 
-def _sum_by(keys: list[str], values: I64) -> dict[str, int]:
-    """The values summed per key, for the keys with a value above 0, in first-seen order."""
+def _sum_by(keys: list[str], of: I64, values: I64) -> dict[str, int]:
+    """The values summed per key (element i's is ``keys[of[i]]``), for the elements with a value
+    above 0, in first-seen order."""
     out: dict[str, int] = {}
-    for k, v in zip(keys, values.tolist(), strict=True):
-        if v > 0:
-            out[k] = out.get(k, 0) + int(v)
+    pos = np.flatnonzero(values > 0)
+    for k, v in zip(of[pos].tolist(), values[pos].tolist(), strict=True):
+        out[keys[k]] = out.get(keys[k], 0) + v
     return out
 
 
@@ -365,8 +422,7 @@ def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config, kernel
     if not (tl.kind == int(Kind.KERNEL)).any():  # a CPU run: every op in the window did its work on the host
         ran = _started_in(tl.start_ns[ops], window)
         notes.append("no device kernels: the FLOPs are those of every op that started in the window (the whole trace when it has none), run on the host")
-    work_flops = np.fromiter((w.flops for w in works), dtype=np.int64, count=len(works))
-    work_bytes = np.fromiter((w.nbytes for w in works), dtype=np.int64, count=len(works))
+    work_flops, work_bytes = works.flops, works.nbytes
     counted = _counted(work_flops, ran, parent)
     # An op with FLOPs counted inside it: its own kernels (outside the inner op) are unmodelled.
     outer = (work_flops > 0) & ~counted
@@ -375,13 +431,12 @@ def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config, kernel
     op_ns[outer] = 0
     counted |= (op_ns > 0) & ~outer  # ops that only move data count where their kernels ran
     flops = work_flops * counted
-    precisions = [w.precision for w in works]
-    by_precision = _sum_by(precisions, flops)
-    ns_by_precision = _sum_by(precisions, op_ns * (flops > 0))
+    by_precision = _sum_by(works.precisions, works.index, flops)
+    ns_by_precision = _sum_by(works.precisions, works.index, op_ns * (flops > 0))
     roofs = _group_roofs(tl, ops, works, op_ns, peak)
     near, compute, memory, unrated = _split(roofs, cfg)
     lost = owner < 0
-    unmodelled = _sum_by(tl.names_of(rows[lost]), ns[lost])
+    unmodelled = _sum_by(tl.strings, tl.name[rows[lost]].astype(np.int64), ns[lost])
     if not (tl.inputs >= 0).any():
         notes.append("the trace recorded no input shapes: no op's work is known (profile with record_shapes=True)")
     duration = window.end_ns - window.start_ns
@@ -405,7 +460,7 @@ def measure_work(tl: Timeline, links: Links, window: Window, cfg: Config, kernel
         unmodelled_ns=int(ns[lost].sum()),
         duration_ns=duration,
         mfu=at_peak / (duration / 1e9) if at_peak is not None and duration > 0 and by_precision else None,
-        steps=_steps(window, tl.start_ns[ops], flops, precisions, peak, n_dev),
+        steps=_steps(window, tl.start_ns[ops], flops, works, peak, n_dev),
         ops=tuple(roofs[: cfg.render.work_top_ops]),
         unmodelled=tuple(sorted(unmodelled.items(), key=lambda kv: -kv[1])[: cfg.render.work_top_ops]),
         notes=tuple(notes),
@@ -422,7 +477,7 @@ class OpKernels(msgspec.Struct, frozen=True):
     launch: I64  # its launch call's row, -1 if none
     op: I64  # index into ``ops`` and ``works`` of its op, -1 if none
     ops: I64  # the modelled ops' rows, in start order
-    works: list[OpWork]
+    works: OpWorks  # each op's work: works[i]
     parent: I64  # per op, the nearest modelled op enclosing it on its thread, -1 if none
 
 

@@ -34,6 +34,7 @@ from whyidle.sources.kineto_cuts import cut_bounds, events_span
 from whyidle.sources.kineto_columns import (
     _Columns,
     _Local,
+    RAW_NULL,
     _local_columns,
     _Num,
 )
@@ -60,17 +61,20 @@ class _Args(msgspec.Struct, gc=False):
     direction: Any = None  # MTIA dma_request: HOST_TO_DEVICE, DEVICE_TO_HOST
     block: Any = None  # [x, y, z] threads
     call_stack: Any = msgspec.field(default=None, name="Call stack")
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")
-    input_type: Any = msgspec.field(default=None, name="Input type")
-    concrete: Any = msgspec.field(default=None, name="Concrete Inputs")
-    strides: Any = msgspec.field(default=None, name="Input Strides")
-    flops: Any = None  # with_flops=True: the profiler's own count for the op
-    # record_param_comms (and NCCL kernels, PyTorch 2.1+): what a collective moved (analyses/collectives.py)
-    collective: Any = msgspec.field(default=None, name="Collective name")
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
-    group_size: Any = msgspec.field(default=None, name="Group size")
-    comm_dtype: Any = msgspec.field(default=None, name="dtype")
+    # An op's recorded inputs, kept as their JSON text (RAW_NULL when absent): the reader joins
+    # the five into one key per op and decodes only the distinct ones (kineto_columns._host_columns).
+    input_dims: msgspec.Raw = msgspec.field(default=RAW_NULL, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=RAW_NULL, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=RAW_NULL, name="Concrete Inputs")
+    flops: msgspec.Raw = RAW_NULL  # with_flops=True: the profiler's own count for the op
+    strides: msgspec.Raw = msgspec.field(default=RAW_NULL, name="Input Strides")
+    # record_param_comms (and NCCL kernels, PyTorch 2.1+): what a collective moved
+    # (analyses/collectives.py); raw too, joined to the inputs' key (kineto_columns._INPUTS).
+    collective: msgspec.Raw = msgspec.field(default=RAW_NULL, name="Collective name")
+    in_nelems: msgspec.Raw = msgspec.field(default=RAW_NULL, name="In msg nelems")
+    out_nelems: msgspec.Raw = msgspec.field(default=RAW_NULL, name="Out msg nelems")
+    group_size: msgspec.Raw = msgspec.field(default=RAW_NULL, name="Group size")
+    comm_dtype: msgspec.Raw = msgspec.field(default=RAW_NULL, name="dtype")
     name: Any = None  # metadata events: process / thread name
     labels: Any = None  # metadata events: process labels ("GPU 0", "CPU")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from itertools import compress, repeat
+from itertools import compress, count, filterfalse, repeat
 from operator import attrgetter, eq
 from typing import Any
 
@@ -143,10 +143,7 @@ class _Local(msgspec.Struct):
 
 
 _GET = {f: attrgetter(f) for f in ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")}
-_ARG = {
-    f: attrgetter(f)
-    for f in ("correlation", "blocks_per_sm", "occupancy", "bytes", "grid", "block", "call_stack", "input_dims", "input_type", "concrete", "flops", "strides", "collective")
-}
+_ARG = {f: attrgetter(f) for f in ("correlation", "blocks_per_sm", "occupancy", "bytes", "grid", "block", "call_stack", "input_dims", "collective")}
 _STR_OR_NONE = {str, type(None)}
 
 
@@ -228,26 +225,64 @@ def _device_columns(args: list[Any], is_device: np.ndarray, n: int) -> dict[str,
     return cols
 
 
+# The default of the reader's raw fields (kineto._Args): the JSON text of a field not recorded.
+RAW_NULL = msgspec.Raw(b"null")
+_JOIN = b",".join
+# An op's recorded inputs, [dims, types, concrete inputs, flops, strides], and a collective's
+# record, [name, in elements, out elements, group size, dtype], as the trace wrote them: joined
+# with commas, the items of one JSON array (``_inputs_text`` decodes it).
+_INPUTS = attrgetter("input_dims", "input_type", "concrete", "flops", "strides", "collective", "in_nelems", "out_nelems", "group_size", "comm_dtype")
+_NO_INPUTS = (RAW_NULL,) * 10
+
+
+def _inputs_columns(hargs: list[Any]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(inputs id, leading dimension of the first input) of each op, -1 where unknown, and the
+    table of inputs texts the ids index: each op's recorded inputs as one JSON array, [dims,
+    types, concrete inputs, flops, strides], re-encoded compactly (what the work model,
+    analyses/work.py, reads; it checks each part's type); no text where the op recorded no
+    dims. A collective's record (record_param_comms) adds [name, in elements, out elements,
+    group size, dtype] as a sixth part (analyses/collectives.py), with or without dims. Each
+    distinct text is decoded once per process; the ops' loop stays in C."""
+    parts = _field(hargs, _INPUTS)
+    if None in parts:
+        parts = [_NO_INPUTS if p is None else p for p in parts]
+    keys = list(map(_JOIN, parts))
+    cache = _INPUTS_SEEN
+    found = list(map(cache.get, keys))
+    if None in found:
+        if len(cache) > 200_000:
+            cache.clear()
+        for key in dict.fromkeys(keys):
+            if key not in cache:
+                cache[key] = _inputs_text(key)
+        found = list(map(cache.__getitem__, keys))
+    texts, firsts = zip(*found)
+    table, ids = _intern(list(texts))
+    inputs = np.array(ids, dtype=np.int32)
+    if None in table:  # the ops without dims
+        none = table.pop(None)
+        inputs[inputs == none] = -1
+        inputs[inputs > none] -= 1
+    return inputs, np.array(firsts, dtype=np.int64), list(table)
+
+
+# Per distinct inputs key, decoded once per process: inputs repeat across batches.
+_INPUTS_SEEN: dict[bytes, tuple[str | None, int]] = {}
+
+
+def _inputs_text(key: bytes) -> tuple[str | None, int]:
+    """(the inputs text, None without dims; the leading dimension of the first input or -1)."""
+    parts = msgspec.json.decode(b"[" + key + b"]")
+    d, comm = parts[0], parts[5:]
+    first = d0[0] if type(d) is list and d and type(d0 := d[0]) is list and d0 and type(d0[0]) is int else -1
+    if comm[0] is not None:
+        return _ENCODE([*parts[:5], comm]).decode(), first
+    if type(d) is not list:
+        return None, -1
+    return _ENCODE(parts[:5]).decode(), first
+
+
 _ENCODE = msgspec.json.Encoder().encode
-
-
-def _inputs_texts(hargs: list[Any], comms: bool) -> list[bytes | None]:
-    """Each op's recorded inputs as one JSON text, [dims, types, concrete inputs, flops, strides]
-    (null where not recorded): what the work model (analyses/work.py) reads, which checks each
-    part's type; None when the op recorded no dims. A collective's record (``comms``: some op
-    has one) adds [name, in elements, out elements, group size, dtype] as a sixth part
-    (analyses/collectives.py), with or without dims. Bytes: only the distinct ones are decoded."""
-    enc = _ENCODE
-    texts = [
-        enc((d, a.input_type, a.concrete, a.flops, a.strides)) if a is not None and type(d := a.input_dims) is list else None
-        for a in hargs
-    ]
-    if comms:
-        for i, a in enumerate(hargs):
-            if a is not None and a.collective is not None:
-                comm = (a.collective, a.in_nelems, a.out_nelems, a.group_size, a.comm_dtype)
-                texts[i] = enc((a.input_dims, a.input_type, a.concrete, a.flops, a.strides, comm))
-    return texts
 
 
 def _host_columns(args: list[Any], is_device: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str], list[str]]:
@@ -260,19 +295,16 @@ def _host_columns(args: list[Any], is_device: np.ndarray, n: int) -> tuple[np.nd
     if not host_idx:
         return stack, shape0, inputs, [], []
     stack_of: dict[str, int] = {}
-    inputs_of: dict[bytes, int] = {}
     hargs = [args[i] for i in host_idx]
     if set(map(type, _field(hargs, _ARG["call_stack"]))) != {type(None)}:  # else none has a stack
         stack[host_idx] = [stack_of.setdefault(st, len(stack_of)) if a is not None and type(st := a.call_stack) is str and st else -1 for a in hargs]
-    # The leading dimension of the first input ("Input Dims": [[32, 3, 224, 224], ...]).
-    comms = set(map(type, _field(hargs, _ARG["collective"]))) != {type(None)}
-    if comms or set(map(type, _field(hargs, _ARG["input_dims"]))) != {type(None)}:
-        shape0[host_idx] = [
-            d0[0] if a is not None and type(d := a.input_dims) is list and d and type(d0 := d[0]) is list and d0 and type(d0[0]) is int else -1
-            for a in hargs
-        ]
-        inputs[host_idx] = [-1 if x is None else inputs_of.setdefault(x, len(inputs_of)) for x in _inputs_texts(hargs, comms)]
-    return stack, shape0, inputs, list(stack_of), [t.decode() for t in inputs_of]
+    # Each distinct recorded inputs text is decoded once: its dims give the leading dimension of
+    # the first input ("Input Dims": [[32, 3, 224, 224], ...]), the whole its inputs id.
+    texts: list[str] = []
+    dims, comms = _field(hargs, _ARG["input_dims"]), _field(hargs, _ARG["collective"])
+    if dims.count(RAW_NULL) + dims.count(None) < len(dims) or comms.count(RAW_NULL) + comms.count(None) < len(comms):  # else none has either
+        inputs[host_idx], shape0[host_idx], texts = _inputs_columns(hargs)
+    return stack, shape0, inputs, list(stack_of), texts
 
 
 def _local_columns(events: list[Any], style: str, path: str) -> _Local:
@@ -385,7 +417,9 @@ class _Columns:
             remap = np.array([self._stack(st) for st in loc.stacks] + [-1], dtype=np.int32)
             c["stack"] = remap[c["stack"]]
         if loc.inputs:
-            remap = np.array([self.input_ids.setdefault(t, len(self.input_ids)) for t in loc.inputs] + [-1], dtype=np.int32)
+            ids = self.input_ids  # the batch's texts are distinct: the new ones get the next ids
+            ids.update(zip(filterfalse(ids.__contains__, loc.inputs), count(len(ids))))
+            remap = np.array([*map(ids.__getitem__, loc.inputs), -1], dtype=np.int32)
             c["inputs"] = remap[c["inputs"]]
         b.add_columns(**c)
 

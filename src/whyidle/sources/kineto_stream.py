@@ -349,7 +349,23 @@ def _run(path: Path, style: str, exact: bool, jobs: int = 1, progress: Progress 
     finally:
         if gc_was_enabled:
             gc.enable()
+    _give_back_freed_memory()
     return timeline, bytes(t.first), b"".join(t.recent)[-_MIB:]
+
+
+def _give_back_freed_memory() -> None:
+    """Return the C heap's free pages to the system (glibc's ``malloc_trim``; elsewhere nothing).
+
+    The batches' columns and the sort's copies, freed by now, are held as free heap in pieces
+    that the analyses' larger arrays do not fit into, so without this the process keeps them and
+    grows past them (a 2 GB trace: 557 -> 387 MB resident after reading, and the diagnosis's peak
+    834 -> 671 MB)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _auto_jobs(p: Path) -> int:

@@ -56,6 +56,7 @@ class Kind(enum.IntEnum):
 
 
 DEVICE_WORK_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.COLLECTIVE)
+_KIND_TABLE_SIZE = max(Kind) + 1  # Timeline.mask's lookup table
 # Name of the annotation a source writes for a stretch its thread spent scheduled out (not
 # running): nsys SCHED_EVENTS. The attribution reads it as a blocked thread.
 OFF_CPU = "thread off CPU (scheduled out)"
@@ -178,7 +179,10 @@ class Timeline(msgspec.Struct):
         return self.end_ns - self.start_ns
 
     def mask(self, *kinds: Kind) -> npt.NDArray[np.bool_]:
-        return np.isin(self.kind, np.array([int(k) for k in kinds], dtype=np.int8))
+        """Whether each row is of one of ``kinds`` (a table lookup: np.isin sorts or scans per kind)."""
+        table = np.zeros(_KIND_TABLE_SIZE, dtype=np.bool_)
+        table[[int(k) for k in kinds]] = True
+        return table[self.kind]
 
     def names_of(self, idx: npt.NDArray[np.int64] | list[int]) -> list[str]:
         s = self.strings
