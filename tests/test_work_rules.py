@@ -19,7 +19,7 @@ import whyidle
 from whyidle.analyses.advice_context import AdviceContext
 from whyidle.analyses.gemm_shapes import gemm_dims
 from whyidle.analyses.peaks import PEAKS
-from whyidle.findings.levers import FINDING_IDIOM_LEVERS
+from whyidle.catalogue import idiom_levers
 from whyidle.findings.advice import fit_lever, for_idiom
 from whyidle.findings.levers import lever_for
 from whyidle.pages import page_name, page_text
@@ -261,9 +261,9 @@ def test_busy_findings_rank_by_their_estimate_and_render_everywhere(tmp_path: ob
 @pytest.mark.parametrize("cause", BUSY)
 def test_each_finding_has_a_lever_per_idiom_and_a_page(cause: str) -> None:
     ctx = AdviceContext(workload="training", framework="jax", idiom="jax")
-    assert fit_lever(for_idiom(cause, lever_for(cause), ctx, FINDING_IDIOM_LEVERS), ctx, 4) == FINDING_IDIOM_LEVERS[cause]["jax"]
+    assert fit_lever(for_idiom(cause, lever_for(cause), ctx), ctx, 4) == idiom_levers(cause)["jax"]
     cuda = AdviceContext(workload="inference", framework="cuda", idiom="cuda")
-    assert "torch" not in fit_lever(for_idiom(cause, lever_for(cause), cuda, FINDING_IDIOM_LEVERS), cuda, 4).code
+    assert "torch" not in fit_lever(for_idiom(cause, lever_for(cause), cuda), cuda, 4).code
     compiled = AdviceContext(workload="training", framework="pytorch", idiom="pytorch", compiled=True)
     assert "torch.compile(model)" not in fit_lever(lever_for(cause), compiled, 4).code
     assert page_name(f"underfilled/{cause}") == "underfilled" and f"`underfilled/{cause}`" in page_text("underfilled")

@@ -39,7 +39,7 @@ from typing import TypeVar, overload
 
 import msgspec
 
-__all__ = ["Lever", "CauseEntry", "Catalogue", "CATALOGUE", "derived", "LiveMap", "LiveSeq", "replay_lever", "replay_levers", "sweep_knobs", "lab_flaw_causes", "IDIOM_LEVERS", "SCHEDULE", "SCHEDULE_CALL", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry", "warmup_capture", "BusyEntry", "BUSY_FINDINGS", "ApiFix", "API_FIXES", "fill"]
+__all__ = ["Lever", "CauseEntry", "Catalogue", "CATALOGUE", "derived", "LiveMap", "LiveSeq", "replay_lever", "replay_levers", "idiom_levers", "sweep_knobs", "lab_flaw_causes", "IDIOM_LEVERS", "SCHEDULE", "SCHEDULE_CALL", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry", "warmup_capture", "BusyEntry", "BUSY_FINDINGS", "ApiFix", "API_FIXES", "fill"]
 
 
 class Lever(msgspec.Struct, frozen=True):
@@ -1522,7 +1522,6 @@ def fill(text: str, **values: object) -> str:
     return text
 
 
-
 def _by_cause(entries: Sequence[CauseEntry]) -> dict[str, CauseEntry | BusyEntry]:
     return {**{b.cause: b for b in BUSY_FINDINGS}, **{e.cause: e for e in entries}}
 
@@ -1537,6 +1536,13 @@ def replay_lever(cause: str, variant: str = "") -> str | None:
     if e is None:
         return None
     return e.replay.get(variant) or e.replay.get("")
+
+
+def idiom_levers(cause: str) -> dict[str, Lever]:
+    """The levers of a finding on ``cause`` (its name) for jobs that are not a PyTorch program, by
+    idiom: a cause's from ``IDIOM_LEVERS``, a busy-time finding's from its entry."""
+    e = _BY_CAUSE().get(cause)
+    return e.idioms if isinstance(e, BusyEntry) else IDIOM_LEVERS.get(cause, {})
 
 
 def replay_levers() -> tuple[str, ...]:

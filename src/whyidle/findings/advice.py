@@ -4,7 +4,7 @@ The rules name a cause and a variant; this module turns the catalogue's lever fo
 advice for *this* job (:class:`~whyidle.analyses.advice_context.AdviceContext`):
 
 * the **idiom**: a CUDA C/C++, HIP, CuPy, JAX or serving-engine job gets the cause's lever in its
-  own language (``catalogue.IDIOM_LEVERS``; HIP's is CUDA's with the runtime's names translated);
+  own language (``catalogue.idiom_levers``; HIP's is CUDA's with the runtime's names translated);
   where a cause has none for the idiom, its default lever without the steps and code that only a
   PyTorch program can use, never a PyTorch snippet;
 * **what the job already does**: conditional steps and code lines (``Lever.when_steps`` and
@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 
 from whyidle.analyses.advice_context import AdviceContext
-from whyidle.catalogue import IDIOM_LEVERS, Lever
+from whyidle.catalogue import Lever, idiom_levers
 
 __all__ = ["CONDITIONS", "fit_lever", "for_idiom", "hipify", "FUSED_OPTIMIZERS"]
 
@@ -93,12 +93,13 @@ def _without_torch(lv: Lever) -> Lever:
     return Lever(lv.title, lv.summary, steps, code, lv.verify if not _TORCH_ONLY.search(lv.verify) else "Re-profile and diagnose again: the time named in the evidence should shrink.", lv.docs)
 
 
-def for_idiom(cause: str, lever: Lever, ctx: AdviceContext | None, extra: dict[str, dict[str, Lever]] | None = None) -> Lever:
-    """The cause's lever in the job's idiom: ``lever`` (the PyTorch one) for a PyTorch job, else
-    the catalogue's lever for the idiom (``extra``: levers of findings that are not idle causes)."""
+def for_idiom(cause: str, lever: Lever, ctx: AdviceContext | None) -> Lever:
+    """The lever of a finding on ``cause`` in the job's idiom: ``lever`` (the PyTorch one) for a
+    PyTorch job, else the catalogue's lever for the idiom (``catalogue.idiom_levers``: idle causes
+    and busy-time findings alike)."""
     if ctx is None or ctx.idiom == "pytorch":
         return lever
-    table = {**IDIOM_LEVERS.get(cause, {}), **(extra or {}).get(cause, {})}
+    table = idiom_levers(cause)
     if ctx.idiom in table:
         return table[ctx.idiom]
     if ctx.idiom == "hip" and "cuda" in table:

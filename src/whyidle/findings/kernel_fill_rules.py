@@ -15,7 +15,7 @@ from whyidle.analyses.kernel_fill import KernelConfig, KernelFill
 from whyidle.config import Config
 from whyidle.analyses.advice_context import AdviceContext
 from whyidle.findings.advice import fit_lever, for_idiom
-from whyidle.findings.levers import FINDING_IDIOM_LEVERS, lever_for
+from whyidle.findings.levers import lever_for
 from whyidle.findings.model import Evidence, Finding, Fix, Skipped
 from whyidle.units import format_ns
 
@@ -102,7 +102,7 @@ def small_grid_finding(fill: KernelFill | None, window_capacity_ns: int, cfg: Co
             f"{format_ns(recoverable)} of kernel time ({recoverable / capacity:.0%} of the window) ran with few warps per SM: "
             "more work per kernel can shorten it; how much, only a re-profile measures"
         )
-    lever = fit_lever(for_idiom("small_grids", lever_for("small_grids"), ctx, FINDING_IDIOM_LEVERS), ctx, cfg.predictions.whatif_loader_workers)
+    lever = fit_lever(for_idiom("small_grids", lever_for("small_grids"), ctx), ctx, cfg.predictions.whatif_loader_workers)
     return Finding(
         id="small_grids",
         group="underfilled",

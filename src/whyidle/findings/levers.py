@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from whyidle.catalogue import BUSY_FINDINGS, CauseEntry, Lever, LiveMap, derived
 
-__all__ = ["Lever", "LEVERS", "FINDING_IDIOM_LEVERS", "lever_for"]
+__all__ = ["Lever", "LEVERS", "lever_for"]
 
 
 def _levers(entries: Sequence[CauseEntry]) -> dict[tuple[str, str], Lever]:
@@ -23,9 +23,6 @@ def _levers(entries: Sequence[CauseEntry]) -> dict[tuple[str, str], Lever]:
 # (cause, variant) -> lever: the catalogue's causes (those registered at run time too) and its
 # findings on busy time (catalogue.BUSY_FINDINGS).
 LEVERS: Mapping[tuple[str, str], Lever] = LiveMap(derived(_levers))
-# The busy-time findings' levers for jobs that are not a PyTorch program, by finding and idiom
-# (the causes' are catalogue.IDIOM_LEVERS).
-FINDING_IDIOM_LEVERS: dict[str, dict[str, Lever]] = {b.cause: b.idioms for b in BUSY_FINDINGS if b.idioms}
 
 
 def lever_for(cause: str, variant: str = "") -> Lever:

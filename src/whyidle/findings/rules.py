@@ -24,7 +24,7 @@ from whyidle.config import Config
 from whyidle.findings.analyses import Analyses
 from whyidle.findings.cause_details import DETAILS, Detail, context_evidence, uncorrelatable, with_trace_batch_size
 from whyidle.findings.advice import fit_lever, for_idiom
-from whyidle.findings.levers import FINDING_IDIOM_LEVERS, Lever, lever_for
+from whyidle.findings.levers import Lever, lever_for
 from whyidle.findings.model import Evidence, Finding, Fix, Skipped
 from whyidle.timeline.model import Kind
 from whyidle.units import format_ns
@@ -293,7 +293,7 @@ def _fp32_finding(a: Analyses, cfg: Config) -> Finding | Skipped | None:
         return None
     # Volta and Turing (7.x) have FP16 tensor cores only; BF16 and TF32 need Ampere (8.0).
     lever = lever_for("fp32_math", "fp16_only" if cc < (8, 0) else "")
-    lever = fit_lever(for_idiom("fp32_math", lever, a.advice, FINDING_IDIOM_LEVERS), a.advice, cfg.predictions.whatif_loader_workers)
+    lever = fit_lever(for_idiom("fp32_math", lever, a.advice), a.advice, cfg.predictions.whatif_loader_workers)
     facts: tuple[tuple[str, Any], ...] = (
         ("compute_capability", f"{cc[0]}.{cc[1]}"),
         ("fp32_math_share_of_kernel_time", round(k.fp32_math_share, 4)),

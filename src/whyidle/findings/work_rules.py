@@ -19,7 +19,7 @@ from whyidle.analyses.work import OpKernels, op_kernels
 from whyidle.config import Config
 from whyidle.findings.advice import fit_lever, for_idiom
 from whyidle.findings.analyses import Analyses
-from whyidle.findings.levers import FINDING_IDIOM_LEVERS, lever_for
+from whyidle.findings.levers import lever_for
 from whyidle.findings.model import Evidence, Finding, Fix, Skipped
 from whyidle.units import format_ns
 
@@ -30,7 +30,7 @@ _ESTIMATE = "an estimate from the roofline, not a measurement: re-profile to mea
 
 
 def _finding(a: Analyses, cfg: Config, cause: str, variant: str, busy_ns: int, saving_ns: int, top: list[tuple[str, int, int]], facts: tuple[tuple[str, Any], ...], expected: str) -> Finding:
-    lever = fit_lever(for_idiom(cause, lever_for(cause, variant), a.advice, FINDING_IDIOM_LEVERS), a.advice, cfg.predictions.whatif_loader_workers)
+    lever = fit_lever(for_idiom(cause, lever_for(cause, variant), a.advice), a.advice, cfg.predictions.whatif_loader_workers)
     window = max(a.window.end_ns - a.window.start_ns, 1)
     steps = len(a.window.steps)
     per_step = f"; {format_ns(saving_ns / steps)} per step over {steps} steps" if steps > 1 else ""
