@@ -66,17 +66,18 @@ def _fusion(a: Analyses, cfg: Config, ok: OpKernels, eager: Any) -> Outcome:
         for c in chains
     ]
     bw = f"{peak.name}'s {peak.mem_tbps:g} TB/s" if peak is not None else "the best bandwidth the chain's own kernels reached (the device's peak is unknown)"
+    n_chains, n_kernels = sum(c.count for c in chains), sum(c.kernels for c in chains)
     facts: tuple[tuple[str, Any], ...] = (
         ("sequences", len(chains)),
-        ("chains", sum(c.count for c in chains)),
-        ("kernels", sum(c.kernels for c in chains)),
+        ("chains", n_chains),
+        ("kernels", n_kernels),
         ("kernel_ns", busy),
         ("bytes", sum(c.nbytes for c in chains)),
         ("fused_bytes_est", sum(c.fused_nbytes for c in chains)),
         ("fused_ns_est", est),
     )
     expected = (
-        f"{sum(c.count for c in chains):,} chains of {len(chains)} op sequence{'s' if len(chains) > 1 else ''} ran {sum(c.kernels for c in chains):,} memory-bound kernels "
+        f"{n_chains:,} chains of {len(chains)} op sequence{'s' if len(chains) > 1 else ''} ran {n_kernels:,} memory-bound kernels "
         f"for {format_ns(busy)}; fused, each reading its inputs once and writing its output once at {bw}, they would take about "
         f"{format_ns(est)}: {format_ns(busy - est)} saved"
     )
@@ -128,15 +129,16 @@ def _attention(a: Analyses, cfg: Config, found: tuple[Attention, ...]) -> Outcom
     if not _enough(a, cfg, busy - est):
         return []
     top = [(f"{' -> '.join(x.ops)} x{x.count}: {x.shape[0]} heads x [{x.shape[1]} x {x.shape[2]}] scores, head dim {x.shape[3]}, {x.precision}", x.kernel_ns, 0) for x in found]
+    occurrences = sum(x.count for x in found)
     facts: tuple[tuple[str, Any], ...] = (
-        ("occurrences", sum(x.count for x in found)),
+        ("occurrences", occurrences),
         ("kernel_ns", busy),
         ("flops", sum(x.flops for x in found)),
         ("fused_bytes_est", sum(x.fused_nbytes for x in found)),
         ("fused_ns_est", est),
     )
     expected = (
-        f"{sum(x.count for x in found):,} attention blocks ran as GEMM, softmax and GEMM for {format_ns(busy)} (forward only); "
+        f"{occurrences:,} attention blocks ran as GEMM, softmax and GEMM for {format_ns(busy)} (forward only); "
         f"one fused kernel per block at {cfg.attribution.roofline_near_fraction:.0%} of its roofline bound would take about {format_ns(est)}: "
         f"{format_ns(busy - est)} saved"
     )
