@@ -49,12 +49,30 @@ def intervals(draw: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     return s, e, subset, t
 
 
-@given(intervals())
-def test_last_spanning(case: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
+@given(intervals(), st.booleans(), st.integers(0, 3))
+def test_last_spanning(case: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], every: bool, walk: int) -> None:
+    """Against brute force, over a subset or every record, with chains followed one jump at a
+    time for ``walk`` jumps and by the lifting tables after (the index's WALK is 24: a small one
+    sends most queries of these shallow drawings down the lifting path too)."""
     s, e, subset, t = case
-    got = OpenIndex(s, e, subset).last_spanning_at(t)
-    want = [max((int(p) for p in subset if s[p] <= q < e[p]), default=-1) for q in t.tolist()]
+    index = OpenIndex(s, e, None if every else subset)
+    index.WALK = walk
+    got = index.last_spanning_at(t)
+    pool = range(s.size) if every else subset.tolist()
+    want = [max((int(p) for p in pool if s[p] <= q < e[p]), default=-1) for q in t.tolist()]
     assert got.tolist() == want
+    assert got.dtype == np.int64
+
+
+def test_deep_nesting_is_answered_past_the_walk() -> None:
+    """A thread nested 5000 deep (a recursion): queries past ``WALK`` jumps climb the lifting tables."""
+    n = 5000
+    s = np.arange(n, dtype=np.int64)
+    e = 2 * n - s  # each record inside the one before
+    index = OpenIndex(s, e)
+    t = np.array([n, 2 * n - 1, 2 * n, n + 10], dtype=np.int64)
+    before = np.full(t.size, n, dtype=np.int64)
+    assert index.last_spanning(before, t).tolist() == [n - 1, 0, -1, n - 11]
 
 
 # -- random threads and gaps ----------------------------------------------------------------------

@@ -36,6 +36,7 @@ from whyidle.timeline.model import Kind, Timeline
 __all__ = ["GapContext", "CauseEvidence", "ThreadIndex", "gap_context", "cause_evidence", "explaining_ops", "brief_context"]
 
 I64 = npt.NDArray[np.int64]
+Ints = npt.NDArray[np.integer[Any]]
 _WORK = (Kind.CPU_OP, Kind.RUNTIME, Kind.SYNC)
 
 
@@ -64,13 +65,13 @@ class _Thread(msgspec.Struct, frozen=True):
     range found by binary search; the ops nested in a top-level op follow it contiguously.
     """
 
-    rows: I64
+    rows: Ints  # int32 where the timeline's rows fit, as ``top`` and ``py``: kept all through the rules
     s: I64
     e: I64
-    top: I64  # positions in ``rows`` of the top-level ops
+    top: Ints  # positions in ``rows`` of the top-level ops
     top_s: I64
     top_e: I64
-    py: I64  # python_function rows
+    py: Ints  # python_function rows
 
     def tops_overlapping(self, lo: int, hi: int) -> tuple[int, int]:
         return int(np.searchsorted(self.top_e, lo, side="right")), int(np.searchsorted(self.top_s, hi, side="left"))
@@ -105,7 +106,8 @@ class ThreadIndex:
             is_top[1:] = s[1:] >= reach[:-1]
         top = np.flatnonzero(is_top)
         py = np.flatnonzero(on & (tl.kind == int(Kind.PYTHON)))
-        th = _Thread(rows, s, e, top, s[top], e[top], py)
+        small = np.int32 if len(tl) < 2**31 else np.int64
+        th = _Thread(rows.astype(small), s, e, top.astype(small), s[top], e[top], py.astype(small))
         self._cache[lane] = th
         return th
 
@@ -115,13 +117,6 @@ class ThreadIndex:
         self._cache.clear()
         self._contexts = None
 
-    def rows(self, lane: int) -> tuple[I64, npt.NDArray[np.bool_], I64]:
-        """(rows, top-level mask over rows, python_function rows) of one thread."""
-        th = self.thread(lane)
-        is_top = np.zeros(th.rows.size, dtype=np.bool_)
-        is_top[th.top] = True
-        return th.rows, is_top, th.py
-
     def contexts(self, gaps: Gaps) -> _Contexts:
         """The context of every gap, computed once per ``gaps`` for all of them together."""
         if self._contexts is None or self._contexts[0] is not gaps:
@@ -130,18 +125,20 @@ class ThreadIndex:
 
 
 class _Contexts(msgspec.Struct, frozen=True):
-    """Per gap: timeline rows (-1: none) of the context's ops, its Python line, its top-level ops."""
+    """Per gap: timeline rows (-1: none) of the context's ops, its Python line, its top-level ops.
+    Rows, lines and positions are int32 where the timeline's rows fit (kept for the whole
+    diagnosis: 2 GB trace, 555k gaps)."""
 
-    before: I64
-    outermost: I64
-    innermost: I64
-    runtime: I64
-    during: I64
+    before: Ints
+    outermost: Ints
+    innermost: Ints
+    runtime: Ints
+    during: Ints
     during_ns: I64
-    line: I64  # index into ``lines`` ('' at 0)
+    line: Ints  # index into ``lines`` ('' at 0)
     lines: list[str]
-    lo: I64  # top-level ops overlapping the gap's host part: [lo, hi) of its thread's
-    hi: I64
+    lo: Ints  # top-level ops overlapping the gap's host part: [lo, hi) of its thread's
+    hi: Ints
 
 
 class _Lines:
@@ -152,16 +149,16 @@ class _Lines:
         self.text = [""]
         self._id: dict[str, int] = {"": 0}
 
-    def of(self, string_ids: npt.NDArray[np.integer[Any]]) -> I64:
-        """The line id of each string id (-1 and strings without a user frame: 0)."""
+    def of(self, string_ids: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.int32]:
+        """The line id of each string id (-1 and strings without a user frame: 0), as int32."""
         uniq, inverse = unique_inverse(string_ids.astype(np.int64))
-        ids = np.zeros(uniq.size, dtype=np.int64)
+        ids = np.zeros(uniq.size, dtype=np.int32)
         for k, sid in enumerate(uniq.tolist()):
             line = python_line(self.strings[sid]) if sid >= 0 else ""
             ids[k] = self._id.setdefault(line, len(self._id))
             if ids[k] == len(self.text):
                 self.text.append(line)
-        return ids[inverse] if uniq.size else np.zeros(0, dtype=np.int64)
+        return ids[inverse] if uniq.size else np.zeros(0, dtype=np.int32)
 
 
 class _Nest:
@@ -174,14 +171,14 @@ class _Nest:
         self.line_of = np.append(lines.of(tl.stack[th.rows]), 0)
         with_line = np.flatnonzero(self.line_of)
         self.with_line = OpenIndex(th.s, th.e, with_line)
-        last = np.full(th.rows.size, -1, dtype=np.int64)
+        last = np.full(th.rows.size, -1, dtype=th.rows.dtype)  # int32 where rows fit
         last[with_line] = with_line
         self.last_line = np.maximum.accumulate(last) if last.size else last  # last position <= p with a line
         self.py_line = np.append(lines.of(tl.name[th.py]), 0)
         py_s, py_e = tl.start_ns[th.py], tl.end_ns[th.py]
         self.frames = OpenIndex(py_s, py_e, np.flatnonzero(self.py_line))
 
-    def frame_line(self, t: I64) -> I64:
+    def frame_line(self, t: I64) -> npt.NDArray[np.int32]:
         """Line of the innermost Python frame with a user line open at each ``t`` (0: none)."""
         return self.py_line[self.frames.last_spanning_at(t)]
 
@@ -259,8 +256,10 @@ def _lane_contexts(tl: Timeline, th: _Thread, nest: _Nest, gs: I64, he: I64) -> 
 def _all_contexts(index: ThreadIndex, gaps: Gaps) -> _Contexts:
     tl = index.tl
     n = len(gaps)
-    names = ("before", "outermost", "innermost", "runtime", "during", "during_ns", "line", "lo", "hi")
-    cols = {c: np.full(n, 0 if c in ("during_ns", "line", "lo", "hi") else -1, dtype=np.int64) for c in names}
+    small = np.int32 if len(tl) < 2**31 else np.int64
+    cols: dict[str, Ints] = {c: np.full(n, -1, dtype=small) for c in ("before", "outermost", "innermost", "runtime", "during")}
+    cols |= {c: np.zeros(n, dtype=small) for c in ("line", "lo", "hi")}
+    during_ns = np.zeros(n, dtype=np.int64)
     lines = _Lines(tl.strings)
     for lane in unique_sorted(gaps.thread_lane[gaps.thread_lane >= 0]).tolist():
         at = np.flatnonzero(gaps.thread_lane == lane)
@@ -268,8 +267,8 @@ def _all_contexts(index: ThreadIndex, gaps: Gaps) -> _Contexts:
         gs = gaps.start_ns[at]
         he = np.maximum(gaps.host_end_ns[at], gs + 1)
         for c, v in _lane_contexts(tl, th, _Nest(tl, th, lines), gs, he).items():
-            cols[c][at] = v
-    return _Contexts(**cols, lines=lines.text)
+            (during_ns if c == "during_ns" else cols[c])[at] = v
+    return _Contexts(**cols, during_ns=during_ns, lines=lines.text)
 
 
 def gap_context(tl: Timeline, gaps: Gaps, i: int, index: ThreadIndex) -> GapContext:
@@ -341,7 +340,7 @@ def _top_ops(
         rank = np.flatnonzero(lanes == lane)
         i = chosen[rank]
         th = index.thread(int(lane))
-        of, k, _ = _segments(ctx.lo[i], ctx.hi[i])
+        of, k, _ = _segments(ctx.lo[i].astype(np.int64), ctx.hi[i].astype(np.int64))
         gs = gaps.start_ns[i][of]
         he = np.maximum(gaps.host_end_ns[i][of], gs + 1)
         rank_parts.append(rank[of])

@@ -18,9 +18,11 @@ whose end is strictly later. ::
 From ``p = b - 1``, if ``end[p] <= t`` then every position between ``pg(p)`` and ``p`` ends by
 ``end[p] <= t`` too, so the search jumps to ``pg(p)``; ends strictly increase along the jumps,
 so the first record on the chain that ends after ``t`` is the answer. For nested frames the chain
-is the enclosing frames (ancestors); it holds for any intervals. The chains are followed with
-binary lifting (``up[k]`` = the record ``2**k`` jumps away), so a query costs O(log depth), and
-the whole index O(n log depth) to build, in numpy rounds over all records or queries at once.
+is the enclosing frames (ancestors); it holds for any intervals. The chains are followed one jump
+at a time for up to ``WALK`` jumps (a thread's nesting is rarely deeper: the index is then one
+parent per record), and the queries still walking after that go on by binary lifting (``up[k]`` =
+the record ``2**k`` jumps away, built the first time a chain is that long), so a query costs
+O(log depth) however deep the nesting, in numpy rounds over all records or queries at once.
 
 ``previous_greater`` itself is found by pointer jumping: each position starts from its
 predecessor and, while that candidate ends no later, jumps to the candidate's own candidate
@@ -56,39 +58,64 @@ class OpenIndex:
     answer (all when None). Answers are positions in the full order, -1 when none is open.
     """
 
+    WALK = 24  # jumps followed one at a time before the lifting tables are built
+
     def __init__(self, start: I64, end: I64, subset: I64 | None = None) -> None:
         self.start = start
-        self.pos = np.arange(start.size, dtype=np.int64) if subset is None else subset
-        self.end = end if subset is None else end[self.pos]
+        # Positions, parents and jumps as int32 where they fit (half the memory; 2 GB trace: a
+        # thread of 1.4M ops): the answers are the same int64 positions.
+        small = start.size < 2**31
+        self.pos: npt.NDArray[np.integer] | None = None if subset is None else (subset.astype(np.int32) if small else subset)
+        self.end = end if subset is None else end[subset]
         pg = previous_greater(self.end)
-        # The jumps as int32 where positions fit (half the memory; a thread's index is
-        # O(n log depth) of them): the answers are the same int64 positions.
-        self.up: list[npt.NDArray[np.integer]] = [pg.astype(np.int32) if pg.size < 2**31 else pg]
-        while True:  # up[k + 1] = up[k] applied twice, until every chain has ended
-            last = self.up[-1]
-            live = last >= 0
-            if not live.any():
-                break
-            nxt = np.full_like(last, -1)
-            nxt[live] = last[last[live]]
-            self.up.append(nxt)
+        self.parent: npt.NDArray[np.integer] = pg.astype(np.int32) if small else pg
+        self._up: list[npt.NDArray[np.integer]] | None = None
+
+    def _lifting(self) -> list[npt.NDArray[np.integer]]:
+        """``up[k]``: the record ``2**k`` jumps away (-1: the chain ended), until every chain has."""
+        if self._up is None:
+            up = [self.parent]
+            while True:  # up[k + 1] = up[k] applied twice
+                last = up[-1]
+                live = last >= 0
+                if not live.any():
+                    break
+                nxt = np.full_like(last, -1)
+                nxt[live] = last[last[live]]
+                up.append(nxt)
+            self._up = up
+        return self._up
 
     def last_spanning(self, before: I64, t: I64) -> I64:
         """Largest position ``p < before[q]`` in the subset with ``end[p] > t[q]``, per query ``q``."""
-        c = np.searchsorted(self.pos, before, side="left") - 1  # last subset position < before
-        if self.pos.size == 0:
+        if self.end.size == 0:
             return np.full(before.size, -1, dtype=np.int64)
-        end, pg = self.end, self.up[0]
-        found = (c >= 0) & (end[np.maximum(c, 0)] > t)
-        walk = (c >= 0) & ~found
-        for up in self.up[::-1]:  # climb while the record reached still ends by t
+        # last subset position < before
+        c = (np.clip(before, 0, self.end.size) if self.pos is None else np.searchsorted(self.pos, before, side="left")).astype(np.int64) - 1
+        end, parent = self.end, self.parent
+        walk = np.flatnonzero(c >= 0)
+        walk = walk[end[c[walk]] <= t[walk]]
+        for _ in range(self.WALK):  # jump while the record reached still ends by t
+            if walk.size == 0:
+                break
+            c[walk] = parent[c[walk]]
+            walk = walk[c[walk] >= 0]
+            walk = walk[end[c[walk]] <= t[walk]]
+        if walk.size:
+            c[walk] = self._climb(c[walk], t[walk])
+        if self.pos is None:
+            return c
+        return np.where(c >= 0, self.pos[np.maximum(c, 0)], -1).astype(np.int64)
+
+    def _climb(self, c: I64, t: I64) -> I64:
+        """The rest of long chains: from records ending by ``t``, the first on the chain ending later."""
+        end = self.end
+        for up in self._lifting()[::-1]:  # climb while the record reached still ends by t
             u = up[c]
-            move = walk & (u >= 0)
+            move = u >= 0
             move &= end[np.maximum(u, 0)] <= t
             c = np.where(move, u, c)
-        c = np.where(walk, pg[np.maximum(c, 0)], c)
-        ok = (c >= 0) & (found | walk)
-        return np.where(ok, self.pos[np.maximum(c, 0)], -1)
+        return self.parent[c].astype(np.int64)
 
     def last_spanning_at(self, t: I64) -> I64:
         """The last record open at ``t`` (its start ``<= t``)."""

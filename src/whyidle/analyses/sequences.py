@@ -110,23 +110,29 @@ def fusible_kernels(tl: Timeline, ok: OpKernels) -> npt.NDArray[np.bool_]:
     return eager
 
 
-def _runs(tl: Timeline, ok: OpKernels, member: npt.NDArray[np.bool_], must: npt.NDArray[np.bool_] | None = None) -> list[list[int]]:
+def _run_bounds(tl: Timeline, ok: OpKernels, member: npt.NDArray[np.bool_], must: npt.NDArray[np.bool_] | None = None) -> tuple[I64, I64]:
     """Runs of two or more consecutive kernels on one stream that are all members (and hold at
-    least one ``must`` kernel, when given): lists of kernel indices."""
+    least one ``must`` kernel, when given): (their kernel indices, run after run, in stream and
+    start order; where each run begins in them)."""
     lane = tl.lane[ok.rows]
     order = np.lexsort((tl.start_ns[ok.rows], lane))
     m, ln = member[order], lane[order]
     start = m.copy()
     start[1:] &= ~(m[:-1] & (ln[1:] == ln[:-1]))
     sel = order[m]
-    if sel.size == 0:
-        return []
     first = np.flatnonzero(start[m])
     size = np.diff(np.append(first, sel.size))
     keep = size >= 2
-    if must is not None:
+    if must is not None and sel.size:
         keep &= np.add.reduceat(must[sel].astype(np.int64), first) > 0
-    return [sel[a : a + n].tolist() for a, n in zip(first[keep].tolist(), size[keep].tolist(), strict=True)]
+    size = size[keep]
+    return sel[np.repeat(keep, np.diff(np.append(first, sel.size)))], np.cumsum(size) - size
+
+
+def _runs(tl: Timeline, ok: OpKernels, member: npt.NDArray[np.bool_], must: npt.NDArray[np.bool_] | None = None) -> list[list[int]]:
+    """:func:`_run_bounds` as lists of kernel indices."""
+    sel, first = _run_bounds(tl, ok, member, must)
+    return [part.tolist() for part in np.split(sel, first[1:])] if first.size else []
 
 
 def _instances(ok: OpKernels, run: list[int]) -> list[int]:
@@ -202,43 +208,84 @@ def _fused_nbytes(tl: Timeline, ok: OpKernels, ops: list[int], cache: dict[int, 
     return total + prev_out
 
 
+class _Group:
+    """One op sequence's chains, summed as they are found."""
+
+    __slots__ = ("count", "kernels", "kernel_ns", "nbytes", "fused", "est", "lanes", "firsts")
+
+    def __init__(self) -> None:
+        self.count = self.kernels = self.kernel_ns = self.nbytes = self.fused = self.est = 0
+        self.lanes: set[int] = set()
+        self.firsts: list[int] = []  # each chain's first op row
+
+
 def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Config, eager: npt.NDArray[np.bool_]) -> tuple[Chain, ...]:
-    """The frequent memory-bound chains of small eager kernels, most estimated saving first (pure)."""
+    """The frequent memory-bound chains of small eager kernels, most estimated saving first (pure).
+
+    The runs' sums are taken in numpy and only their op instances go through Python (a kernel
+    table's worth of Python ints would be ~60 MB on a 2 GB trace)."""
     fam = np.append(ok.works.family_is(FUSIBLE), False)
     member = eager & fam[ok.op] & (ok.ns <= cfg.attribution.fusion_max_kernel_ns)
-    groups: dict[tuple[str, ...], list[tuple[int, int, int, int, int, int, int]]] = {}  # kernels, ns, bytes, fused, est, stream, first op
+    sel, first = _run_bounds(tl, ok, member)
+    if sel.size == 0:
+        return ()
+    ns, op = ok.ns[sel], ok.op[sel]
+    new = np.ones(sel.size, dtype=np.bool_)  # a kernel that starts an op instance of its run
+    new[1:] = op[1:] != op[:-1]
+    new[first] = True
+    inst = op[new].tolist()  # the runs' op instances, run after run
+    n_inst = np.add.reduceat(new.astype(np.int64), first)
+    runs = zip(
+        (np.cumsum(n_inst) - n_inst).tolist(),
+        n_inst.tolist(),
+        np.diff(np.append(first, sel.size)).tolist(),
+        np.add.reduceat(ns, first).tolist(),
+        np.minimum.reduceat(ns, first).tolist(),
+        tl.lane[ok.rows[sel[first]]].tolist(),
+        strict=True,
+    )
+    groups: dict[tuple[str, ...], _Group] = {}
     cache = dict[int, list[int]]()
-    ns_of, lane_of, op_rows = ok.ns.tolist(), tl.lane[ok.rows].tolist(), ok.ops.tolist()
-    op_ns = np.zeros(ok.ops.size, dtype=np.int64)
-    np.add.at(op_ns, ok.op[ok.op >= 0], ok.ns[ok.op >= 0])
+    op_ns: I64 | None = None  # each op's kernel time, for the bandwidth when the peak is unknown
     names: dict[int, str] = {}
-    for run in _runs(tl, ok, member):
-        ops = _instances(ok, run)
-        if len(ops) < 2:
+    for at, n, kernels, took, shortest, lane in runs:
+        if n < 2:
             continue
-        ns = [ns_of[k] for k in run]
-        took = sum(ns)
+        ops = inst[at : at + n]
         fused = _fused_nbytes(tl, ok, ops, cache)
-        bw = peak.mem_tbps * 1e3 if peak is not None else max(ok.works[o].nbytes / max(int(op_ns[o]), 1) for o in ops)
-        est = min(max(int(fused / bw), min(ns)), took)  # bytes / (bytes per ns), at least one kernel
-        key = tuple(names.get(o) or names.setdefault(o, tl.name_of(op_rows[o])) for o in ops)
-        groups.setdefault(key, []).append((len(run), took, sum(ok.works[o].nbytes for o in ops), fused, est, lane_of[run[0]], op_rows[ops[0]]))
-    kept = {k: got for k, got in groups.items() if len(got) >= cfg.attribution.fusion_min_repeats}
-    firsts = sorted({g[6] for got in kept.values() for g in got})
+        if peak is not None:
+            bw = peak.mem_tbps * 1e3
+        else:
+            if op_ns is None:
+                op_ns = np.zeros(ok.ops.size, dtype=np.int64)
+                np.add.at(op_ns, ok.op[ok.op >= 0], ok.ns[ok.op >= 0])
+            bw = max(ok.works[o].nbytes / max(int(op_ns[o]), 1) for o in ops)
+        key = tuple(names.get(o) or names.setdefault(o, tl.name_of(int(ok.ops[o]))) for o in ops)
+        g = groups.get(key) or groups.setdefault(key, _Group())
+        g.count += 1
+        g.kernels += kernels
+        g.kernel_ns += took
+        g.nbytes += sum(ok.works[o].nbytes for o in ops)
+        g.fused += fused
+        g.est += min(max(int(fused / bw), shortest), took)  # bytes / (bytes per ns), at least one kernel
+        g.lanes.add(lane)
+        g.firsts.append(int(ok.ops[ops[0]]))
+    kept = {k: g for k, g in groups.items() if g.count >= cfg.attribution.fusion_min_repeats}
+    firsts = sorted({r for g in kept.values() for r in g.firsts})
     line_of = dict(zip(firsts, _lines(tl, firsts), strict=True))
     out = [
         Chain(
             key,
-            tuple(sorted({tl.lanes[g[5]].label for g in got})),
-            len(got),
-            kernels=sum(g[0] for g in got),
-            kernel_ns=sum(g[1] for g in got),
-            nbytes=sum(g[2] for g in got),
-            fused_nbytes=sum(g[3] for g in got),
-            est_ns=sum(g[4] for g in got),
-            line=_most_common([line_of[g[6]] for g in got]),
+            tuple(sorted({tl.lanes[ln].label for ln in g.lanes})),
+            g.count,
+            kernels=g.kernels,
+            kernel_ns=g.kernel_ns,
+            nbytes=g.nbytes,
+            fused_nbytes=g.fused,
+            est_ns=g.est,
+            line=_most_common([line_of[r] for r in g.firsts]),
         )
-        for key, got in kept.items()
+        for key, g in kept.items()
     ]
     return tuple(sorted(out, key=lambda c: -(c.kernel_ns - c.est_ns)))
 

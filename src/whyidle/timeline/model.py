@@ -200,7 +200,7 @@ class Timeline(msgspec.Struct):
         j = int(self.stack[i])
         return self.strings[j] if j >= 0 else ""
 
-    def name_mask(self, predicate: Any, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.bool_]:
+    def name_mask(self, predicate: Any, rows: npt.NDArray[np.integer[Any]] | None = None) -> npt.NDArray[np.bool_]:
         """Whether each row's name satisfies ``predicate(str) -> bool``.
 
         The predicate runs once per distinct name of the rows (in string-table order), never on
@@ -225,7 +225,7 @@ class Timeline(msgspec.Struct):
         out[rows] = self.name_mask(predicate, rows)
         return out
 
-    def device_of(self, rows: I64 | None = None) -> I64:
+    def device_of(self, rows: npt.NDArray[np.integer[Any]] | None = None) -> I64:
         """The device of each row's lane (all rows when ``rows`` is None): the GPU index for a
         stream, -1 for a CPU thread."""
         n = len(self) if rows is None else rows.size
