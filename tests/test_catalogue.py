@@ -9,7 +9,7 @@ import pytest
 
 from whyidle.analyses import causes as C
 from whyidle.analyses.advice_context import IDIOMS, AdviceContext
-from whyidle.catalogue import CATALOGUE, GROUP_COLOURS, GROUP_LABELS, GROUPS, IDIOM_LEVERS, CauseEntry
+from whyidle.catalogue import CATALOGUE, GROUP_COLOURS, GROUP_LABELS, GROUPS, CauseEntry
 from whyidle.findings.advice import CONDITIONS, fit_lever
 from whyidle.findings.labels import CAUSE_LABELS
 from whyidle.findings.levers import LEVERS
@@ -36,7 +36,7 @@ def test_every_cause_has_every_attribute(e: CauseEntry) -> None:
         assert {c for c, _ in (*lever.when_steps, *lever.when_code)} <= set(CONDITIONS), (e.key, variant)
         for ctx in CONTEXTS:  # whatever the job, the lever fitted to it has code
             assert fit_lever(lever, ctx, 4).code, (e.key, variant, ctx.idiom, ctx.compiled, ctx.cuda_graphs)
-    for idiom, lever in IDIOM_LEVERS.get(e.cause, {}).items():
+    for idiom, lever in e.idioms.items():
         assert idiom in IDIOMS and idiom != "pytorch", (e.key, idiom)
         assert lever.title and lever.summary and lever.steps and lever.code and lever.verify and lever.docs in PAGES, (e.key, idiom)
         assert "torch" not in lever.code, (e.key, idiom)
