@@ -69,10 +69,12 @@ def test_a_detector_names_any_cause_by_its_key() -> None:
 
 
 def test_what_the_features_know_of_a_cause_is_the_catalogues() -> None:
-    """The replay lever, the sweep's knobs and the lab's flaws of a cause are fields of its entry
-    (``replay``, ``sweep``, ``lab_flaws``); each names something its feature has."""
-    from whyidle.catalogue import BUSY_FINDINGS, lab_flaw_causes, replay_lever, replay_levers, sweep_knobs
+    """The replay lever, the sweep's knobs, the lab's flaws and the comparison's lever-applied test
+    of a cause are fields of its entry (``replay``, ``sweep``, ``lab_flaws``, ``applied``); each
+    names something its feature has."""
+    from whyidle.catalogue import BUSY_FINDINGS, applied_test, lab_flaw_causes, replay_lever, replay_levers, sweep_knobs
     from whyidle.findings import predict
+    from whyidle.findings.applied import APPLIED
     from whyidle.lab.check import EXPECTED
     from whyidle.lab.job import FLAWS
     from whyidle.sweep import trial
@@ -81,6 +83,7 @@ def test_what_the_features_know_of_a_cause_is_the_catalogues() -> None:
         assert set(e.replay.values()) <= set(predict.LEVERS), e.cause
         assert set(e.sweep) <= {"batch_size", *trial.LEVERS}, e.cause
         assert sweep_knobs(e.cause) == e.sweep
+        assert applied_test(e.cause) == e.applied and (not e.applied or e.applied in APPLIED), e.cause
         for variant in e.replay:
             assert replay_lever(e.cause, variant) == e.replay[variant]
     for e in CATALOGUE:

@@ -40,7 +40,7 @@ from typing import TypeVar, overload
 
 import msgspec
 
-__all__ = ["Lever", "CauseEntry", "Catalogue", "CATALOGUE", "derived", "LiveMap", "LiveSeq", "replay_lever", "replay_levers", "idiom_levers", "sweep_knobs", "lab_flaw_causes", "SCHEDULE", "SCHEDULE_CALL", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry", "warmup_capture", "BusyEntry", "BUSY_FINDINGS", "ApiFix", "API_FIXES", "fill"]
+__all__ = ["Lever", "CauseEntry", "Catalogue", "CATALOGUE", "derived", "LiveMap", "LiveSeq", "replay_lever", "replay_levers", "idiom_levers", "sweep_knobs", "applied_test", "lab_flaw_causes", "SCHEDULE", "SCHEDULE_CALL", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry", "warmup_capture", "BusyEntry", "BUSY_FINDINGS", "ApiFix", "API_FIXES", "fill"]
 
 
 class Lever(msgspec.Struct, frozen=True):
@@ -85,6 +85,10 @@ class CauseEntry(msgspec.Struct, frozen=True):
     sweep: tuple[str, ...] = ()
     # The flaw lab's flaws (lab/job.py) whose diagnosis may name this cause first.
     lab_flaws: tuple[str, ...] = ()
+    # The test (findings/applied.py APPLIED) that tells from the diagnoses of two runs whether
+    # its lever was applied, before ``whyidle compare`` checks its prediction. Empty: taken as
+    # applied when its idle fell (no record of the job names the change, as for host syncs).
+    applied: str = ""
 
     @property
     def key(self) -> str:
@@ -348,6 +352,7 @@ _BUILT_IN: tuple[CauseEntry, ...] = (
         replay={"": "input_pipeline", "multi_process": "loader_speedup"},
         sweep=("num_workers", "prefetch_factor", "persistent_workers"),
         lab_flaws=("starvation",),
+        applied="loader_workers",
     ),
     CauseEntry(
         "starvation",
@@ -516,6 +521,7 @@ _BUILT_IN: tuple[CauseEntry, ...] = (
         replay={"": "h2d_copy"},
         sweep=("pin_memory", "num_workers"),
         lab_flaws=("h2d",),
+        applied="copies_pinned",
     ),
     CauseEntry(
         "synchronization",
@@ -714,6 +720,7 @@ _BUILT_IN: tuple[CauseEntry, ...] = (
         replay={"": "host_overhead"},
         sweep=("compile", "batch_size"),
         lab_flaws=("smallbatch", "launch"),
+        applied="launches_batched",
     ),
     CauseEntry(
         "underfilled",
@@ -1116,8 +1123,8 @@ _BUILT_IN: tuple[CauseEntry, ...] = (
 class BusyEntry(msgspec.Struct, frozen=True):
     """A finding on busy time (not a cause of idle: FP32 math, kernels too small to fill the
     device): its levers, by variant ("" the default), and by idiom for jobs that are not a
-    PyTorch program (as :class:`CauseEntry`'s ``idioms``), and its ``replay`` lever and ``sweep`` knobs
-    as in :class:`CauseEntry`. A new busy-time finding is one entry here and its rule."""
+    PyTorch program, and its ``replay`` lever, ``sweep`` knobs and ``applied`` test, each as in
+    :class:`CauseEntry`. A new busy-time finding is one entry here and its rule."""
 
     cause: str
     levers: dict[str, Lever]
@@ -1125,6 +1132,7 @@ class BusyEntry(msgspec.Struct, frozen=True):
     replay: dict[str, str] = msgspec.field(default_factory=dict)
     sweep: tuple[str, ...] = ()
     group: str = "underfilled"  # its page: each is work too small or too slow for the device
+    applied: str = ""
 
     @property
     def key(self) -> str:
@@ -1222,6 +1230,7 @@ BUSY_FINDINGS: tuple[BusyEntry, ...] = (
         },
         replay={"": "fp32_math"},
         sweep=("precision",),
+        applied="tensor_core_math",
     ),
     BusyEntry(
         "small_grids",
@@ -1554,6 +1563,13 @@ def sweep_knobs(cause: str) -> tuple[str, ...]:
     """The sweep's knobs that act on a finding on ``cause`` (its name), first tried first."""
     e = _BY_CAUSE().get(cause)
     return e.sweep if e is not None else ()
+
+
+def applied_test(cause: str) -> str:
+    """The name of the test (findings/applied.py) that tells whether the lever of a finding on
+    ``cause`` (its name) was applied between two runs; "" where there is none."""
+    e = _BY_CAUSE().get(cause)
+    return e.applied if e is not None else ""
 
 
 def lab_flaw_causes(flaw: str) -> tuple[str, ...]:
