@@ -255,6 +255,7 @@ _CAPTURE = (
     f"    schedule={SCHEDULE_CALL})"
 )
 
+
 def _lever(title: str, summary: str, steps: tuple[str, ...], code: str, verify: str, docs: str) -> Lever:
     return Lever(title, summary, steps, code, verify, docs)
 
