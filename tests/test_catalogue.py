@@ -9,7 +9,7 @@ import pytest
 
 from whyidle.analyses import causes as C
 from whyidle.analyses.advice_context import IDIOMS, AdviceContext
-from whyidle.catalogue import CATALOGUE, GROUP_COLOURS, GROUP_LABELS, GROUPS, IDIOM_LEVERS, CauseEntry
+from whyidle.catalogue import CATALOGUE, GROUP_COLOURS, GROUP_LABELS, GROUPS, CauseEntry
 from whyidle.findings.advice import CONDITIONS, fit_lever
 from whyidle.findings.labels import CAUSE_LABELS
 from whyidle.findings.levers import LEVERS
@@ -36,7 +36,7 @@ def test_every_cause_has_every_attribute(e: CauseEntry) -> None:
         assert {c for c, _ in (*lever.when_steps, *lever.when_code)} <= set(CONDITIONS), (e.key, variant)
         for ctx in CONTEXTS:  # whatever the job, the lever fitted to it has code
             assert fit_lever(lever, ctx, 4).code, (e.key, variant, ctx.idiom, ctx.compiled, ctx.cuda_graphs)
-    for idiom, lever in IDIOM_LEVERS.get(e.cause, {}).items():
+    for idiom, lever in e.idioms.items():
         assert idiom in IDIOMS and idiom != "pytorch", (e.key, idiom)
         assert lever.title and lever.summary and lever.steps and lever.code and lever.verify and lever.docs in PAGES, (e.key, idiom)
         assert "torch" not in lever.code, (e.key, idiom)
@@ -69,10 +69,12 @@ def test_a_detector_names_any_cause_by_its_key() -> None:
 
 
 def test_what_the_features_know_of_a_cause_is_the_catalogues() -> None:
-    """The replay lever, the sweep's knobs and the lab's flaws of a cause are fields of its entry
-    (``replay``, ``sweep``, ``lab_flaws``); each names something its feature has."""
-    from whyidle.catalogue import BUSY_FINDINGS, lab_flaw_causes, replay_lever, replay_levers, sweep_knobs
+    """The replay lever, the sweep's knobs, the lab's flaws and the comparison's lever-applied test
+    of a cause are fields of its entry (``replay``, ``sweep``, ``lab_flaws``, ``applied``); each
+    names something its feature has."""
+    from whyidle.catalogue import BUSY_FINDINGS, applied_test, lab_flaw_causes, replay_lever, replay_levers, sweep_knobs
     from whyidle.findings import predict
+    from whyidle.findings.applied import APPLIED
     from whyidle.lab.check import EXPECTED
     from whyidle.lab.job import FLAWS
     from whyidle.sweep import trial
@@ -81,6 +83,7 @@ def test_what_the_features_know_of_a_cause_is_the_catalogues() -> None:
         assert set(e.replay.values()) <= set(predict.LEVERS), e.cause
         assert set(e.sweep) <= {"batch_size", *trial.LEVERS}, e.cause
         assert sweep_knobs(e.cause) == e.sweep
+        assert applied_test(e.cause) == e.applied and (not e.applied or e.applied in APPLIED), e.cause
         for variant in e.replay:
             assert replay_lever(e.cause, variant) == e.replay[variant]
     for e in CATALOGUE:

@@ -5,7 +5,10 @@ the three public registration points only (``CATALOGUE.register``,
 ``analyses.detectors.register``, ``pages.register_section``), and removes it afterwards. A trace
 built in code spends most of a gap inside a ``fake::barrier`` op on the launching thread; the
 cause must then be attributed, ranked as a finding with the entry's lever, rendered in every
-format, saved and loaded back, with no other file of whyidle touched.
+format, saved and loaded back, with no other file of whyidle touched. The entry's own knowledge
+goes where whyidle's does: its lever for a JAX job (``CauseEntry.idioms``) is the advice in a JAX
+trace, and the test it names for "was its lever applied" (``CauseEntry.applied``, registered
+with ``findings.applied.registered``) decides whether ``whyidle compare`` checks its prediction.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import msgspec.structs
 import numpy as np
 import pytest
 
@@ -24,6 +29,8 @@ from whyidle.analyses import detectors
 from whyidle.analyses.detectors import HostDetector, HostView
 from whyidle.catalogue import CATALOGUE, CauseEntry, Lever
 from whyidle.errors import WhyidleError
+from whyidle.findings import applied
+from whyidle.findings.model import DiagnosisData
 from whyidle.findings.labels import cause_label
 from whyidle.pages import page_text, section_registered
 from whyidle.render.html import CAUSE_COLORS
@@ -40,7 +47,18 @@ LEVER = Lever(
     verify="Re-profile: the fake::barrier op should be gone from the launching thread.",
     docs="synchronization",
 )
-ENTRY = CauseEntry("synchronization", "fake_barrier", "fake barrier", "#3a5f0b", "synchronization", {"": LEVER}, host_side=True)
+JAX_LEVER = Lever(
+    title="Fake barrier: the jitted step waits at a barrier nobody needs",
+    summary="Take the fake barrier out of the step function before jax.jit traces it.",
+    steps=("Delete the call to fake_barrier() inside the jitted step.",),
+    code="@jax.jit\ndef train_step(state, batch):\n    return update(state, batch)  # no fake_barrier()",
+    verify="Re-profile: the fake::barrier op should be gone from the launching thread.",
+    docs="synchronization",
+)
+APPLIED_TEST = "fake_barrier_gone"
+ENTRY = CauseEntry(
+    "synchronization", "fake_barrier", "fake barrier", "#3a5f0b", "synchronization", {"": LEVER}, idioms={"jax": JAX_LEVER}, host_side=True, applied=APPLIED_TEST
+)
 SECTION = "## Fake barrier\n\n`synchronization/fake_barrier`: the thread waits in `fake::barrier` (a cause made up by the test suite).\n"
 
 
@@ -53,22 +71,35 @@ def _barrier(v: HostView) -> Intervals:
 DETECTOR = HostDetector(KEY, _barrier)
 
 
-@pytest.fixture
-def fake_cause() -> Iterator[None]:
+@contextmanager
+def _registered(entry: CauseEntry = ENTRY) -> Iterator[None]:
     # ahead of host overhead: an op of the thread is host overhead unless a detector names it first
-    with CATALOGUE.registered(ENTRY), detectors.registered(DETECTOR, before="underfilled/host_overhead"), section_registered(KEY, SECTION):
+    with CATALOGUE.registered(entry), detectors.registered(DETECTOR, before="underfilled/host_overhead"), section_registered(KEY, SECTION):
         yield
 
 
-def _trace() -> TL:
+@pytest.fixture
+def fake_cause() -> Iterator[None]:
+    with _registered():
+        yield
+
+
+def _barrier_gone(before: DiagnosisData, after: DiagnosisData, variant: str) -> bool:
+    """The fake cause's lever-applied test: the after run has no fake::barrier op."""
+    return after.name_times is not None and "fake::barrier" not in after.name_times.ops_ns
+
+
+def _trace(barrier_us: int = 600) -> TL:
     """device ███|........ idle 610 us ........|█████
-    host        [ fake::barrier 100-700 ]  [launch 705]"""
+    host        [ fake::barrier 100-700 ]  [launch 705]
+    (with the default ``barrier_us``; 0: no barrier op)"""
     t = TL()
-    t.step(1, 0, 1000)
+    t.step(1, 0, 400 + barrier_us)
     t.host("Optimizer.step#SGD.step", -50, -40)
     t.work("k0", 0, 100, launch_at=-10)
-    t.host("fake::barrier", 100, 700, stack="train.py(20): main")
-    t.work("k1", 710, 1000, launch_at=705)
+    if barrier_us:
+        t.host("fake::barrier", 100, 100 + barrier_us, stack="train.py(20): main")
+    t.work("k1", 110 + barrier_us, 400 + barrier_us, launch_at=105 + barrier_us)
     return t
 
 
@@ -132,3 +163,36 @@ def test_registration_says_what_is_wrong() -> None:
             detectors.register(DETECTOR, before="starvation/nothing")
         with pytest.raises(ValueError, match="backticks"):
             section_registered(KEY, "no key here").__enter__()
+
+
+def test_a_registered_cause_brings_its_idiom_levers(fake_cause: None) -> None:
+    """The same trace read as a JAX profile: the finding's advice is the entry's JAX lever, not
+    its PyTorch one."""
+    t = _trace()
+    t.b.meta.source_format = "jax"
+    d = whyidle.diagnose(t.build())
+    top = d.findings[0]
+    assert d.advice is not None and d.advice.idiom == "jax" and top.key == KEY
+    assert (top.title, top.fix.summary, top.fix.code) == (JAX_LEVER.title, JAX_LEVER.summary, JAX_LEVER.code)
+    assert top.fix.steps[-1] == JAX_LEVER.steps[0] and LEVER.steps[0] not in top.fix.steps
+    assert JAX_LEVER.title in str(d.render("terminal", width=200))
+
+
+def test_a_registered_cause_brings_its_lever_applied_test() -> None:
+    """``whyidle compare`` checks the before run's prediction for the cause whose idle fell most
+    only where the cause's test says its lever was applied. A prediction needs a replay lever:
+    host_sync's (syncs that no longer wait: no gain here, the barrier being no CUDA sync); what
+    is checked is who decides, not the replay."""
+    replayed = msgspec.structs.replace(ENTRY, replay={"": "host_sync"})
+    with _registered(replayed), applied.registered(APPLIED_TEST, _barrier_gone):
+        before = whyidle.diagnose(_trace().build())
+        assert before.findings[0].key == KEY and before.findings[0].prediction is not None
+        gone, shorter = whyidle.diagnose(_trace(0).build()), whyidle.diagnose(_trace(200).build())
+        assert whyidle.compare(before, gone).to_dict()["prediction"]["applied"] == KEY
+        # the barrier's idle fell, but the barrier is still there: not the lever applied
+        assert causes(shorter)[KEY] < causes(before)[KEY]
+        assert whyidle.compare(before, shorter).to_dict()["prediction"] is None
+    assert APPLIED_TEST not in applied.APPLIED
+    # without a test named, a cause is taken as applied when its idle fell
+    with _registered(msgspec.structs.replace(replayed, applied="")):
+        assert whyidle.compare(before, shorter).to_dict()["prediction"]["applied"] == KEY

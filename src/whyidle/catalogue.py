@@ -2,8 +2,9 @@
 
 Each entry holds everything whyidle knows about a cause apart from its detector: the key
 (``group/cause``), its short label, a colour, its documentation page, and its levers (title, fix,
-code and how to verify; one per variant). The analyses read only the keys (``analyses/causes.py``),
-the rules read the levers, the renderers read labels and colours; nothing else lists causes.
+code and how to verify; one per variant, and one per idiom for jobs that are not a PyTorch
+program). The analyses read only the keys (``analyses/causes.py``), the rules read the levers,
+the renderers read labels and colours; nothing else lists causes.
 
 Adding a cause: add an entry here, the detector that fills its column (``analyses/detectors.py``),
 and a section in its group's page (``whyidle/data/causes/<group>.md``, see ``whyidle.pages``).
@@ -39,7 +40,7 @@ from typing import TypeVar, overload
 
 import msgspec
 
-__all__ = ["Lever", "CauseEntry", "Catalogue", "CATALOGUE", "derived", "LiveMap", "LiveSeq", "replay_lever", "replay_levers", "idiom_levers", "sweep_knobs", "lab_flaw_causes", "IDIOM_LEVERS", "SCHEDULE", "SCHEDULE_CALL", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry", "warmup_capture", "BusyEntry", "BUSY_FINDINGS", "ApiFix", "API_FIXES", "fill"]
+__all__ = ["Lever", "CauseEntry", "Catalogue", "CATALOGUE", "derived", "LiveMap", "LiveSeq", "replay_lever", "replay_levers", "idiom_levers", "sweep_knobs", "applied_test", "lab_flaw_causes", "SCHEDULE", "SCHEDULE_CALL", "GROUPS", "GROUP_LABELS", "GROUP_COLOURS", "BUSY", "entry", "warmup_capture", "BusyEntry", "BUSY_FINDINGS", "ApiFix", "API_FIXES", "fill"]
 
 
 class Lever(msgspec.Struct, frozen=True):
@@ -66,6 +67,12 @@ class CauseEntry(msgspec.Struct, frozen=True):
     colour: str  # "#rrggbb"
     docs: str  # its page (whyidle.pages): the group name; whyidle explain prints it
     levers: dict[str, Lever]  # by variant; "" is the default
+    # Its levers for jobs that are not a PyTorch program, by idiom (analyses/advice_context.py
+    # IDIOMS): "cuda" (CUDA C/C++; HIP programs get the same text with the runtime's names
+    # translated), "cupy", "jax" and "engine" (a serving engine: its settings, not a training
+    # loop). findings/advice.py chooses among them (``idiom_levers``); a cause without one for an
+    # idiom gets its default lever with the PyTorch-only steps and code left out.
+    idioms: dict[str, Lever] = msgspec.field(default_factory=dict)
     # The gap's host-side op explains it (Perfetto draws an arrow from the gap to that op).
     host_side: bool = False
     # A capture artifact (cold start, the profiler's start/stop, work launched before the
@@ -78,6 +85,10 @@ class CauseEntry(msgspec.Struct, frozen=True):
     sweep: tuple[str, ...] = ()
     # The flaw lab's flaws (lab/job.py) whose diagnosis may name this cause first.
     lab_flaws: tuple[str, ...] = ()
+    # The test (findings/applied.py APPLIED) that tells from the diagnoses of two runs whether
+    # its lever was applied, before ``whyidle compare`` checks its prediction. Empty: taken as
+    # applied when its idle fell (no record of the job names the change, as for host syncs).
+    applied: str = ""
 
     @property
     def key(self) -> str:
@@ -244,6 +255,44 @@ _CAPTURE = (
     f"    schedule={SCHEDULE_CALL})"
 )
 
+
+def _lever(title: str, summary: str, steps: tuple[str, ...], code: str, verify: str, docs: str) -> Lever:
+    return Lever(title, summary, steps, code, verify, docs)
+
+
+_NSYS = "nsys profile -t cuda,nvtx,osrt --cuda-graph-trace=node -o run ./app && whyidle diagnose run.nsys-rep"
+_STREAMS_CUDA = (
+    "cudaStream_t s; cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);\n"
+    "float *h; cudaMallocHost(&h, bytes);          // pinned: the copy runs at link speed, truly async\n"
+    "cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s);\n"
+    "kernel<<<grid, block, 0, s>>>(d, n);\n"
+    "cudaEventRecord(done, s);                      // wait on the event only where the host needs the result"
+)
+_GRAPH_CUDA = (
+    "cudaGraph_t g; cudaGraphExec_t exec;\n"
+    "cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);\n"
+    "for (int i = 0; i < n_kernels; ++i) step_kernel<<<grid, block, 0, s>>>(args[i]);\n"
+    "cudaStreamEndCapture(s, &g);\n"
+    "cudaGraphInstantiate(&exec, g, 0);\n"
+    "for (int it = 0; it < iters; ++it) cudaGraphLaunch(exec, s);   // one launch per iteration"
+)
+_GRAPH_CUPY = (
+    "s = cupy.cuda.Stream(non_blocking=True)\n"
+    "with s:\n"
+    "    s.begin_capture()\n"
+    "    step(x)                      # the same kernels every iteration\n"
+    "    graph = s.end_capture()\n"
+    "for _ in range(iters):\n"
+    "    graph.launch(s)              # one launch replays them all"
+)
+_JIT_JAX = (
+    "@jax.jit\n"
+    "def train_steps(state, batches):            # many steps per dispatch\n"
+    "    return jax.lax.scan(train_step, state, batches)\n"
+    "state, metrics = train_steps(state, batches)   # no float()/print of arrays inside the loop"
+)
+
+
 _BUILT_IN: tuple[CauseEntry, ...] = (
     CauseEntry(
         "starvation",
@@ -304,6 +353,7 @@ _BUILT_IN: tuple[CauseEntry, ...] = (
         replay={"": "input_pipeline", "multi_process": "loader_speedup"},
         sweep=("num_workers", "prefetch_factor", "persistent_workers"),
         lab_flaws=("starvation",),
+        applied="loader_workers",
     ),
     CauseEntry(
         "starvation",
@@ -331,6 +381,53 @@ _BUILT_IN: tuple[CauseEntry, ...] = (
                 ),
                 verify="Re-profile: the Python frames named in the evidence should leave the launching thread, and device idle between batches should shrink.",
                 docs="starvation",
+            ),
+        },
+        idioms={
+            "cuda": _lever(
+                "Starvation: the launching thread prepares data while the GPU waits",
+                "Move host-side preparation off the thread that launches GPU work, and overlap it with the device.",
+                (
+                    "Prepare the next batch in a producer thread (or a thread pool) filling a queue a few batches deep.",
+                    "Overlap the preparation with the device: launch work asynchronously, then prepare the next input before synchronising.",
+                    "Move the preparation itself to the GPU when it is data-parallel.",
+                ),
+                "std::thread producer([&]{ for (auto& b : batches) queue.push(prepare(b)); });\nfor (;;) {\n    Batch b = queue.pop();          // ready before the GPU needs it\n    cudaMemcpyAsync(d, b.pinned, b.bytes, cudaMemcpyHostToDevice, s);\n    kernel<<<grid, block, 0, s>>>(d, b.n);\n}",
+                "Re-capture with nsys: the host time between iterations on the launching thread should shrink.",
+                "starvation",
+            ),
+            "cupy": _lever(
+                "Starvation: the launching thread prepares data in Python while the GPU waits",
+                "Do the preparation on the GPU with CuPy, or in a background thread a few batches ahead.",
+                (
+                    "Move NumPy preprocessing to CuPy arrays after the copy (the same API runs on the device).",
+                    "Or prepare the next batch in a concurrent.futures thread pool while the GPU computes.",
+                ),
+                "with concurrent.futures.ThreadPoolExecutor(2) as pool:\n    fut = pool.submit(prepare, 0)\n    for i in range(1, n + 1):\n        x = cupy.asarray(fut.result())\n        if i < n:\n            fut = pool.submit(prepare, i)   # next batch prepared while the GPU computes\n        step(x)",
+                "Re-profile: the Python frames named in the evidence should leave the launching thread.",
+                "starvation",
+            ),
+            "jax": _lever(
+                "Starvation: the launching thread prepares data in Python while the device waits",
+                "Prepare batches in a pipeline with workers and prefetch (tf.data with AUTOTUNE, grain workers).",
+                (
+                    "Build the input pipeline with grain (worker_count > 0) or tf.data (map(num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)).",
+                    "Prefetch batches to the device ahead of the step (flax.jax_utils.prefetch_to_device).",
+                ),
+                "ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).batch(B).prefetch(tf.data.AUTOTUNE)\nfor batch in ds.as_numpy_iterator():\n    state = train_step(state, batch)",
+                "Re-profile: the host should be idle-waiting, not preprocessing, between steps.",
+                "starvation",
+            ),
+            "engine": _lever(
+                "Starvation: the engine's host thread prepares inputs while the GPU waits",
+                "Input preparation (tokenisation, multimodal preprocessing, scheduling) runs between forward passes: move it off the engine's loop.",
+                (
+                    "Run tokenisation and multimodal preprocessing in separate processes (vLLM: API server processes with --api-server-count; SGLang's tokenizer manager).",
+                    "Keep the scheduler's CPU work small: prefix caching on, fewer tiny requests per step.",
+                ),
+                "vllm serve MODEL --api-server-count 4   # tokenisation and preprocessing in their own processes",
+                "Re-profile: host time between forward passes should shrink.",
+                "starvation",
             ),
         },
         host_side=True,
@@ -384,10 +481,48 @@ _BUILT_IN: tuple[CauseEntry, ...] = (
             verify="Re-profile: copies should read 'Pinned -> Device' and run beside kernels on another stream; the time with only a copy on the device should shrink, and samples/s rise.",
             docs="starvation",
         )},
+        idioms={
+            "cuda": _lever(
+                "Starvation: host-to-device copies on the critical path",
+                "Copy from pinned memory with cudaMemcpyAsync on a stream, double-buffered, so copies overlap compute.",
+                (
+                    "Allocate host buffers with cudaMallocHost / cudaHostAlloc (or cudaHostRegister an existing buffer): pageable copies are staged and block the host.",
+                    "Use cudaMemcpyAsync on a non-default stream, and overlap the next chunk's copy with this chunk's kernels (two buffers, two streams).",
+                    "Send less: keep data in a compact type on the host and convert on the device.",
+                ),
+                _STREAMS_CUDA,
+                "Re-capture with nsys: copies should read 'Pinned -> Device' and run beside kernels on another stream.",
+                "starvation",
+            ),
+            "cupy": _lever(
+                "Starvation: host-to-device copies on the critical path",
+                "Copy from pinned host memory on a separate stream, a batch ahead, so copies overlap compute.",
+                (
+                    "Allocate host arrays with cupyx.empty_pinned (or numpy arrays over cupy.cuda.alloc_pinned_memory).",
+                    "Copy with gpu_array.set(host_array, stream=copy_stream) on a non-blocking stream, a batch ahead.",
+                    "Make the compute stream wait on an event recorded after the copy.",
+                ),
+                "copy_stream = cupy.cuda.Stream(non_blocking=True)\nhost = cupyx.empty_pinned(shape, dtype)\nnxt = cupy.empty(shape, dtype)\nwith copy_stream:\n    nxt.set(host, stream=copy_stream)\n    ready = copy_stream.record()\ncupy.cuda.get_current_stream().wait_event(ready)",
+                "Re-profile: copies should read 'Pinned -> Device' and overlap kernels.",
+                "starvation",
+            ),
+            "jax": _lever(
+                "Starvation: host-to-device copies on the critical path",
+                "Put the next batch on the device while this one computes (jax.device_put ahead of use).",
+                (
+                    "Prefetch: device_put the next batch before running the current step (flax.jax_utils.prefetch_to_device for a data iterator).",
+                    "Keep inputs compact on the host (uint8, int32 ids) and convert inside the jitted step.",
+                ),
+                "it = iter(batches)\nnxt = jax.device_put(next(it))\nfor batch in it:\n    cur, nxt = nxt, jax.device_put(batch)   # next copy overlaps this step\n    state = train_step(state, cur)",
+                "Re-profile: the copies should overlap the previous step's kernels.",
+                "starvation",
+            ),
+        },
         host_side=True,
         replay={"": "h2d_copy"},
         sweep=("pin_memory", "num_workers"),
         lab_flaws=("h2d",),
+        applied="copies_pinned",
     ),
     CauseEntry(
         "synchronization",
@@ -418,6 +553,58 @@ _BUILT_IN: tuple[CauseEntry, ...] = (
             verify="Re-profile: cudaStreamSynchronize / aten::item should disappear from the step, and kernels of the next step should be queued before the previous ones finish.",
             docs="synchronization",
         )},
+        idioms={
+            "cuda": _lever(
+                "Synchronization: the host waits for the GPU, draining its queue",
+                "Synchronise only where the host needs a result: the device queue empties at every cudaDeviceSynchronize.",
+                (
+                    "Remove cudaDeviceSynchronize/cudaStreamSynchronize after each kernel: kernels on one stream already run in order.",
+                    "Where the host needs a result, record an event on the stream and cudaEventSynchronize on it just before the use.",
+                    "Time with cudaEventRecord/cudaEventElapsedTime on the stream instead of synchronising around each kernel.",
+                    "Check errors with cudaGetLastError after launches (no sync) and synchronise once per iteration in debug builds only.",
+                ),
+                "for (int i = 0; i < n; ++i) {\n    kernel<<<grid, block, 0, s>>>(d, i);\n    // no cudaDeviceSynchronize() here: same-stream kernels run in order\n}\ncudaEventRecord(done, s);\ncudaEventSynchronize(done);   // once, where the host reads the result",
+                "Re-capture with nsys: cudaDeviceSynchronize/cudaStreamSynchronize calls per iteration should drop to one or none, and kernels should queue ahead.",
+                "synchronization",
+            ),
+            "cupy": _lever(
+                "Synchronization: the host waits for the GPU, draining its queue",
+                "Keep results on the device: every .get(), cupy.asnumpy(), float(x) or Device.synchronize() waits for the queue to empty.",
+                (
+                    "Reduce on the device (x.sum(), cupy.count_nonzero) and copy one scalar back every N iterations, not each step.",
+                    "Replace Device().synchronize() / stream.synchronize() in the loop with an Event recorded where the result is needed.",
+                    "Avoid Python control flow on device values (if float(err) < tol) each iteration: test every N iterations.",
+                    "Time with cupyx.profiler.benchmark or cupy.cuda.Event pairs, not with synchronize().",
+                ),
+                "err = cupy.zeros((), dtype=cupy.float64)\nfor it in range(iters):\n    x = step(x)\n    err += cupy.linalg.norm(x - x_prev)   # stays on the GPU\n    if it % 100 == 0 and float(err) / 100 < tol:   # one sync per 100 iterations\n        break",
+                "Re-profile: cudaStreamSynchronize / cudaMemcpy DtoH per iteration should fall, and kernels should queue ahead.",
+                "synchronization",
+            ),
+            "jax": _lever(
+                "Synchronization: the host waits for the device, draining its queue",
+                "Let JAX dispatch run ahead: block_until_ready, jax.device_get, float(x) and printing arrays each step wait for the device.",
+                (
+                    "Remove block_until_ready() from the step (keep it only around timing code).",
+                    "Fetch metrics every N steps (jax.device_get on a stacked history), not every step.",
+                    "Use jax.debug.print inside jitted code instead of printing arrays on the host.",
+                ),
+                "for step in range(steps):\n    state, loss = train_step(state, batch)   # async dispatch\n    if step % 100 == 0:\n        print(jax.device_get(loss))   # one sync per 100 steps",
+                "Re-profile: the host should enqueue the next step before the device finishes the current one.",
+                "synchronization",
+            ),
+            "engine": _lever(
+                "Synchronization: the engine's loop waits for the GPU between forward passes",
+                "The serving engine reads results back each iteration; keep its asynchronous scheduling on and its CUDA graphs enabled.",
+                (
+                    "Do not run the engine in eager mode (vLLM: no --enforce-eager; SGLang: no --disable-cuda-graph), so each decode step is one graph launch.",
+                    "Keep asynchronous output processing / overlap scheduling on (vLLM's default async output processing; SGLang's overlap scheduler), so sampling results are read while the next step runs.",
+                    "Upgrade the engine: host-device overlap in the scheduler is where recent releases gained most.",
+                ),
+                "vllm serve MODEL            # without --enforce-eager: CUDA graphs for decode\n# SGLang: python -m sglang.launch_server --model-path MODEL   (without --disable-cuda-graph / --disable-overlap-schedule)",
+                "Re-profile under the same load: the host-side waits between forward passes should shrink.",
+                "synchronization",
+            ),
+        },
         host_side=True,
         replay={"": "host_sync"},
         lab_flaws=("sync",),
@@ -479,10 +666,62 @@ _BUILT_IN: tuple[CauseEntry, ...] = (
                 ("zero_grad_fills", "opt.zero_grad(set_to_none=True)"),
             ),
         )},
+        idioms={
+            "cuda": _lever(
+                "Underfilled: the GPU outruns the host (launch overhead)",
+                "Launch fewer, larger pieces of work: fuse kernels, capture the iteration in a CUDA graph, give each kernel more data.",
+                (
+                    "Capture the repeated sequence of kernels in a CUDA graph (stream capture) and launch the graph once per iteration.",
+                    "Fuse consecutive small kernels into one (each launch costs the host several microseconds).",
+                    "Give each kernel more work (batch several problems into one launch, larger tiles).",
+                ),
+                _GRAPH_CUDA,
+                "Re-capture with nsys: cudaLaunchKernel calls per iteration should fall (cudaGraphLaunch instead), and the device should find work queued.",
+                "underfilled",
+            ),
+            "cupy": _lever(
+                "Underfilled: the GPU outruns the host (launch and Python overhead)",
+                "Launch fewer kernels: fuse elementwise chains (cupy.fuse, ElementwiseKernel), capture the loop body in a CUDA graph, use larger arrays.",
+                (
+                    "Fuse chains of elementwise operations with @cupy.fuse() or one cupy.ElementwiseKernel / RawKernel.",
+                    "Capture the repeated iteration in a CUDA graph (Stream.begin_capture / end_capture) and launch it once per iteration.",
+                    "Batch small arrays into one larger array so each kernel has enough work.",
+                ),
+                _GRAPH_CUPY,
+                "Re-profile: kernels per iteration should fall, and the host should stay ahead of the device.",
+                "underfilled",
+            ),
+            "jax": _lever(
+                "Underfilled: the device outruns the host (dispatch overhead)",
+                "Dispatch more work per call: jit the whole step, loop on the device (lax.scan / fori_loop), avoid retracing.",
+                (
+                    "jax.jit the whole training or inference step, not small functions called from a Python loop.",
+                    "Run several steps per dispatch with jax.lax.scan over a stack of batches.",
+                    "Keep shapes and static arguments fixed so the step does not recompile (check with jax.log_compiles).",
+                ),
+                _JIT_JAX,
+                "Re-profile: host dispatch per step should shrink and the device should find the next step queued.",
+                "underfilled",
+            ),
+            "engine": _lever(
+                "Underfilled: the GPU outruns the serving engine's host loop",
+                "The engine's Python loop and launches cost more than each forward pass: use CUDA graphs and larger batches per step.",
+                (
+                    "Do not run the engine in eager mode (vLLM: no --enforce-eager; SGLang: no --disable-cuda-graph): each decode step becomes one graph launch.",
+                    "Cover the batch sizes you serve with captured graphs (vLLM: cudagraph capture sizes in --compilation-config; SGLang: --cuda-graph-max-bs).",
+                    "Raise the number of sequences per step (vLLM --max-num-seqs, SGLang --max-running-requests) so each launch carries more work, within your latency target.",
+                    "Keep chunked prefill on (vLLM --enable-chunked-prefill) so prefill and decode share steps.",
+                ),
+                "vllm serve MODEL --max-num-seqs 256 --enable-chunked-prefill \\\n    --compilation-config '{\"cudagraph_capture_sizes\": [1, 2, 4, 8, 16, 32, 64, 128, 256]}'",
+                "Re-profile under the same load: host time between forward passes should shrink and GPU busy rise.",
+                "underfilled",
+            ),
+        },
         host_side=True,
         replay={"": "host_overhead"},
         sweep=("compile", "batch_size"),
         lab_flaws=("smallbatch", "launch"),
+        applied="launches_batched",
     ),
     CauseEntry(
         "underfilled",
@@ -509,6 +748,28 @@ _BUILT_IN: tuple[CauseEntry, ...] = (
                 ),
                 verify="Re-profile: the launch calls named in the evidence should be shorter or fewer, and the device should find work queued.",
                 docs="underfilled",
+            ),
+        },
+        idioms={
+            "cuda": _lever(
+                "Underfilled: the device waits inside slow launch calls",
+                "Launch calls were still running when the device ran dry: fewer, cheaper launches.",
+                (
+                    "Capture the iteration in a CUDA graph: one cudaGraphLaunch replaces many cudaLaunchKernel calls.",
+                    "Fuse small kernels so fewer launches are needed.",
+                    "Keep kernel arguments small (pass pointers to structs in device memory, not large structs by value).",
+                ),
+                _GRAPH_CUDA,
+                "Re-capture with nsys: the launch calls named in the evidence should be fewer or shorter.",
+                "underfilled",
+            ),
+            "cupy": _lever(
+                "Underfilled: the device waits inside slow launch calls",
+                "Launch calls were still running when the device ran dry: fewer launches (fusion, CUDA graphs).",
+                ("Fuse elementwise chains with @cupy.fuse() or an ElementwiseKernel.", "Capture the iteration in a CUDA graph and launch it once."),
+                _GRAPH_CUPY,
+                "Re-profile: launch calls per iteration should fall.",
+                "underfilled",
             ),
         },
         host_side=True,
@@ -538,6 +799,36 @@ _BUILT_IN: tuple[CauseEntry, ...] = (
             verify="Re-profile: kernel count per step should fall and the idle between back-to-back kernels shrink.",
             docs="underfilled",
         )},
+        idioms={
+            "cuda": _lever(
+                "Underfilled: many tiny kernels, each paying the device's start-up cost",
+                "Fewer, larger kernels: fuse short kernels and launch them as a CUDA graph.",
+                (
+                    "Fuse consecutive short kernels that touch the same data into one kernel.",
+                    "Launch repeated sequences as a CUDA graph to remove the gaps between kernels.",
+                    "Use Programmatic Dependent Launch (Hopper and newer) to overlap a kernel's prologue with the previous kernel's tail.",
+                ),
+                _GRAPH_CUDA,
+                "Re-capture with nsys: kernels per iteration should fall and the gaps between back-to-back kernels shrink.",
+                "underfilled",
+            ),
+            "cupy": _lever(
+                "Underfilled: many tiny kernels, each paying the device's start-up cost",
+                "Fewer, larger kernels: fuse elementwise chains with cupy.fuse or an ElementwiseKernel.",
+                ("Fuse elementwise chains with @cupy.fuse().", "Write the hot loop body as one cupy.RawKernel."),
+                "@cupy.fuse()\ndef update(x, g, lr):\n    return x - lr * g * g / (1 + g * g)   # one kernel instead of five",
+                "Re-profile: kernels per iteration should fall.",
+                "underfilled",
+            ),
+            "jax": _lever(
+                "Underfilled: many tiny kernels, each paying the device's start-up cost",
+                "Let XLA fuse: jit the enclosing function so elementwise chains become one kernel.",
+                ("Wrap the step in jax.jit (XLA fuses elementwise chains inside one compiled function).", "Avoid jnp calls outside jit in the loop: each runs as its own kernel."),
+                "step = jax.jit(step)   # XLA fuses the elementwise chain into few kernels",
+                "Re-profile: kernels per step should fall.",
+                "underfilled",
+            ),
+        },
         sweep=("batch_size", "compile"),
         lab_flaws=("smallbatch", "launch"),
     ),
@@ -564,6 +855,43 @@ _BUILT_IN: tuple[CauseEntry, ...] = (
             verify="Re-profile after warm-up: no nvrtc, cuModuleLoadData or hipModuleLoad calls (and no compiler frames) inside the window.",
             docs="underfilled",
         )},
+        idioms={
+            "cupy": Lever(
+                    title="Underfilled: kernels compiled on first use while the GPU waits (JIT, module loading)",
+                    summary="The launching thread compiles and loads kernels again and again during the run (NVRTC, CuPy, Triton): compile them once, ahead of the loop, and keep the cache.",
+                    steps=(
+                        "Warm up: run every kernel once, with every shape and dtype the loop will use, before the timed or served part.",
+                        "Keep the compiler's cache on a persistent disk: CuPy's kernel cache (CUPY_CACHE_DIR), Triton's (TRITON_CACHE_DIR, autotuning results included); a fresh container starts cold.",
+                        "Build a cupy.RawModule / RawKernel once at start-up and reuse it; never build kernel source per call (a new source string is a new compilation).",
+                        "Compile ahead of time where the toolkit allows it: a cubin/fatbin loaded once (cupy.RawModule(path=...)), Triton's AOT compiler, NVRTC output cached by key.",
+                    ),
+                    code=(
+                        "import cupy as cp\n"
+                        "# once, at start-up: compile and load, then reuse\n"
+                        "mod = cp.RawModule(code=KERNEL_SOURCE, options=('--std=c++17',))\n"
+                        "scale = mod.get_function('scale')\n"
+                        "for n in SIZES:  # warm-up: each shape the loop will meet\n"
+                        "    x = cp.empty(n, dtype=cp.float32)\n"
+                        "    scale(((n + 255) // 256,), (256,), (x, cp.float32(1.0), cp.int32(n)))\n"
+                        "cp.cuda.Device().synchronize()\n"
+                        "# shell: export CUPY_CACHE_DIR=/persistent/cupy TRITON_CACHE_DIR=/persistent/triton"
+                    ),
+                    verify="Re-profile after warm-up: no nvrtc, cuModuleLoadData or hipModuleLoad calls (and no compiler frames) inside the window.",
+                    docs="underfilled",
+                ),
+            "cuda": _lever(
+                "Underfilled: kernels compiled on first use while the GPU waits (JIT, module loading)",
+                "The program compiles (NVRTC) and loads modules during the run: compile once at start-up, or ahead of time, and reuse the module.",
+                (
+                    "Compile each kernel source once at start-up (nvrtcCompileProgram, cuModuleLoadData) and keep the CUfunction handles.",
+                    "Compile ahead of time (nvcc -cubin / -fatbin) and load the binary once, or cache NVRTC output by a key of source and options.",
+                    "Warm up every kernel variant before the timed part.",
+                ),
+                "// once, at start-up\nnvrtcCompileProgram(prog, nopts, opts);\ncuModuleLoadData(&mod, ptx);\ncuModuleGetFunction(&fn, mod, \"scale\");\n// in the loop: only launches\ncuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream, args, nullptr);",
+                "Re-capture with nsys: no nvrtc or cuModuleLoadData calls inside the steady-state range.",
+                "underfilled",
+            ),
+        },
         host_side=True,
     ),
     CauseEntry(
@@ -609,6 +937,32 @@ _BUILT_IN: tuple[CauseEntry, ...] = (
             verify="Re-profile: the time should appear under a named range, and whyidle can attribute it.",
             docs="unattributed",
         )},
+        idioms={
+            "cuda": _lever(
+                "Unattributed: the launching thread ran code the trace does not show",
+                "Capture more context so the cause can be named: NVTX ranges and OS-runtime calls.",
+                ("Mark the program's phases with NVTX ranges (nvtxRangePushA / nvtxRangePop).", "Capture OS-runtime calls to see blocking I/O: nsys profile -t cuda,nvtx,osrt."),
+                '#include <nvtx3/nvToolsExt.h>\nnvtxRangePushA("prepare_input");\nprepare_input();\nnvtxRangePop();',
+                "Re-capture: the time should appear under a named range.",
+                "unattributed",
+            ),
+            "cupy": _lever(
+                "Unattributed: the launching thread ran code the trace does not show",
+                "Capture more context: NVTX ranges around the program's phases.",
+                ("Wrap phases in cupyx.profiler.time_range('name') (NVTX ranges), then capture with nsys -t cuda,nvtx,osrt.",),
+                "with cupyx.profiler.time_range('prepare_input'):\n    x = prepare_input()",
+                "Re-capture: the time should appear under a named range.",
+                "unattributed",
+            ),
+            "jax": _lever(
+                "Unattributed: the launching thread ran code the trace does not show",
+                "Capture more context: named trace annotations around the program's phases.",
+                ("Wrap phases in jax.profiler.TraceAnnotation('name') (or StepTraceAnnotation for steps).",),
+                "with jax.profiler.TraceAnnotation('prepare_input'):\n    batch = next(it)",
+                "Re-profile: the time should appear under a named annotation.",
+                "unattributed",
+            ),
+        },
     ),
     CauseEntry(
         "unattributed",
@@ -706,6 +1060,40 @@ _BUILT_IN: tuple[CauseEntry, ...] = (
             verify="The new trace's quality notes should no longer mention a cold start.",
             docs="unattributed",
         )},
+        idioms={
+            "cuda": _lever(
+                "Cold start: first-call costs dominate the capture",
+                "Capture the steady state: warm up first, then record a range of iterations.",
+                ("Run a few iterations before the capture (context creation, module loading, allocations happen once).", "Limit the capture to the steady state with cudaProfilerStart/Stop and nsys --capture-range=cudaProfilerApi."),
+                "for (int i = 0; i < 3; ++i) iterate();   // warm-up\ncudaProfilerStart();\nfor (int i = 0; i < 20; ++i) iterate();\ncudaProfilerStop();\n// nsys profile --capture-range=cudaProfilerApi ./app",
+                "The new capture's quality notes should no longer mention a cold start.",
+                "unattributed",
+            ),
+            "cupy": _lever(
+                "Cold start: first-call costs dominate the capture",
+                "Capture the steady state: run each kernel once before profiling (CuPy compiles and loads kernels on first use).",
+                ("Call the step once or twice before starting the capture.", "Keep CuPy's kernel cache (CUPY_CACHE_DIR) on a persistent disk so later runs skip compilation."),
+                "step(x); step(x)                 # warm-up: kernels compiled and loaded\nwith cupyx.profiler.profile():  # nsys --capture-range=cudaProfilerApi\n    for _ in range(20):\n        step(x)",
+                "The new capture's quality notes should no longer mention a cold start.",
+                "unattributed",
+            ),
+            "jax": _lever(
+                "Cold start: first-call costs dominate the capture",
+                "Compile before profiling: the first call of each jitted function traces and compiles it.",
+                ("Run the step once (or jax.jit(step).lower(*args).compile()) before jax.profiler.start_trace.", "Keep a persistent compilation cache (jax.config.update('jax_compilation_cache_dir', path))."),
+                "state = train_step(state, batch)   # compile outside the trace\njax.profiler.start_trace('/tmp/trace')\nfor _ in range(10):\n    state = train_step(state, batch)\njax.block_until_ready(state)\njax.profiler.stop_trace()",
+                "The new trace's quality notes should no longer mention a cold start.",
+                "unattributed",
+            ),
+            "engine": _lever(
+                "Cold start: first-call costs dominate the capture",
+                "Profile after the engine's warm-up (graph capture, compilation) under steady load.",
+                ("Start the engine, send warm-up requests, then start the profiler (vLLM: VLLM_TORCH_PROFILER_DIR with the /start_profile and /stop_profile endpoints).",),
+                "VLLM_TORCH_PROFILER_DIR=/tmp/prof vllm serve MODEL &\n# warm up with real traffic, then:\ncurl -X POST localhost:8000/start_profile; sleep 10; curl -X POST localhost:8000/stop_profile",
+                "The new trace's quality notes should no longer mention a cold start.",
+                "unattributed",
+            ),
+        },
         host_side=True,
         artifact=True,
     ),
@@ -733,392 +1121,11 @@ _BUILT_IN: tuple[CauseEntry, ...] = (
 )
 
 
-def _lever(title: str, summary: str, steps: tuple[str, ...], code: str, verify: str, docs: str) -> Lever:
-    return Lever(title, summary, steps, code, verify, docs)
-
-
-_NSYS = "nsys profile -t cuda,nvtx,osrt --cuda-graph-trace=node -o run ./app && whyidle diagnose run.nsys-rep"
-_STREAMS_CUDA = (
-    "cudaStream_t s; cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);\n"
-    "float *h; cudaMallocHost(&h, bytes);          // pinned: the copy runs at link speed, truly async\n"
-    "cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s);\n"
-    "kernel<<<grid, block, 0, s>>>(d, n);\n"
-    "cudaEventRecord(done, s);                      // wait on the event only where the host needs the result"
-)
-_GRAPH_CUDA = (
-    "cudaGraph_t g; cudaGraphExec_t exec;\n"
-    "cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);\n"
-    "for (int i = 0; i < n_kernels; ++i) step_kernel<<<grid, block, 0, s>>>(args[i]);\n"
-    "cudaStreamEndCapture(s, &g);\n"
-    "cudaGraphInstantiate(&exec, g, 0);\n"
-    "for (int it = 0; it < iters; ++it) cudaGraphLaunch(exec, s);   // one launch per iteration"
-)
-_GRAPH_CUPY = (
-    "s = cupy.cuda.Stream(non_blocking=True)\n"
-    "with s:\n"
-    "    s.begin_capture()\n"
-    "    step(x)                      # the same kernels every iteration\n"
-    "    graph = s.end_capture()\n"
-    "for _ in range(iters):\n"
-    "    graph.launch(s)              # one launch replays them all"
-)
-_JIT_JAX = (
-    "@jax.jit\n"
-    "def train_steps(state, batches):            # many steps per dispatch\n"
-    "    return jax.lax.scan(train_step, state, batches)\n"
-    "state, metrics = train_steps(state, batches)   # no float()/print of arrays inside the loop"
-)
-
-# A cause's levers for jobs that are not a PyTorch program, by idiom (analyses/advice_context.py
-# IDIOMS): "cuda" (CUDA C/C++; HIP programs get the same text with the runtime's names
-# translated), "cupy", "jax" and "engine" (a serving engine: its settings, not a training loop).
-# findings/advice.py chooses among them; a cause without one for an idiom gets its default
-# lever with the PyTorch-only steps and code left out.
-IDIOM_LEVERS: dict[str, dict[str, Lever]] = {
-    "jit_compile": {
-        "cupy": Lever(
-                title="Underfilled: kernels compiled on first use while the GPU waits (JIT, module loading)",
-                summary="The launching thread compiles and loads kernels again and again during the run (NVRTC, CuPy, Triton): compile them once, ahead of the loop, and keep the cache.",
-                steps=(
-                    "Warm up: run every kernel once, with every shape and dtype the loop will use, before the timed or served part.",
-                    "Keep the compiler's cache on a persistent disk: CuPy's kernel cache (CUPY_CACHE_DIR), Triton's (TRITON_CACHE_DIR, autotuning results included); a fresh container starts cold.",
-                    "Build a cupy.RawModule / RawKernel once at start-up and reuse it; never build kernel source per call (a new source string is a new compilation).",
-                    "Compile ahead of time where the toolkit allows it: a cubin/fatbin loaded once (cupy.RawModule(path=...)), Triton's AOT compiler, NVRTC output cached by key.",
-                ),
-                code=(
-                    "import cupy as cp\n"
-                    "# once, at start-up: compile and load, then reuse\n"
-                    "mod = cp.RawModule(code=KERNEL_SOURCE, options=('--std=c++17',))\n"
-                    "scale = mod.get_function('scale')\n"
-                    "for n in SIZES:  # warm-up: each shape the loop will meet\n"
-                    "    x = cp.empty(n, dtype=cp.float32)\n"
-                    "    scale(((n + 255) // 256,), (256,), (x, cp.float32(1.0), cp.int32(n)))\n"
-                    "cp.cuda.Device().synchronize()\n"
-                    "# shell: export CUPY_CACHE_DIR=/persistent/cupy TRITON_CACHE_DIR=/persistent/triton"
-                ),
-                verify="Re-profile after warm-up: no nvrtc, cuModuleLoadData or hipModuleLoad calls (and no compiler frames) inside the window.",
-                docs="underfilled",
-            ),
-        "cuda": _lever(
-            "Underfilled: kernels compiled on first use while the GPU waits (JIT, module loading)",
-            "The program compiles (NVRTC) and loads modules during the run: compile once at start-up, or ahead of time, and reuse the module.",
-            (
-                "Compile each kernel source once at start-up (nvrtcCompileProgram, cuModuleLoadData) and keep the CUfunction handles.",
-                "Compile ahead of time (nvcc -cubin / -fatbin) and load the binary once, or cache NVRTC output by a key of source and options.",
-                "Warm up every kernel variant before the timed part.",
-            ),
-            "// once, at start-up\nnvrtcCompileProgram(prog, nopts, opts);\ncuModuleLoadData(&mod, ptx);\ncuModuleGetFunction(&fn, mod, \"scale\");\n// in the loop: only launches\ncuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream, args, nullptr);",
-            "Re-capture with nsys: no nvrtc or cuModuleLoadData calls inside the steady-state range.",
-            "underfilled",
-        ),
-    },
-    "host_sync": {
-        "cuda": _lever(
-            "Synchronization: the host waits for the GPU, draining its queue",
-            "Synchronise only where the host needs a result: the device queue empties at every cudaDeviceSynchronize.",
-            (
-                "Remove cudaDeviceSynchronize/cudaStreamSynchronize after each kernel: kernels on one stream already run in order.",
-                "Where the host needs a result, record an event on the stream and cudaEventSynchronize on it just before the use.",
-                "Time with cudaEventRecord/cudaEventElapsedTime on the stream instead of synchronising around each kernel.",
-                "Check errors with cudaGetLastError after launches (no sync) and synchronise once per iteration in debug builds only.",
-            ),
-            "for (int i = 0; i < n; ++i) {\n    kernel<<<grid, block, 0, s>>>(d, i);\n    // no cudaDeviceSynchronize() here: same-stream kernels run in order\n}\ncudaEventRecord(done, s);\ncudaEventSynchronize(done);   // once, where the host reads the result",
-            "Re-capture with nsys: cudaDeviceSynchronize/cudaStreamSynchronize calls per iteration should drop to one or none, and kernels should queue ahead.",
-            "synchronization",
-        ),
-        "cupy": _lever(
-            "Synchronization: the host waits for the GPU, draining its queue",
-            "Keep results on the device: every .get(), cupy.asnumpy(), float(x) or Device.synchronize() waits for the queue to empty.",
-            (
-                "Reduce on the device (x.sum(), cupy.count_nonzero) and copy one scalar back every N iterations, not each step.",
-                "Replace Device().synchronize() / stream.synchronize() in the loop with an Event recorded where the result is needed.",
-                "Avoid Python control flow on device values (if float(err) < tol) each iteration: test every N iterations.",
-                "Time with cupyx.profiler.benchmark or cupy.cuda.Event pairs, not with synchronize().",
-            ),
-            "err = cupy.zeros((), dtype=cupy.float64)\nfor it in range(iters):\n    x = step(x)\n    err += cupy.linalg.norm(x - x_prev)   # stays on the GPU\n    if it % 100 == 0 and float(err) / 100 < tol:   # one sync per 100 iterations\n        break",
-            "Re-profile: cudaStreamSynchronize / cudaMemcpy DtoH per iteration should fall, and kernels should queue ahead.",
-            "synchronization",
-        ),
-        "jax": _lever(
-            "Synchronization: the host waits for the device, draining its queue",
-            "Let JAX dispatch run ahead: block_until_ready, jax.device_get, float(x) and printing arrays each step wait for the device.",
-            (
-                "Remove block_until_ready() from the step (keep it only around timing code).",
-                "Fetch metrics every N steps (jax.device_get on a stacked history), not every step.",
-                "Use jax.debug.print inside jitted code instead of printing arrays on the host.",
-            ),
-            "for step in range(steps):\n    state, loss = train_step(state, batch)   # async dispatch\n    if step % 100 == 0:\n        print(jax.device_get(loss))   # one sync per 100 steps",
-            "Re-profile: the host should enqueue the next step before the device finishes the current one.",
-            "synchronization",
-        ),
-        "engine": _lever(
-            "Synchronization: the engine's loop waits for the GPU between forward passes",
-            "The serving engine reads results back each iteration; keep its asynchronous scheduling on and its CUDA graphs enabled.",
-            (
-                "Do not run the engine in eager mode (vLLM: no --enforce-eager; SGLang: no --disable-cuda-graph), so each decode step is one graph launch.",
-                "Keep asynchronous output processing / overlap scheduling on (vLLM's default async output processing; SGLang's overlap scheduler), so sampling results are read while the next step runs.",
-                "Upgrade the engine: host-device overlap in the scheduler is where recent releases gained most.",
-            ),
-            "vllm serve MODEL            # without --enforce-eager: CUDA graphs for decode\n# SGLang: python -m sglang.launch_server --model-path MODEL   (without --disable-cuda-graph / --disable-overlap-schedule)",
-            "Re-profile under the same load: the host-side waits between forward passes should shrink.",
-            "synchronization",
-        ),
-    },
-    "host_overhead": {
-        "cuda": _lever(
-            "Underfilled: the GPU outruns the host (launch overhead)",
-            "Launch fewer, larger pieces of work: fuse kernels, capture the iteration in a CUDA graph, give each kernel more data.",
-            (
-                "Capture the repeated sequence of kernels in a CUDA graph (stream capture) and launch the graph once per iteration.",
-                "Fuse consecutive small kernels into one (each launch costs the host several microseconds).",
-                "Give each kernel more work (batch several problems into one launch, larger tiles).",
-            ),
-            _GRAPH_CUDA,
-            "Re-capture with nsys: cudaLaunchKernel calls per iteration should fall (cudaGraphLaunch instead), and the device should find work queued.",
-            "underfilled",
-        ),
-        "cupy": _lever(
-            "Underfilled: the GPU outruns the host (launch and Python overhead)",
-            "Launch fewer kernels: fuse elementwise chains (cupy.fuse, ElementwiseKernel), capture the loop body in a CUDA graph, use larger arrays.",
-            (
-                "Fuse chains of elementwise operations with @cupy.fuse() or one cupy.ElementwiseKernel / RawKernel.",
-                "Capture the repeated iteration in a CUDA graph (Stream.begin_capture / end_capture) and launch it once per iteration.",
-                "Batch small arrays into one larger array so each kernel has enough work.",
-            ),
-            _GRAPH_CUPY,
-            "Re-profile: kernels per iteration should fall, and the host should stay ahead of the device.",
-            "underfilled",
-        ),
-        "jax": _lever(
-            "Underfilled: the device outruns the host (dispatch overhead)",
-            "Dispatch more work per call: jit the whole step, loop on the device (lax.scan / fori_loop), avoid retracing.",
-            (
-                "jax.jit the whole training or inference step, not small functions called from a Python loop.",
-                "Run several steps per dispatch with jax.lax.scan over a stack of batches.",
-                "Keep shapes and static arguments fixed so the step does not recompile (check with jax.log_compiles).",
-            ),
-            _JIT_JAX,
-            "Re-profile: host dispatch per step should shrink and the device should find the next step queued.",
-            "underfilled",
-        ),
-        "engine": _lever(
-            "Underfilled: the GPU outruns the serving engine's host loop",
-            "The engine's Python loop and launches cost more than each forward pass: use CUDA graphs and larger batches per step.",
-            (
-                "Do not run the engine in eager mode (vLLM: no --enforce-eager; SGLang: no --disable-cuda-graph): each decode step becomes one graph launch.",
-                "Cover the batch sizes you serve with captured graphs (vLLM: cudagraph capture sizes in --compilation-config; SGLang: --cuda-graph-max-bs).",
-                "Raise the number of sequences per step (vLLM --max-num-seqs, SGLang --max-running-requests) so each launch carries more work, within your latency target.",
-                "Keep chunked prefill on (vLLM --enable-chunked-prefill) so prefill and decode share steps.",
-            ),
-            "vllm serve MODEL --max-num-seqs 256 --enable-chunked-prefill \\\n    --compilation-config '{\"cudagraph_capture_sizes\": [1, 2, 4, 8, 16, 32, 64, 128, 256]}'",
-            "Re-profile under the same load: host time between forward passes should shrink and GPU busy rise.",
-            "underfilled",
-        ),
-    },
-    "launch_latency": {
-        "cuda": _lever(
-            "Underfilled: the device waits inside slow launch calls",
-            "Launch calls were still running when the device ran dry: fewer, cheaper launches.",
-            (
-                "Capture the iteration in a CUDA graph: one cudaGraphLaunch replaces many cudaLaunchKernel calls.",
-                "Fuse small kernels so fewer launches are needed.",
-                "Keep kernel arguments small (pass pointers to structs in device memory, not large structs by value).",
-            ),
-            _GRAPH_CUDA,
-            "Re-capture with nsys: the launch calls named in the evidence should be fewer or shorter.",
-            "underfilled",
-        ),
-        "cupy": _lever(
-            "Underfilled: the device waits inside slow launch calls",
-            "Launch calls were still running when the device ran dry: fewer launches (fusion, CUDA graphs).",
-            ("Fuse elementwise chains with @cupy.fuse() or an ElementwiseKernel.", "Capture the iteration in a CUDA graph and launch it once."),
-            _GRAPH_CUPY,
-            "Re-profile: launch calls per iteration should fall.",
-            "underfilled",
-        ),
-    },
-    "kernel_boundaries": {
-        "cuda": _lever(
-            "Underfilled: many tiny kernels, each paying the device's start-up cost",
-            "Fewer, larger kernels: fuse short kernels and launch them as a CUDA graph.",
-            (
-                "Fuse consecutive short kernels that touch the same data into one kernel.",
-                "Launch repeated sequences as a CUDA graph to remove the gaps between kernels.",
-                "Use Programmatic Dependent Launch (Hopper and newer) to overlap a kernel's prologue with the previous kernel's tail.",
-            ),
-            _GRAPH_CUDA,
-            "Re-capture with nsys: kernels per iteration should fall and the gaps between back-to-back kernels shrink.",
-            "underfilled",
-        ),
-        "cupy": _lever(
-            "Underfilled: many tiny kernels, each paying the device's start-up cost",
-            "Fewer, larger kernels: fuse elementwise chains with cupy.fuse or an ElementwiseKernel.",
-            ("Fuse elementwise chains with @cupy.fuse().", "Write the hot loop body as one cupy.RawKernel."),
-            "@cupy.fuse()\ndef update(x, g, lr):\n    return x - lr * g * g / (1 + g * g)   # one kernel instead of five",
-            "Re-profile: kernels per iteration should fall.",
-            "underfilled",
-        ),
-        "jax": _lever(
-            "Underfilled: many tiny kernels, each paying the device's start-up cost",
-            "Let XLA fuse: jit the enclosing function so elementwise chains become one kernel.",
-            ("Wrap the step in jax.jit (XLA fuses elementwise chains inside one compiled function).", "Avoid jnp calls outside jit in the loop: each runs as its own kernel."),
-            "step = jax.jit(step)   # XLA fuses the elementwise chain into few kernels",
-            "Re-profile: kernels per step should fall.",
-            "underfilled",
-        ),
-    },
-    "h2d_copy": {
-        "cuda": _lever(
-            "Starvation: host-to-device copies on the critical path",
-            "Copy from pinned memory with cudaMemcpyAsync on a stream, double-buffered, so copies overlap compute.",
-            (
-                "Allocate host buffers with cudaMallocHost / cudaHostAlloc (or cudaHostRegister an existing buffer): pageable copies are staged and block the host.",
-                "Use cudaMemcpyAsync on a non-default stream, and overlap the next chunk's copy with this chunk's kernels (two buffers, two streams).",
-                "Send less: keep data in a compact type on the host and convert on the device.",
-            ),
-            _STREAMS_CUDA,
-            "Re-capture with nsys: copies should read 'Pinned -> Device' and run beside kernels on another stream.",
-            "starvation",
-        ),
-        "cupy": _lever(
-            "Starvation: host-to-device copies on the critical path",
-            "Copy from pinned host memory on a separate stream, a batch ahead, so copies overlap compute.",
-            (
-                "Allocate host arrays with cupyx.empty_pinned (or numpy arrays over cupy.cuda.alloc_pinned_memory).",
-                "Copy with gpu_array.set(host_array, stream=copy_stream) on a non-blocking stream, a batch ahead.",
-                "Make the compute stream wait on an event recorded after the copy.",
-            ),
-            "copy_stream = cupy.cuda.Stream(non_blocking=True)\nhost = cupyx.empty_pinned(shape, dtype)\nnxt = cupy.empty(shape, dtype)\nwith copy_stream:\n    nxt.set(host, stream=copy_stream)\n    ready = copy_stream.record()\ncupy.cuda.get_current_stream().wait_event(ready)",
-            "Re-profile: copies should read 'Pinned -> Device' and overlap kernels.",
-            "starvation",
-        ),
-        "jax": _lever(
-            "Starvation: host-to-device copies on the critical path",
-            "Put the next batch on the device while this one computes (jax.device_put ahead of use).",
-            (
-                "Prefetch: device_put the next batch before running the current step (flax.jax_utils.prefetch_to_device for a data iterator).",
-                "Keep inputs compact on the host (uint8, int32 ids) and convert inside the jitted step.",
-            ),
-            "it = iter(batches)\nnxt = jax.device_put(next(it))\nfor batch in it:\n    cur, nxt = nxt, jax.device_put(batch)   # next copy overlaps this step\n    state = train_step(state, cur)",
-            "Re-profile: the copies should overlap the previous step's kernels.",
-            "starvation",
-        ),
-    },
-    "host_preprocessing": {
-        "cuda": _lever(
-            "Starvation: the launching thread prepares data while the GPU waits",
-            "Move host-side preparation off the thread that launches GPU work, and overlap it with the device.",
-            (
-                "Prepare the next batch in a producer thread (or a thread pool) filling a queue a few batches deep.",
-                "Overlap the preparation with the device: launch work asynchronously, then prepare the next input before synchronising.",
-                "Move the preparation itself to the GPU when it is data-parallel.",
-            ),
-            "std::thread producer([&]{ for (auto& b : batches) queue.push(prepare(b)); });\nfor (;;) {\n    Batch b = queue.pop();          // ready before the GPU needs it\n    cudaMemcpyAsync(d, b.pinned, b.bytes, cudaMemcpyHostToDevice, s);\n    kernel<<<grid, block, 0, s>>>(d, b.n);\n}",
-            "Re-capture with nsys: the host time between iterations on the launching thread should shrink.",
-            "starvation",
-        ),
-        "cupy": _lever(
-            "Starvation: the launching thread prepares data in Python while the GPU waits",
-            "Do the preparation on the GPU with CuPy, or in a background thread a few batches ahead.",
-            (
-                "Move NumPy preprocessing to CuPy arrays after the copy (the same API runs on the device).",
-                "Or prepare the next batch in a concurrent.futures thread pool while the GPU computes.",
-            ),
-            "with concurrent.futures.ThreadPoolExecutor(2) as pool:\n    fut = pool.submit(prepare, 0)\n    for i in range(1, n + 1):\n        x = cupy.asarray(fut.result())\n        if i < n:\n            fut = pool.submit(prepare, i)   # next batch prepared while the GPU computes\n        step(x)",
-            "Re-profile: the Python frames named in the evidence should leave the launching thread.",
-            "starvation",
-        ),
-        "jax": _lever(
-            "Starvation: the launching thread prepares data in Python while the device waits",
-            "Prepare batches in a pipeline with workers and prefetch (tf.data with AUTOTUNE, grain workers).",
-            (
-                "Build the input pipeline with grain (worker_count > 0) or tf.data (map(num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)).",
-                "Prefetch batches to the device ahead of the step (flax.jax_utils.prefetch_to_device).",
-            ),
-            "ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).batch(B).prefetch(tf.data.AUTOTUNE)\nfor batch in ds.as_numpy_iterator():\n    state = train_step(state, batch)",
-            "Re-profile: the host should be idle-waiting, not preprocessing, between steps.",
-            "starvation",
-        ),
-        "engine": _lever(
-            "Starvation: the engine's host thread prepares inputs while the GPU waits",
-            "Input preparation (tokenisation, multimodal preprocessing, scheduling) runs between forward passes: move it off the engine's loop.",
-            (
-                "Run tokenisation and multimodal preprocessing in separate processes (vLLM: API server processes with --api-server-count; SGLang's tokenizer manager).",
-                "Keep the scheduler's CPU work small: prefix caching on, fewer tiny requests per step.",
-            ),
-            "vllm serve MODEL --api-server-count 4   # tokenisation and preprocessing in their own processes",
-            "Re-profile: host time between forward passes should shrink.",
-            "starvation",
-        ),
-    },
-    "untraced_host": {
-        "cuda": _lever(
-            "Unattributed: the launching thread ran code the trace does not show",
-            "Capture more context so the cause can be named: NVTX ranges and OS-runtime calls.",
-            ("Mark the program's phases with NVTX ranges (nvtxRangePushA / nvtxRangePop).", "Capture OS-runtime calls to see blocking I/O: nsys profile -t cuda,nvtx,osrt."),
-            '#include <nvtx3/nvToolsExt.h>\nnvtxRangePushA("prepare_input");\nprepare_input();\nnvtxRangePop();',
-            "Re-capture: the time should appear under a named range.",
-            "unattributed",
-        ),
-        "cupy": _lever(
-            "Unattributed: the launching thread ran code the trace does not show",
-            "Capture more context: NVTX ranges around the program's phases.",
-            ("Wrap phases in cupyx.profiler.time_range('name') (NVTX ranges), then capture with nsys -t cuda,nvtx,osrt.",),
-            "with cupyx.profiler.time_range('prepare_input'):\n    x = prepare_input()",
-            "Re-capture: the time should appear under a named range.",
-            "unattributed",
-        ),
-        "jax": _lever(
-            "Unattributed: the launching thread ran code the trace does not show",
-            "Capture more context: named trace annotations around the program's phases.",
-            ("Wrap phases in jax.profiler.TraceAnnotation('name') (or StepTraceAnnotation for steps).",),
-            "with jax.profiler.TraceAnnotation('prepare_input'):\n    batch = next(it)",
-            "Re-profile: the time should appear under a named annotation.",
-            "unattributed",
-        ),
-    },
-    "cold_start": {
-        "cuda": _lever(
-            "Cold start: first-call costs dominate the capture",
-            "Capture the steady state: warm up first, then record a range of iterations.",
-            ("Run a few iterations before the capture (context creation, module loading, allocations happen once).", "Limit the capture to the steady state with cudaProfilerStart/Stop and nsys --capture-range=cudaProfilerApi."),
-            "for (int i = 0; i < 3; ++i) iterate();   // warm-up\ncudaProfilerStart();\nfor (int i = 0; i < 20; ++i) iterate();\ncudaProfilerStop();\n// nsys profile --capture-range=cudaProfilerApi ./app",
-            "The new capture's quality notes should no longer mention a cold start.",
-            "unattributed",
-        ),
-        "cupy": _lever(
-            "Cold start: first-call costs dominate the capture",
-            "Capture the steady state: run each kernel once before profiling (CuPy compiles and loads kernels on first use).",
-            ("Call the step once or twice before starting the capture.", "Keep CuPy's kernel cache (CUPY_CACHE_DIR) on a persistent disk so later runs skip compilation."),
-            "step(x); step(x)                 # warm-up: kernels compiled and loaded\nwith cupyx.profiler.profile():  # nsys --capture-range=cudaProfilerApi\n    for _ in range(20):\n        step(x)",
-            "The new capture's quality notes should no longer mention a cold start.",
-            "unattributed",
-        ),
-        "jax": _lever(
-            "Cold start: first-call costs dominate the capture",
-            "Compile before profiling: the first call of each jitted function traces and compiles it.",
-            ("Run the step once (or jax.jit(step).lower(*args).compile()) before jax.profiler.start_trace.", "Keep a persistent compilation cache (jax.config.update('jax_compilation_cache_dir', path))."),
-            "state = train_step(state, batch)   # compile outside the trace\njax.profiler.start_trace('/tmp/trace')\nfor _ in range(10):\n    state = train_step(state, batch)\njax.block_until_ready(state)\njax.profiler.stop_trace()",
-            "The new trace's quality notes should no longer mention a cold start.",
-            "unattributed",
-        ),
-        "engine": _lever(
-            "Cold start: first-call costs dominate the capture",
-            "Profile after the engine's warm-up (graph capture, compilation) under steady load.",
-            ("Start the engine, send warm-up requests, then start the profiler (vLLM: VLLM_TORCH_PROFILER_DIR with the /start_profile and /stop_profile endpoints).",),
-            "VLLM_TORCH_PROFILER_DIR=/tmp/prof vllm serve MODEL &\n# warm up with real traffic, then:\ncurl -X POST localhost:8000/start_profile; sleep 10; curl -X POST localhost:8000/stop_profile",
-            "The new trace's quality notes should no longer mention a cold start.",
-            "unattributed",
-        ),
-    },
-}
-
-
 class BusyEntry(msgspec.Struct, frozen=True):
     """A finding on busy time (not a cause of idle: FP32 math, kernels too small to fill the
     device): its levers, by variant ("" the default), and by idiom for jobs that are not a
-    PyTorch program (as ``IDIOM_LEVERS`` for causes), and its ``replay`` lever and ``sweep`` knobs
-    as in :class:`CauseEntry`. A new busy-time finding is one entry here and its rule."""
+    PyTorch program, and its ``replay`` lever, ``sweep`` knobs and ``applied`` test, each as in
+    :class:`CauseEntry`. A new busy-time finding is one entry here and its rule."""
 
     cause: str
     levers: dict[str, Lever]
@@ -1126,6 +1133,7 @@ class BusyEntry(msgspec.Struct, frozen=True):
     replay: dict[str, str] = msgspec.field(default_factory=dict)
     sweep: tuple[str, ...] = ()
     group: str = "underfilled"  # its page: each is work too small or too slow for the device
+    applied: str = ""
 
     @property
     def key(self) -> str:
@@ -1223,6 +1231,7 @@ BUSY_FINDINGS: tuple[BusyEntry, ...] = (
         },
         replay={"": "fp32_math"},
         sweep=("precision",),
+        applied="tensor_core_math",
     ),
     BusyEntry(
         "small_grids",
@@ -1540,9 +1549,9 @@ def replay_lever(cause: str, variant: str = "") -> str | None:
 
 def idiom_levers(cause: str) -> dict[str, Lever]:
     """The levers of a finding on ``cause`` (its name) for jobs that are not a PyTorch program, by
-    idiom: a cause's from ``IDIOM_LEVERS``, a busy-time finding's from its entry."""
+    idiom: its entry's ``idioms`` (a cause's or a busy-time finding's)."""
     e = _BY_CAUSE().get(cause)
-    return e.idioms if isinstance(e, BusyEntry) else IDIOM_LEVERS.get(cause, {})
+    return e.idioms if e is not None else {}
 
 
 def replay_levers() -> tuple[str, ...]:
@@ -1555,6 +1564,13 @@ def sweep_knobs(cause: str) -> tuple[str, ...]:
     """The sweep's knobs that act on a finding on ``cause`` (its name), first tried first."""
     e = _BY_CAUSE().get(cause)
     return e.sweep if e is not None else ()
+
+
+def applied_test(cause: str) -> str:
+    """The name of the test (findings/applied.py) that tells whether the lever of a finding on
+    ``cause`` (its name) was applied between two runs; "" where there is none."""
+    e = _BY_CAUSE().get(cause)
+    return e.applied if e is not None else ""
 
 
 def lab_flaw_causes(flaw: str) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ from whyidle.analyses import causes as C
 from whyidle.analyses.kernels import KernelStats
 from whyidle.analyses.utilization import StepFigures, Utilization
 from whyidle.capture.tracker_records import SOURCE_FORMAT, StepRecord, TrackerStats
+from whyidle.catalogue import replay_lever
 from whyidle.config import Config
 from whyidle.diagnosis import Diagnosis
 from whyidle.findings.advice import fit_lever
@@ -45,9 +46,6 @@ from whyidle.findings.rules import cause_finding
 from whyidle.units import format_ns
 
 __all__ = ["report_from_tracker", "SOURCE_FORMAT"]
-
-_ATTRIBUTED = (C.INPUT_PIPELINE, C.H2D_COPY, C.UNTRACED_HOST)
-
 
 def _split(s: StepRecord, device_timing: bool, wait_cause: C.Cause = C.INPUT_PIPELINE) -> tuple[int, dict[C.Cause, int]]:
     """(busy ns, idle ns by cause) of one step; the wait is ``wait_cause``'s (the input pipeline,
@@ -203,11 +201,14 @@ def _finding(run: _Run, cause: C.Cause, ns: int, cfg: Config) -> Finding:
     code = with_trace_batch_size(lever.code, run.batch)
     fix = Fix(lever.summary, _seen_here(cause, st, per_step, mean_step) + lever.steps, code, lever.verify, expected, lever.docs)
     finding = cause_finding(cause, lever, variant, ns, run.idle_ns, run.window_ns, ev, fix)
-    # Workers are predicted only where the loader ran in the training process (its wait is
-    # then the whole per-batch production cost).
-    if cause is C.H2D_COPY or (cause is C.INPUT_PIPELINE and not li.num_workers):
+    # The fix is replayed by the cause's replay lever in its variant (the catalogue's), where the
+    # tracker's two-part steps can replay it: more workers only where the loader ran in the
+    # training process (its wait is then the whole per-batch production cost; with workers the
+    # lever is loader_speedup, which needs a trace).
+    replayed = replay_lever(cause.cause, variant)
+    if replayed is not None:
         waits = [s.data_wait_ns if cause is C.INPUT_PIPELINE else s.copy_ns for s in steps]
-        pred = predict_from_steps([s.duration_ns for s in steps], waits, cause.cause, cfg, run.batch)
+        pred = predict_from_steps([s.duration_ns for s in steps], waits, replayed, cfg, run.batch)
         if pred is not None and beyond_explained(pred.step_ns_before - pred.step_ns_after, per_step):
             # medians against a mean: said, so the two numbers do not read as a contradiction
             pred = msgspec.structs.replace(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from whyidle.analyses import causes as C
 from whyidle.analyses.names import NameTimes
 from whyidle.config import Config
+from whyidle.findings.applied import lever_applied
 from whyidle.findings.labels import cause_label
 from whyidle.findings.model import DiagnosisData
 from whyidle.parallel import Helpers
@@ -116,28 +117,10 @@ def _prediction_check(before: DiagnosisData, after: DiagnosisData, causes: dict[
     before_step = _mean_step(before)
     if before_step is not None and after_step > before_step:  # a regression is not the fix applied
         return None
-    if not _lever_seen(f.cause, f.variant, before, after):
+    # the after run must show the change the prediction replayed (the cause's test, findings/applied.py)
+    if not lever_applied(f.cause, f.variant, before, after):
         return None
     return PredictionCheck(key, p.lever, p.step_ns_after, after_step, p.step_ns_low, p.step_ns_high)
-
-
-def _lever_seen(cause: str, variant: str, before: DiagnosisData, after: DiagnosisData) -> bool:
-    """Whether the after-run shows the change the prediction replayed, where both advice contexts
-    say what the job does (reports without them: taken as applied, the cause's idle having fallen)."""
-    b, a = before.advice, after.advice
-    if b is None or a is None:
-        return True
-    if cause == "input_pipeline":
-        return a.loader == "multi_process" and (b.loader != "multi_process" or variant == "multi_process")
-    if cause == "host_overhead":
-        return (a.compiled and not b.compiled) or (a.cuda_graphs and not b.cuda_graphs) or (
-            a.optimizer_impl in ("fused", "foreach") and b.optimizer_impl == "per_parameter"
-        )
-    if cause == "h2d_copy":
-        return a.pageable_copies < b.pageable_copies or a.pinned_copies > b.pinned_copies
-    if cause == "fp32_math":
-        return after.kernels.fp32_math_share < before.kernels.fp32_math_share
-    return True  # host_sync: no record names it; its idle having fallen is the evidence
 
 
 @dataclass(frozen=True)
