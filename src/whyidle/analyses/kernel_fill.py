@@ -104,12 +104,10 @@ def device_sm_counts(devices: list[dict[str, object]]) -> tuple[dict[int, int], 
 
 def _sweep(start: I64, end: I64, fill: F64) -> tuple[int, int, int]:
     """(busy, underfilled, unused) ns of one device's kernels: SM share = min(1, sum of running fills)."""
-    t = np.concatenate([start, end])
-    df = np.concatenate([fill, -fill])
-    dc = np.concatenate([np.ones(start.size, dtype=np.int64), -np.ones(start.size, dtype=np.int64)])
-    order = np.argsort(t, kind="stable")
-    t, level, running = t[order], np.cumsum(df[order]), np.cumsum(dc[order])
-    seg = np.diff(t).astype(np.float64)
+    order = np.argsort(np.concatenate([start, end]), kind="stable")
+    seg = np.diff(np.concatenate([start, end])[order]).astype(np.float64)
+    level = np.cumsum(np.concatenate([fill, -fill])[order])
+    running = np.cumsum(np.where(order < start.size, 1, -1).astype(np.int32))  # kernels running after each edge
     share = np.clip(level[:-1], 0.0, 1.0)
     on = running[:-1] > 0
     # Sums of fills drift by ~1e-16; a share within 1e-9 of full is full.
@@ -139,7 +137,8 @@ def kernel_fill(tl: Timeline, links: Links, window: Window, cfg: AttributionSett
             on = derivable & (device == dev)
             sms[dev] = int(round(float(np.median(grid[on] / bps[on]))))
             origin = ", ".join(x for x in (origin, "the grid over Kineto's blocks per SM") if x)
-    sm_of = np.array([sms.get(d, 0) for d in device.tolist()], dtype=np.float64)
+    devices = unique_sorted(device)
+    sm_of = np.array([sms.get(d, 0) for d in devices.tolist()], dtype=np.float64)[np.searchsorted(devices, device)]
     from_grid = ~np.isfinite(bps) & (grid > 0) & (sm_of > 0)
     bps = np.where(from_grid, grid / np.where(sm_of > 0, sm_of, 1.0), bps)
     known = np.isfinite(bps) & (bps > 0)
@@ -169,27 +168,34 @@ def _top(tl: Timeline, k: I64, dur: I64, fill: F64, bps: F64, occ: F64, low_occ:
     sel = np.flatnonzero((fill < 1.0) | low_occ)
     if sel.size == 0:
         return ()
-    lost = dur[sel] * (1.0 - fill[sel])
-    groups: dict[tuple[int, int, int], list[int]] = {}
-    for j, (name, g, b) in enumerate(zip(tl.name[k[sel]].tolist(), tl.grid[k[sel]].tolist(), tl.block[k[sel]].tolist())):
-        groups.setdefault((name, g, b), []).append(j)
+    # Group by (name, grid, block) with one stable sort: each group's kernels stay in trace order,
+    # so its sums are the same as over the kernels picked one by one.
+    name, grid, block = tl.name[k[sel]], tl.grid[k[sel]], tl.block[k[sel]]
+    order = np.lexsort((block, grid, name))
+    name, grid, block = name[order], grid[order], block[order]
+    edge = np.ones(sel.size, dtype=np.bool_)
+    edge[1:] = (name[1:] != name[:-1]) | (grid[1:] != grid[:-1]) | (block[1:] != block[:-1])
+    bounds = np.append(np.flatnonzero(edge), sel.size)
+    d_all, o_all, b_all = dur[sel][order], occ[sel][order], bps[sel][order]
+    lost_all = d_all * (1.0 - fill[sel][order])
     out = []
-    for (name, g, b), js in groups.items():
-        idx = np.array(js)
-        d = dur[sel][idx]
-        o = occ[sel][idx]
+    firsts = []  # each group's first kernel in trace order: the order of ties below
+    for a, z in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        d, o, b = d_all[a:z], o_all[a:z], b_all[a:z]
         o_ok = np.isfinite(o) & (o > 0)
+        firsts.append(int(order[a]))
         out.append(
             KernelConfig(
-                name=tl.strings[name],
-                count=int(idx.size),
+                name=tl.strings[int(name[a])],
+                count=z - a,
                 total_ns=int(d.sum()),
-                unused_ns=int(round(float(lost[idx].sum()))),
-                grid=int(g),
-                block=int(b),
-                blocks_per_sm=float(np.average(bps[sel][idx], weights=np.maximum(d, 1))) if np.isfinite(bps[sel][idx]).all() else None,
+                unused_ns=int(round(float(lost_all[a:z].sum()))),
+                grid=int(grid[a]),
+                block=int(block[a]),
+                blocks_per_sm=float(np.average(b, weights=np.maximum(d, 1))) if np.isfinite(b).all() else None,
                 occupancy_pct=float(np.average(o[o_ok], weights=np.maximum(d[o_ok], 1))) if o_ok.any() else None,
             )
         )
+    out = [c for _, c in sorted(zip(firsts, out, strict=True), key=lambda fc: fc[0])]
     out.sort(key=lambda c: (-c.unused_ns, -c.total_ns))
     return tuple(out[:n])
