@@ -456,6 +456,28 @@ def test_record_gaps_go_back_to_the_latest_boundary() -> None:
     assert gap[1] == 0 and bool(has[1])
 
 
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 15)), min_size=1, max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_record_gaps_against_their_definition(spans: list[tuple[int, int]]) -> None:
+    """Each start's gap back to the latest boundary before it, 0 when it shares its instant with
+    another boundary (a start or an end), none before the first; by brute force."""
+    from whyidle.analyses.profcost import record_gaps
+
+    start = np.array(sorted(s for s, _ in spans), dtype=np.int64)
+    end = start + np.array([d for _, d in spans], dtype=np.int64)
+    gap, has = record_gaps(start, end)
+    bounds = start.tolist() + end.tolist()
+    for i, s in enumerate(start.tolist()):
+        shared = bounds.count(s) > 1
+        earlier = [b for b in bounds if b < s]
+        assert bool(has[i]) == (shared or bool(earlier))
+        if shared:
+            assert gap[i] == 0
+        elif earlier:
+            assert gap[i] == s - max(earlier)
+    assert gap.dtype == np.int64
+
+
 @given(st.lists(st.integers(-(10**12), 10**12), min_size=1, max_size=60), st.floats(-0.1, 1.1))
 @settings(max_examples=300, deadline=None)
 def test_linear_quantile_is_numpys_bit_for_bit(values: list[int], q: float) -> None:

@@ -59,13 +59,17 @@ def record_gaps(start: I64, end: I64) -> tuple[I64, npt.NDArray[np.bool_]]:
     (a start or an end of another record), and whether it has one (the first record has not).
 
     A start that coincides with another record's boundary has a gap of 0."""
-    b = np.sort(np.concatenate((start, end)))
+    # In place where it can be (a thread of the 2 GB trace has 2.3M records: each array is 18 MB).
+    b = np.concatenate((start, end))
+    b.sort()
     n_lt = np.searchsorted(b, start, side="left")
-    n_le = np.searchsorted(b, start, side="right")
+    shared = np.searchsorted(b, start, side="right") - n_lt > 1  # another record's boundary is here
     has = n_lt > 0
-    prev = b[np.maximum(n_lt - 1, 0)]
-    gap = np.where(n_le - n_lt > 1, 0, start - prev)
-    return gap.astype(np.int64), has | (n_le - n_lt > 1)
+    np.subtract(n_lt, 1, out=n_lt)
+    np.maximum(n_lt, 0, out=n_lt)
+    gap = np.subtract(start, b[n_lt], dtype=np.int64)
+    gap[shared] = 0
+    return gap, has | shared
 
 
 def linear_quantile(a: I64, q: float) -> float:
@@ -98,7 +102,7 @@ def estimate_profiler_cost(tl: Timeline, lanes: npt.NDArray[np.int64], lo: int, 
         rows = np.flatnonzero((tl.lane == ln) & is_record)
         if rows.size == 0:
             continue
-        s, e = tl.start_ns[rows].astype(np.int64), tl.end_ns[rows].astype(np.int64)
+        s, e = tl.start_ns[rows].astype(np.int64, copy=False), tl.end_ns[rows].astype(np.int64, copy=False)
         gap, has = record_gaps(s, e)
         del e
         k = tl.kind[rows]
