@@ -334,7 +334,7 @@ def _join_counters(report: Diagnosis, a: Analyses, path: str | os.PathLike[str],
     from whyidle.sources.counters import load_counters
     from whyidle.timeline.model import LaneKind
 
-    log = load_counters(os.fspath(path), utc_offset_min=cfg.read.counters_utc_offset_min, interval_ms=cfg.read.counters_interval_ms)
+    log = load_counters(os.fspath(path), utc_offset_min=cfg.read.counters_utc_offset_min, interval_ms=cfg.read.counters_interval_ms, settings=cfg.read)
     devices = sorted({ln.device for ln in a.tl.lanes if ln.kind is LaneKind.GPU_STREAM})
     joined = join_counters(log, (a.window.start_ns, a.window.end_ns), a.tl.meta.devices, devices, cfg.attribution)
     return as_diagnosis(with_counters(report, joined, cfg))

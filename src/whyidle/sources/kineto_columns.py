@@ -394,7 +394,7 @@ class _Columns:
             raise TraceFormatError(
                 self.path,
                 f"holds more than {self.max_events} events for its compressed size (real traces hold at most 0.15 per "
-                "compressed byte): a gzip bomb or a damaged file, not read further",
+                "compressed byte): a gzip bomb or a damaged file, not read further (ReadSettings.max_events_per_gzip_byte)",
             )
         self.thread_names.extend(loc.thread_names)
         for k, v in loc.unknown.items():
