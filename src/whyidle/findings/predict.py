@@ -23,6 +23,7 @@ from whyidle.config import Config
 from whyidle.errors import ArgumentError
 from whyidle.findings.critical_path import critical_path_summary
 from whyidle.findings.model import Finding, Prediction
+from whyidle.timeline.arrays import median
 from whyidle.timeline.model import Kind, Timeline
 
 __all__ = [
@@ -469,15 +470,15 @@ def predict_from_steps(
     # Medians over the steps: a tracked run on a busy machine has outlier steps.
     d = np.asarray(durations_ns, dtype=np.float64)
     w = np.asarray(waits_ns, dtype=np.float64)
-    before = float(np.median(d))
+    before = median(d)
     if lever == "input_pipeline":
         lv = lever_edits(lever, cfg, workers=workers)
         n, h = lv.point.loader_workers, lv.point.loader_handoff_ns
-        after = float(np.median(np.maximum(d - w + h, w / n)))
-        low = float(np.median(np.maximum(d - w, w / n)))
+        after = median(np.maximum(d - w + h, w / n))
+        low = median(np.maximum(d - w, w / n))
     else:
         lv = lever_edits(lever, cfg)
-        after = low = float(np.median(d - w))
+        after = low = median(d - w)
     return Prediction(
         lever=lv.lever,
         assumption=lv.assumption + " (from the step tracker's per-step wait: no dependency graph)",
