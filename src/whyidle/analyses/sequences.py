@@ -46,7 +46,7 @@ from whyidle.analyses.hostops import python_line
 from whyidle.analyses.nesting import OpenIndex
 from whyidle.analyses.peaks import DevicePeak
 from whyidle.analyses.work import OpKernels
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
@@ -202,10 +202,10 @@ def _fused_nbytes(tl: Timeline, ok: OpKernels, ops: list[int], cache: dict[int, 
     return total + prev_out
 
 
-def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Config, eager: npt.NDArray[np.bool_]) -> tuple[Chain, ...]:
+def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: AttributionSettings, eager: npt.NDArray[np.bool_]) -> tuple[Chain, ...]:
     """The frequent memory-bound chains of small eager kernels, most estimated saving first (pure)."""
     fam = np.append(ok.works.family_is(FUSIBLE), False)
-    member = eager & fam[ok.op] & (ok.ns <= cfg.attribution.fusion_max_kernel_ns)
+    member = eager & fam[ok.op] & (ok.ns <= cfg.fusion_max_kernel_ns)
     groups: dict[tuple[str, ...], list[tuple[int, int, int, int, int, int, int]]] = {}  # kernels, ns, bytes, fused, est, stream, first op
     cache = dict[int, list[int]]()
     ns_of, lane_of, op_rows = ok.ns.tolist(), tl.lane[ok.rows].tolist(), ok.ops.tolist()
@@ -223,7 +223,7 @@ def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Con
         est = min(max(int(fused / bw), min(ns)), took)  # bytes / (bytes per ns), at least one kernel
         key = tuple(names.get(o) or names.setdefault(o, tl.name_of(op_rows[o])) for o in ops)
         groups.setdefault(key, []).append((len(run), took, sum(ok.works[o].nbytes for o in ops), fused, est, lane_of[run[0]], op_rows[ops[0]]))
-    kept = {k: got for k, got in groups.items() if len(got) >= cfg.attribution.fusion_min_repeats}
+    kept = {k: got for k, got in groups.items() if len(got) >= cfg.fusion_min_repeats}
     firsts = sorted({g[6] for got in kept.values() for g in got})
     line_of = dict(zip(firsts, _lines(tl, firsts), strict=True))
     out = [
@@ -264,7 +264,7 @@ def _attention_at(tl: Timeline, ok: OpKernels, ops: list[int], j: int) -> tuple[
 
 
 def unfused_attention(
-    tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Config, eager: npt.NDArray[np.bool_]
+    tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: AttributionSettings, eager: npt.NDArray[np.bool_]
 ) -> tuple[tuple[Attention, ...], npt.NDArray[np.bool_]]:
     """Attention computed as GEMM, softmax, GEMM by eager ops, most estimated saving first, and
     which kernels it ran (pure; a fusion chain inside it is not counted twice). Needs the device's
@@ -294,7 +294,7 @@ def unfused_attention(
                 continue
             t_bound = max(flops / (p * 1e3), nbytes / (peak.mem_tbps * 1e3))  # ns
             ns = int(op_ns[chain].sum())
-            est = min(int(t_bound / cfg.attribution.roofline_near_fraction), ns)
+            est = min(int(t_bound / cfg.roofline_near_fraction), ns)
             used[chain] = True
             key = (tuple(tl.name_of(int(ok.ops[c])) for c in chain), shape, precision)
             groups.setdefault(key, []).append((ns, flops, nbytes, est))

@@ -207,7 +207,7 @@ def _finding(run: _Run, cause: C.Cause, ns: int, cfg: Config) -> Finding:
     # then the whole per-batch production cost).
     if cause is C.H2D_COPY or (cause is C.INPUT_PIPELINE and not li.num_workers):
         waits = [s.data_wait_ns if cause is C.INPUT_PIPELINE else s.copy_ns for s in steps]
-        pred = predict_from_steps([s.duration_ns for s in steps], waits, cause.cause, cfg, run.batch)
+        pred = predict_from_steps([s.duration_ns for s in steps], waits, cause.cause, cfg.predictions, run.batch)
         if pred is not None and beyond_explained(pred.step_ns_before - pred.step_ns_after, per_step):
             # medians against a mean: said, so the two numbers do not read as a contradiction
             pred = msgspec.structs.replace(
