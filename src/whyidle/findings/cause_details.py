@@ -37,7 +37,7 @@ Facts = tuple[tuple[str, Any], ...]
 class Detail(msgspec.Struct, frozen=True):
     """What one cause adds to the generic finding (every field optional)."""
 
-    facts: Callable[[Analyses, int, RuleSettings], Facts] | None = None  # (analyses, cause index, config)
+    facts: Callable[[Analyses, int, RuleSettings], Facts] | None = None  # (analyses, cause index, the rules' settings)
     steps: Callable[[dict[str, Any], tuple[str, ...], RuleSettings], tuple[str, ...]] | None = None  # named from the facts
     variant: Callable[[Analyses, int, CauseEvidence], str] | None = None  # the lever variant
     op_filter: Callable[[str], bool] | None = None  # which ops count as evidence (None: all)
