@@ -9,6 +9,7 @@ import whyidle
 from whyidle.analyses.copies import exposed_h2d_copies
 from whyidle.config import Config
 from whyidle.findings.copy_rules import exposed_copy_finding
+from whyidle.findings.settings import RuleSettings
 from whyidle.findings.saved import report_from_dict
 from whyidle.timeline import Kind
 
@@ -52,7 +53,7 @@ def test_partly_hidden_copy_and_pinned_share() -> None:
 
 
 def test_finding_needs_its_share_of_the_window() -> None:
-    cfg = Config()
+    cfg = RuleSettings.of(Config())
     t = TL()
     t.work(PAGEABLE, 0, 40, kind=Kind.MEMCPY)
     t.work("k", 40, 1000)

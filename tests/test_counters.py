@@ -447,6 +447,7 @@ def test_pause_idle_is_part_of_idle_exactly(tmp_path: Path) -> None:
 @given(st.lists(st.sampled_from([0.0, 5.0, 30.0, 49.0, 50.0, 80.0, 100.0, float("nan")]), min_size=3, max_size=120))
 def test_counter_findings_never_claim_more_than_the_idle_time(values: list[float]) -> None:
     from whyidle.findings.counter_rules import counter_only_report
+    from whyidle.findings.settings import RuleSettings
     from whyidle.pipeline import analyse, report_from
 
     if not any(v == v for v in values):
@@ -455,7 +456,7 @@ def test_counter_findings_never_claim_more_than_the_idle_time(values: list[float
     from whyidle.sources.counters import counter_timeline
 
     timeline = counter_timeline(Path("w.csv"), _whyidle_rows(values).encode())
-    r = counter_only_report(report_from(analyse(timeline, Config()), Config()), analyse_counters(log, Config().attribution), Config())
+    r = counter_only_report(report_from(analyse(timeline, Config()), Config()), analyse_counters(log, Config().attribution), RuleSettings.of(Config()))
     assert all(0.0 <= f.share_of_idle <= 1.0 for f in r.findings)
     assert sum(f.idle_ns for f in r.findings) <= r.utilization.idle_ns
 

@@ -107,3 +107,27 @@ def test_sort_based_set_helpers_match_numpy(a: list[int], b: list[int]) -> None:
     nu, ninv = np.unique(x, return_inverse=True)
     assert np.array_equal(u, nu) and np.array_equal(inv, ninv.ravel())
     assert np.array_equal(setdiff_sorted(x, y), np.setdiff1d(x, y))
+
+
+
+@given(st.one_of(st.lists(st.integers(-(2**40), 2**40), min_size=1, max_size=40), st.lists(st.floats(-1e12, 1e12), min_size=1, max_size=40)))
+def test_the_partition_median_is_numpys(a: list[float]) -> None:
+    from whyidle.timeline.arrays import median
+
+    x = np.array(a)
+    assert median(x) == float(np.median(x)) and median(a) == median(x)
+
+
+def test_the_partition_median_imports_no_numpy_ma() -> None:
+    """np.median of floats imports numpy.ma (6-15 ms) to ask whether the array is masked."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import whyidle
+
+    code = "import sys, numpy as np; from whyidle.timeline.arrays import median; x = np.arange(5.0); m = median(x); print('numpy.ma' in sys.modules, m)"
+    env = {**os.environ, "PYTHONPATH": str(Path(whyidle.__file__).parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, timeout=60)
+    assert out.stdout.split() == ["False", "2.0"]

@@ -93,14 +93,19 @@ def test_untraced_estimate_lies_between_the_profiled_and_the_tracked_step() -> N
     import msgspec.structs
 
     from whyidle.analyses import whatif as W
+    from whyidle.analyses.links import link_launches
+    from whyidle.analyses.window import select_window
     from whyidle.findings.predict import _graph
+    from whyidle.findings.settings import RuleSettings
 
     for flaw, pair in _pairs().items():
         before = pair["before"]
         assert isinstance(before, dict)
         if not before.get("trace") or flaw == "none":
             continue
-        g, _ = _graph(load(H200 / str(before["trace"])), Config())
+        tl = load(H200 / str(before["trace"]))
+        links = link_launches(tl)
+        g, _ = _graph(tl, RuleSettings(), select_window(tl, links, Config().window), links)
         assert g is not None
         profiled = W.replay(g).mean_step_ns
         untraced = W.replay(g, msgspec.structs.replace(W.NO_EDIT, profiler_removed=True)).mean_step_ns
@@ -138,14 +143,14 @@ def test_recorded_pairs_table_covers_every_pair_with_a_lever() -> None:
 
 def test_tracker_prediction_of_workers_on_two_part_steps() -> None:
     # 80 ms steps, 50 of them waiting on the loader: with 4 workers a step is max(30 + 0.11, 12.5).
-    p = predict_from_steps([80_000_000] * 5, [50_000_000] * 5, "input_pipeline", Config(), batch_size=128)
+    p = predict_from_steps([80_000_000] * 5, [50_000_000] * 5, "input_pipeline", Config().predictions, batch_size=128)
     assert p is not None
     assert p.step_ns_after == 30_110_000
     assert p.samples_per_s_after == pytest.approx(128 / 0.03011)
     # With one worker the loader's production rate (50 ms per batch) bounds the step.
-    p1 = predict_from_steps([80_000_000] * 5, [50_000_000] * 5, "input_pipeline", Config(), workers=1)
+    p1 = predict_from_steps([80_000_000] * 5, [50_000_000] * 5, "input_pipeline", Config().predictions, workers=1)
     assert p1 is not None and p1.step_ns_after == 50_000_000
-    assert predict_from_steps([1], [0], "host_sync", Config()) is None
+    assert predict_from_steps([1], [0], "host_sync", Config().predictions) is None
 
 
 def test_prediction_survives_the_saved_json_report() -> None:

@@ -84,7 +84,7 @@ def test_load_forgets_a_read_ahead_its_reader_did_not_take(tmp_path: Path, monke
     # The streaming reader takes it (a lower threshold than the read-ahead's): it reads the file
     # in blocks, not through read_bytes, and the read-ahead must not stay behind.
     monkeypatch.setattr(sources, "_large", lambda path, min_bytes: True)
-    monkeypatch.setattr(kineto_stream, "should_stream", lambda path, min_bytes=None: True)
+    monkeypatch.setattr(kineto_stream, "should_stream", lambda path, min_bytes=None, settings=None: True)
     assert len(read(p, read_ahead=ra)) > 0
     assert not ra.pending()
 

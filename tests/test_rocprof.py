@@ -227,11 +227,12 @@ def test_large_rocprof_output_is_not_sent_to_the_kineto_stream_reader(tmp_path: 
 
 
 def test_over_the_in_memory_cap_it_is_refused_in_one_line(tmp_path: Path) -> None:
+    from whyidle.config import ReadSettings
     from whyidle.sources import _read_rocprof
 
     p = _write(tmp_path, hip_training().doc())
     with pytest.raises(InputError) as exc:
-        _read_rocprof(p, cap=1000)
+        _read_rocprof(p, ReadSettings(rocprof_max_bytes=1000))
     assert "rocprofv3 --collection-period" in str(exc.value) and "\n" not in str(exc.value)
 
 

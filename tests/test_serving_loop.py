@@ -10,6 +10,7 @@ import pytest
 from tlbuild import TL
 from whyidle.analyses.serving_loop import serving_loop
 from whyidle.config import Config
+from whyidle.findings.settings import RuleSettings
 from whyidle.findings.demand import batching_command, demand_facts, demand_steps
 from whyidle.timeline import Kind
 
@@ -75,7 +76,7 @@ def test_what_is_missing_is_said() -> None:
     assert "other than 4" in one_size.missing[0] and "--measure MODULE:FUNCTION --rate" in batching_command(one_size)
     none = serving_loop(_loop([(0, 1000, 4)], name="forward").build(), Config().attribution)
     assert none.batch_range == "" and "record_function('serve_batch')" in none.missing[0]
-    facts = dict(demand_facts(_loop([(0, 1000, 4)], name="forward").build(), Config()))
+    facts = dict(demand_facts(_loop([(0, 1000, 4)], name="forward").build(), RuleSettings()))
     seen = demand_steps(facts, ("Use dynamic batching.", "Find the settings: whyidle batching --latency CURVE.csv ..."))
     assert any(s.startswith("Missing from the trace: the rate") for s in seen)
     assert not any("latency objective" in s for s in seen if s.startswith("Missing"))  # said in the command line instead

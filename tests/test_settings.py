@@ -83,3 +83,36 @@ def test_the_reading_settings_reach_the_reader(tmp_path: Path) -> None:
         whyidle.diagnose(p, **small)
     with pytest.raises(ArgumentError, match="settings must be a whyidle.ReadSettings .a Config's .read., not Config"):
         whyidle.load(p, settings=Config())  # type: ignore[arg-type]
+
+
+def test_the_rules_get_their_three_sections_and_nothing_else(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline builds one RuleSettings from the Config (its attribution, finding and
+    prediction sections, shared) and gives the rules and the predictions that, not the Config."""
+    import whyidle.pipeline as P
+    from whyidle.findings.settings import RuleSettings
+    from whyidle.lab.synthetic import training_trace
+
+    assert RuleSettings.__struct_fields__ == ("attribution", "findings", "predictions")
+    p = tmp_path / "t.json"
+    p.write_bytes(msgspec.json.encode(training_trace("starvation", steps=4)))
+    seen: list[Any] = []
+    real_rules, real_predictions = P.apply_rules, P.attach_predictions
+    monkeypatch.setattr(P, "apply_rules", lambda a, s: seen.append(s) or real_rules(a, s))
+    monkeypatch.setattr(P, "attach_predictions", lambda *a, **k: seen.append(a[4]) or real_predictions(*a, **k))
+    cfg = Config(min_finding_share_of_window=0.01, whatif_loader_workers=3, report_top_gaps=3, max_gzip_ratio=50)
+    d = whyidle.diagnose(p, config=cfg)
+    assert len(seen) == 2 and seen[0] is seen[1] and type(seen[0]) is RuleSettings
+    assert (seen[0].attribution, seen[0].findings, seen[0].predictions) == (cfg.attribution, cfg.findings, cfg.predictions)
+    assert seen[0].findings is cfg.findings  # the section itself, not a copy
+    assert d.findings and len(d.gaps) <= 3
+
+
+def test_no_rule_module_reads_a_whole_config() -> None:
+    """The findings layer takes RuleSettings (or one section); a Config enters it only where it is
+    turned into one (settings.py) and in predict_lever, which chooses its own window."""
+    import re
+
+    src = Path(whyidle.__file__).parent / "findings"
+    allowed = {"settings.py", "predict.py"}
+    found = [p.name for p in sorted(src.glob("*.py")) if p.name not in allowed and re.search(r"^from whyidle\.config import .*\bConfig\b", p.read_text(), re.M)]
+    assert not found, f"findings modules importing Config (take a RuleSettings or a section instead): {found}"

@@ -103,8 +103,8 @@ def test_load_streams_above_the_threshold(tmp_path: Path, monkeypatch: pytest.Mo
     import whyidle.sources as sources
 
     monkeypatch.setattr(sources, "_large", lambda path, min_bytes: True)
-    monkeypatch.setattr(ks, "should_stream", lambda path, min_bytes=None: True)
-    monkeypatch.setattr(ks, "load_kineto_stream", lambda path, jobs=None: called.append(path) or real(path, jobs))
+    monkeypatch.setattr(ks, "should_stream", lambda path, min_bytes=None, settings=None: True)
+    monkeypatch.setattr(ks, "load_kineto_stream", lambda path, jobs=None, settings=None: called.append(path) or real(path, jobs, settings))
     tl = load(p)
     assert called == [p] and len(tl) > 0
 

@@ -203,7 +203,7 @@ def test_findings_carry_predictions_and_the_report_the_critical_path() -> None:
     # 4 workers (the config), 110 us handoff: 20 us of host + 110 per step (but the last step ends
     # with its kernel 10 + 30 after the launch: 20 -> 40) ... checked against the replay directly:
     g = graph(starved(loader_us=80))
-    assert p.step_ns_after == W.replay(g, lever_edits("input_pipeline", Config()).point).mean_step_ns
+    assert p.step_ns_after == W.replay(g, lever_edits("input_pipeline", Config().predictions).point).mean_step_ns
     assert p.speedup == 100 * US / p.step_ns_after
     assert r.extra["critical_path"]["by_kind_ns"]["loader"] == 80 * US
     js = r.to_dict()
@@ -212,7 +212,7 @@ def test_findings_carry_predictions_and_the_report_the_critical_path() -> None:
 
 def test_prediction_range_orders_its_ends() -> None:
     g = graph(synced())
-    p = predict_from_graph(g, lever_edits("host_sync", Config()), batch_size=8)
+    p = predict_from_graph(g, lever_edits("host_sync", Config().predictions), batch_size=8)
     assert p.step_ns_low <= p.step_ns_after <= p.step_ns_high
     assert p.samples_per_s_after is not None and p.samples_per_s_before is not None
     assert abs(p.samples_per_s_after / p.samples_per_s_before - p.speedup) < 1e-9
@@ -559,7 +559,7 @@ def test_warmup_backlog_in_a_profiled_after_run() -> None:
     # A profiled after-run starts 50 us behind: the first sync returns at 52, kernels 60-140,
     # 150-230, 240-320.
     assert steps_us(g, W.Edit(loader_workers=2, carried_backlog_ns=50 * US)) == [90, 90, 140]
-    lv = lever_edits("input_pipeline", Config(), workers=2)
+    lv = lever_edits("input_pipeline", Config().predictions, workers=2)
     p = predict_from_graph(g, lv._replace(point=e, low=e, high=e), None, warmup=True)
     assert p.step_ns_after == 320 * US / 3
     assert "behind the device work of its unprofiled warm-up step" in p.assumption
@@ -578,7 +578,7 @@ def test_pinned_over_pageable_bandwidth_from_the_trace() -> None:
     t.work("k", 80, 95, launch_at=75)
     g = graph(t.build())
     assert g.pinned_speedup == 4.0
-    lv = lever_edits("h2d_copy", Config(), copy_speedup=g.pinned_speedup)
+    lv = lever_edits("h2d_copy", Config().predictions, copy_speedup=g.pinned_speedup)
     assert lv.point.pageable_copy_factor == 4.0 and "this trace's pinned over pageable" in lv.assumption
     # Without both kinds the configured point stays.
-    assert lever_edits("h2d_copy", Config()).point.pageable_copy_factor == Config().predictions.whatif_pinned_copy_speedup[0]
+    assert lever_edits("h2d_copy", Config().predictions).point.pageable_copy_factor == Config().predictions.whatif_pinned_copy_speedup[0]

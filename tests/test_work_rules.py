@@ -303,7 +303,7 @@ def test_resnet50_eager_training_has_fusion_chains_under_the_bar(resnet0: object
     cfg = Config()
     a = analyse(whyidle.sources.load(resnet0), cfg)  # type: ignore[arg-type]
     assert a.op_kernels is not None and a.work is not None
-    chains = fusion_chains(a.tl, a.op_kernels, a.work.peak, cfg, fusible_kernels(a.tl, a.op_kernels))
+    chains = fusion_chains(a.tl, a.op_kernels, a.work.peak, cfg.attribution, fusible_kernels(a.tl, a.op_kernels))
     saving = sum(c.kernel_ns - c.est_ns for c in chains)
     window = a.window.end_ns - a.window.start_ns
     assert 0.01 * window < saving < cfg.findings.min_finding_share_of_window * window

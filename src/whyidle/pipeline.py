@@ -30,6 +30,7 @@ from whyidle.findings.model import rank_key, Finding, GapColumns, GapRecord, Ski
 from whyidle.findings.predict import LeverPredictions, PredictionGraph, attach_predictions, levers_of, prediction_graph, predictions_on, replay_ahead
 from whyidle.findings.registry import apply_rules
 from whyidle.findings.rules import Analyses, capture_advice
+from whyidle.findings.settings import RuleSettings
 from whyidle.analyses.advice_context import advice_context
 from whyidle.parallel import Helpers
 from whyidle.timeline.arrays import unique_sorted
@@ -171,24 +172,25 @@ def _gap_record(a: Analyses, i: int, ctx: GapContext, next_work: npt.NDArray[np.
 
 def report_from(a: Analyses, cfg: Config) -> Diagnosis:
     """The Diagnosis of the analyses."""
-    findings, skipped = _ranked_findings(a, cfg)
-    return _with_predictions(a, _report(a, cfg, findings, skipped), cfg, None)
+    rules = RuleSettings.of(cfg)
+    findings, skipped = _ranked_findings(a, rules)
+    return _with_predictions(a, _report(a, cfg, rules, findings, skipped), rules, None)
 
 
-def _with_predictions(a: Analyses, report: Diagnosis, cfg: Config, predictions: LeverPredictions | None) -> Diagnosis:
+def _with_predictions(a: Analyses, report: Diagnosis, rules: RuleSettings, predictions: LeverPredictions | None) -> Diagnosis:
     findings, path = attach_predictions(
-        a.tl, a.window, report.findings, a.utilization.batch_size, cfg, predictions, a.links, framework=a.advice.framework if a.advice else ""
+        a.tl, a.window, report.findings, a.utilization.batch_size, rules, predictions, a.links, framework=a.advice.framework if a.advice else ""
     )
     return msgspec.structs.replace(report, findings=findings, extra={"critical_path": path} if path is not None else {})
 
 
-def _ranked_findings(a: Analyses, cfg: Config) -> tuple[tuple[Finding, ...], tuple[Skipped, ...]]:
+def _ranked_findings(a: Analyses, rules: RuleSettings) -> tuple[tuple[Finding, ...], tuple[Skipped, ...]]:
     """The rules' findings, most important first, and the rules skipped."""
-    findings, skipped = apply_rules(a, cfg)
+    findings, skipped = apply_rules(a, rules)
     return tuple(sorted(findings, key=rank_key)), skipped
 
 
-def _report(a: Analyses, cfg: Config, findings: tuple[Finding, ...], skipped: tuple[Skipped, ...]) -> Diagnosis:
+def _report(a: Analyses, cfg: Config, rules: RuleSettings, findings: tuple[Finding, ...], skipped: tuple[Skipped, ...]) -> Diagnosis:
     """The Diagnosis of the analyses and their findings, without predictions or critical path."""
     tl = a.tl
     totals = a.gaps.total_by_cause()
@@ -222,7 +224,7 @@ def _report(a: Analyses, cfg: Config, findings: tuple[Finding, ...], skipped: tu
         findings=findings,
         skipped=skipped,
         gaps=records,
-        quality=a.quality.notes + capture_advice(a, cfg),
+        quality=a.quality.notes + capture_advice(a, rules),
         cold_start=a.quality.cold_start,
         no_device_activity=a.quality.no_device_activity,
         gap_columns=columns,
@@ -279,16 +281,17 @@ def _diagnose(tl: Timeline, cfg: Config, helpers: Helpers) -> tuple[Diagnosis, A
     Read as if sequential: with ``Helpers()`` every step below runs here, in this order."""
     links = link_launches(tl)
     window = select_window(tl, links, cfg.window)
-    errand = _Beside(tl, window, cfg, links)
+    rules = RuleSettings.of(cfg)  # what the rules and predictions read of the settings
+    errand = _Beside(tl, window, rules, links)
     # Not when there is no what-if graph to build (no steps or no device work): a live child costs
     # this process 1.5 ms to fork and 5-6 ms of copy-on-write faults (B200 trace: 21 -> 29 ms).
     with (helpers if errand.worth_a_helper() else Helpers()).beside(errand) as helper:
         measured = _measure(tl, cfg, links, window)
         a = _with_kernels(measured, helper.early())
-        findings, skipped = _ranked_findings(a, cfg)
+        findings, skipped = _ranked_findings(a, rules)
         helper.ask(levers_of(findings))
-        report = _report(a, cfg, findings, skipped)
-        return _with_predictions(a, report, cfg, helper.result()), a
+        report = _report(a, cfg, rules, findings, skipped)
+        return _with_predictions(a, report, rules, helper.result()), a
 
 
 class _Beside(msgspec.Struct, frozen=True):
@@ -299,23 +302,23 @@ class _Beside(msgspec.Struct, frozen=True):
 
     tl: Timeline
     window: Window
-    cfg: Config
+    rules: RuleSettings
     links: Links
 
     def worth_a_helper(self) -> bool:
         return bool(self.window.steps) and self.links.device_rows.size > 0
 
     def early(self) -> KernelStats:
-        return kernel_stats(self.tl, self.links, self.window, self.cfg.attribution)
+        return kernel_stats(self.tl, self.links, self.window, self.rules.attribution)
 
     def prepare(self) -> PredictionGraph:
-        return prediction_graph(self.tl, self.window, self.cfg, self.links)
+        return prediction_graph(self.tl, self.window, self.rules, self.links)
 
     def idle(self, prepared: PredictionGraph) -> Iterator[None]:
-        return replay_ahead(prepared, self.cfg)
+        return replay_ahead(prepared, self.rules)
 
     def answer(self, prepared: PredictionGraph, question: tuple[str, ...]) -> LeverPredictions:
-        return predictions_on(prepared, question, self.cfg)
+        return predictions_on(prepared, question, self.rules)
 
 
 def _counter_report(tl: Timeline, cfg: Config) -> Diagnosis:
@@ -325,7 +328,7 @@ def _counter_report(tl: Timeline, cfg: Config) -> Diagnosis:
     log = tl.meta.counters  # read with the caller's clock settings (see diagnose)
     # a counter log has samples, not events: no gap columns or device activity to draw
     base = msgspec.structs.replace(report_from(analyse(tl, cfg), cfg), gap_columns=None, activity=None, lanes=(), name_times=None)
-    return as_diagnosis(counter_only_report(base, analyse_counters(log, cfg.attribution), cfg))
+    return as_diagnosis(counter_only_report(base, analyse_counters(log, cfg.attribution), RuleSettings.of(cfg)))
 
 
 def _join_counters(report: Diagnosis, a: Analyses, path: str | os.PathLike[str], cfg: Config) -> Diagnosis:
@@ -334,7 +337,7 @@ def _join_counters(report: Diagnosis, a: Analyses, path: str | os.PathLike[str],
     from whyidle.sources.counters import load_counters
     from whyidle.timeline.model import LaneKind
 
-    log = load_counters(os.fspath(path), utc_offset_min=cfg.read.counters_utc_offset_min, interval_ms=cfg.read.counters_interval_ms)
+    log = load_counters(os.fspath(path), utc_offset_min=cfg.read.counters_utc_offset_min, interval_ms=cfg.read.counters_interval_ms, settings=cfg.read)
     devices = sorted({ln.device for ln in a.tl.lanes if ln.kind is LaneKind.GPU_STREAM})
     joined = join_counters(log, (a.window.start_ns, a.window.end_ns), a.tl.meta.devices, devices, cfg.attribution)
-    return as_diagnosis(with_counters(report, joined, cfg))
+    return as_diagnosis(with_counters(report, joined, RuleSettings.of(cfg)))

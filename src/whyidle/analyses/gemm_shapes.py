@@ -28,7 +28,7 @@ import numpy as np
 from whyidle.analyses.flops import OpWork, itemsize, precision_of
 from whyidle.analyses.peaks import DevicePeak
 from whyidle.analyses.work import OpKernels, roof
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.timeline.arrays import unique_inverse
 from whyidle.timeline.model import Timeline
 
@@ -110,7 +110,7 @@ def _shapes(tl: Timeline, ok: OpKernels) -> list[tuple[int, int, int, int]]:
     return [(int(used[first[g]]), int(count[g]), int(ns[g]), g) for g in range(uniq.size)]
 
 
-def gemm_shapes(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Config) -> tuple[GemmShape, ...]:
+def gemm_shapes(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: AttributionSettings) -> tuple[GemmShape, ...]:
     """The GEMM op shapes under the rate well-shaped GEMMs of their precision reach, that are
     misaligned or have a tiny M, longest estimated saving first (pure). Needs the device's peaks."""
     if peak is None:
@@ -127,14 +127,14 @@ def gemm_shapes(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Confi
             continue
         align = ALIGN.get(d.precision)
         bad = tuple(n for n, v in (("K", d.k), ("N", d.n)) if align and v % align)
-        rated.append((tl.name_of(row), d, count, ns, tflops, fraction, bound, bad, d.m <= cfg.attribution.gemm_tiny_m))
+        rated.append((tl.name_of(row), d, count, ns, tflops, fraction, bound, bad, d.m <= cfg.gemm_tiny_m))
     out = []
     for name, d, count, ns, tflops, fraction, bound, bad, tiny in rated:
         if not bad and not tiny:
             continue
         good = [(f, t) for _, e, _, t, _, f, _, b, ti in rated if e.precision == d.precision and not b and not ti]
         good_ns = sum(t for _, t in good)
-        ref, origin = (min(sum(f * t for f, t in good) / good_ns, 1.0), "trace") if good_ns else (cfg.attribution.roofline_near_fraction, "near_roofline")
+        ref, origin = (min(sum(f * t for f, t in good) / good_ns, 1.0), "trace") if good_ns else (cfg.roofline_near_fraction, "near_roofline")
         if fraction >= ref:
             continue
         out.append(GemmShape(name, d, count, ns, tflops, fraction, bound, bad, tiny, ref, origin, int(ns * fraction / ref)))

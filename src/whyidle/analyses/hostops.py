@@ -40,6 +40,7 @@ import numpy.typing as npt
 from whyidle.analyses.calls import is_launch_call, queues_device_work
 from whyidle.analyses.hostwork import ContextSets, classes_of_strings, context_sets
 from whyidle.analyses.links import Links
+from whyidle.timeline.arrays import median
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import OFF_CPU, Kind, Timeline
 
@@ -209,7 +210,7 @@ def first_use_rows(tl: Timeline, rows: I64, min_ns: int, min_ratio: float) -> I6
         while j < sn.size and sn[j] == sn[k]:
             j += 1
         later = dur[order[k + 1 : j]]
-        if later.size >= 2 and dur[order[k]] >= min_ratio * float(np.median(later)):
+        if later.size >= 2 and dur[order[k]] >= min_ratio * median(later):
             out.append(int(rows[order[k]]))
     return np.array(sorted(out), dtype=np.int64)
 

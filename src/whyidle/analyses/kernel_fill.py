@@ -41,7 +41,7 @@ import numpy.typing as npt
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
 from whyidle.config import AttributionSettings
-from whyidle.timeline.arrays import unique_sorted
+from whyidle.timeline.arrays import median, unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
 __all__ = ["KernelConfig", "KernelFill", "kernel_fill", "device_sm_counts"]
@@ -135,7 +135,7 @@ def kernel_fill(tl: Timeline, links: Links, window: Window, cfg: AttributionSett
     for dev in unique_sorted(device[derivable]).tolist():
         if dev not in sms:
             on = derivable & (device == dev)
-            sms[dev] = int(round(float(np.median(grid[on] / bps[on]))))
+            sms[dev] = int(round(median(grid[on] / bps[on])))
             origin = ", ".join(x for x in (origin, "the grid over Kineto's blocks per SM") if x)
     devices = unique_sorted(device)
     sm_of = np.array([sms.get(d, 0) for d in devices.tolist()], dtype=np.float64)[np.searchsorted(devices, device)]

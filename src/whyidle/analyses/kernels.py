@@ -24,6 +24,7 @@ from whyidle.analyses.kernel_fill import KernelFill, kernel_fill
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
 from whyidle.config import AttributionSettings
+from whyidle.timeline.arrays import median
 from whyidle.timeline.model import Kind, Timeline
 
 __all__ = ["KernelStats", "kernel_stats", "is_tensor_core_kernel", "is_fp32_math_kernel"]
@@ -119,7 +120,7 @@ def kernel_stats(tl: Timeline, links: Links, window: Window, cfg: AttributionSet
     return KernelStats(
         count=int(k.size),
         total_ns=total,
-        median_ns=float(np.median(dur)) if dur.size else None,
+        median_ns=median(dur) if dur.size else None,
         short_count=int(short.sum()),
         short_ns=int(dur[short].sum()),
         mean_launch_ns=mean_launch,

@@ -46,7 +46,7 @@ from whyidle.analyses.hostops import python_line
 from whyidle.analyses.nesting import OpenIndex
 from whyidle.analyses.peaks import DevicePeak
 from whyidle.analyses.work import OpKernels
-from whyidle.config import Config
+from whyidle.config import AttributionSettings
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
@@ -219,13 +219,13 @@ class _Group:
         self.firsts: list[int] = []  # each chain's first op row
 
 
-def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Config, eager: npt.NDArray[np.bool_]) -> tuple[Chain, ...]:
+def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: AttributionSettings, eager: npt.NDArray[np.bool_]) -> tuple[Chain, ...]:
     """The frequent memory-bound chains of small eager kernels, most estimated saving first (pure).
 
     The runs' sums are taken in numpy and only their op instances go through Python (a kernel
     table's worth of Python ints would be ~60 MB on a 2 GB trace)."""
     fam = np.append(ok.works.family_is(FUSIBLE), False)
-    member = eager & fam[ok.op] & (ok.ns <= cfg.attribution.fusion_max_kernel_ns)
+    member = eager & fam[ok.op] & (ok.ns <= cfg.fusion_max_kernel_ns)
     sel, first = _run_bounds(tl, ok, member)
     if sel.size == 0:
         return ()
@@ -270,7 +270,7 @@ def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Con
         g.est += min(max(int(fused / bw), shortest), took)  # bytes / (bytes per ns), at least one kernel
         g.lanes.add(lane)
         g.firsts.append(int(ok.ops[ops[0]]))
-    kept = {k: g for k, g in groups.items() if g.count >= cfg.attribution.fusion_min_repeats}
+    kept = {k: g for k, g in groups.items() if g.count >= cfg.fusion_min_repeats}
     firsts = sorted({r for g in kept.values() for r in g.firsts})
     line_of = dict(zip(firsts, _lines(tl, firsts), strict=True))
     out = [
@@ -311,7 +311,7 @@ def _attention_at(tl: Timeline, ok: OpKernels, ops: list[int], j: int) -> tuple[
 
 
 def unfused_attention(
-    tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Config, eager: npt.NDArray[np.bool_]
+    tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: AttributionSettings, eager: npt.NDArray[np.bool_]
 ) -> tuple[tuple[Attention, ...], npt.NDArray[np.bool_]]:
     """Attention computed as GEMM, softmax, GEMM by eager ops, most estimated saving first, and
     which kernels it ran (pure; a fusion chain inside it is not counted twice). Needs the device's
@@ -341,7 +341,7 @@ def unfused_attention(
                 continue
             t_bound = max(flops / (p * 1e3), nbytes / (peak.mem_tbps * 1e3))  # ns
             ns = int(op_ns[chain].sum())
-            est = min(int(t_bound / cfg.attribution.roofline_near_fraction), ns)
+            est = min(int(t_bound / cfg.roofline_near_fraction), ns)
             used[chain] = True
             key = (tuple(tl.name_of(int(ok.ops[c])) for c in chain), shape, precision)
             groups.setdefault(key, []).append((ns, flops, nbytes, est))

@@ -39,7 +39,7 @@ import numpy as np
 
 from whyidle.config import AttributionSettings
 from whyidle.analyses.hostwork import SERVING_NAME, WorkClass, classify
-from whyidle.timeline.arrays import setdiff_sorted, unique_sorted
+from whyidle.timeline.arrays import median, setdiff_sorted, unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import DEVICE_WORK_KINDS, Kind, Timeline
 
@@ -163,8 +163,8 @@ def _curve(sizes: np.ndarray, dur: np.ndarray, dev: np.ndarray | None) -> tuple[
         sel = sizes == k
         d = dur[sel]
         out.append(CurvePoint(
-            int(k), int(sel.sum()), float(np.median(d)), float(np.percentile(d, 90, method="inverted_cdf")),
-            float(np.median(dev[sel])) if dev is not None else None,
+            int(k), int(sel.sum()), median(d), float(np.percentile(d, 90, method="inverted_cdf")),
+            median(dev[sel]) if dev is not None else None,
         ))
     return tuple(out)
 

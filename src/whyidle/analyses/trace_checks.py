@@ -21,11 +21,10 @@ Pure: (Timeline, Links, Window, AttributionSettings) -> notes.
 
 from __future__ import annotations
 
-import numpy as np
-
 from whyidle.analyses.links import Links
 from whyidle.analyses.window import Window
 from whyidle.config import AttributionSettings
+from whyidle.timeline.arrays import median
 from whyidle.timeline.model import Timeline
 from whyidle.units import format_ns
 
@@ -86,7 +85,7 @@ def clock_skew_notes(tl: Timeline, links: Links, cfg: AttributionSettings) -> tu
     worst = early[skewed]
     return (
         f"clock skew: {n} of {dev.size} device events ({n / dev.size:.0%}) start before the host call that launched them, "
-        f"by up to {format_ns(float(worst.max()))} (median {format_ns(float(np.median(worst)))}): the host and device clocks "
+        f"by up to {format_ns(float(worst.max()))} (median {format_ns(median(worst))}): the host and device clocks "
         "disagree (CUPTI's clock conversion drifted, or the trace joins two clocks); idle attributed near launches is "
         "uncertain by about that much",
     )

@@ -61,6 +61,7 @@ import numpy as np
 import numpy.typing as npt
 
 from whyidle.analyses.whatif_graph import D2H, H2D, H2D_SYNC, LOADER, Graph, build_graph
+from whyidle.timeline.arrays import median
 from whyidle.timeline.intervals import Intervals
 
 __all__ = ["Edit", "Graph", "Replay", "build_graph", "replay", "backlog_ns", "first_wait_excess_ns", "NO_EDIT"]
@@ -125,7 +126,7 @@ class Replay(msgspec.Struct, frozen=True):
         done = self.done_ns[self.done_ns >= 0]
         if done.size < 2:
             return self.mean_step_ns
-        return max(float(np.median(np.diff(done))), self.floor_ns)
+        return max(median(np.diff(done)), self.floor_ns)
 
 
 class _Clock:
@@ -407,7 +408,7 @@ def backlog_ns(g: Graph, r: Replay) -> int:
         launched = (g.dev_launch >= g.step_starts[k]) & (g.dev_launch < g.step_starts[k + 1])
         if launched.any():
             out.append(max(0, int(r.dev_end[launched].max()) - int(r.anc_start[first[0]])))
-    return int(np.median(out)) if out else 0
+    return int(median(out)) if out else 0
 
 
 def first_wait_excess_ns(g: Graph) -> int:
@@ -422,5 +423,5 @@ def first_wait_excess_ns(g: Graph) -> int:
         tails.append(int(g.anc_tail[first[0]]) if first.size else None)
     rest = [t for t in tails[1:] if t is not None]
     if tails and tails[0] is not None and rest:
-        return max(0, tails[0] - int(np.median(rest)))
+        return max(0, tails[0] - int(median(rest)))
     return 0

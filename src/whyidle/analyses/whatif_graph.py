@@ -24,7 +24,7 @@ from whyidle.analyses.kernels import is_fp32_math_kernel
 from whyidle.analyses.links import Links
 from whyidle.analyses.profcost import estimate_profiler_cost
 from whyidle.analyses.window import Window
-from whyidle.timeline.arrays import unique_sorted
+from whyidle.timeline.arrays import median, unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
 
@@ -184,7 +184,7 @@ class _Anchors(NamedTuple):
 
 
 def _median(a: I64, default: int) -> int:
-    return int(np.median(a)) if a.size else default
+    return int(median(a)) if a.size else default
 
 
 def _device_work(tl: Timeline, links: Links, w0: int, w1: int) -> _Device | None:

@@ -208,7 +208,7 @@ def _finding(run: _Run, cause: C.Cause, ns: int, cfg: Config) -> Finding:
     replayed = replay_lever(cause.cause, variant)
     if replayed is not None:
         waits = [s.data_wait_ns if cause is C.INPUT_PIPELINE else s.copy_ns for s in steps]
-        pred = predict_from_steps([s.duration_ns for s in steps], waits, replayed, cfg, run.batch)
+        pred = predict_from_steps([s.duration_ns for s in steps], waits, replayed, cfg.predictions, run.batch)
         if pred is not None and beyond_explained(pred.step_ns_before - pred.step_ns_after, per_step):
             # medians against a mean: said, so the two numbers do not read as a contradiction
             pred = msgspec.structs.replace(

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
     with ReadAhead() as read_ahead:
         for side in (args.before, args.after):  # both read (and gunzipped) at once, in threads
-            read_ahead.start(side, cfg.read.stream_min_bytes)
+            read_ahead.start(side, cfg.read.stream_min_bytes, cfg.read)
         with progress(f"whyidle: reading {args.before} and {args.after}"):
             # the command line's own process: a forked child may decode beside it
             before = read_side(args.before, cfg, read_ahead=read_ahead, helpers=Helpers(fork=True))

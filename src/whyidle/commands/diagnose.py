@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
     # The trace is read while numpy imports, and decoded by a forked child while the analyses do.
     with ReadAhead(imports=("whyidle.pipeline", "whyidle.render.perfetto", "whyidle.render.json")) as read_ahead:
-        read_ahead.start(args.trace, cfg.read.stream_min_bytes)
+        read_ahead.start(args.trace, cfg.read.stream_min_bytes, cfg.read)
         from whyidle.commands._ranks import is_run_dir, run_ranks
 
         if is_run_dir(args.trace) or args.workers or args.scheduler:

@@ -22,7 +22,7 @@ from whyidle.analyses.context import CauseEvidence
 from whyidle.analyses.hostops import is_dataloader, is_sync_call
 from whyidle.analyses.hostwork import WorkClass
 from whyidle.analyses.links import uncorrelated_by_design
-from whyidle.config import Config
+from whyidle.findings.settings import RuleSettings
 from whyidle.findings.advice import FUSED_OPTIMIZERS
 from whyidle.findings.analyses import Analyses
 from whyidle.findings.demand import demand_facts, demand_steps
@@ -37,8 +37,8 @@ Facts = tuple[tuple[str, Any], ...]
 class Detail(msgspec.Struct, frozen=True):
     """What one cause adds to the generic finding (every field optional)."""
 
-    facts: Callable[[Analyses, int, Config], Facts] | None = None  # (analyses, cause index, config)
-    steps: Callable[[dict[str, Any], tuple[str, ...], Config], tuple[str, ...]] | None = None  # named from the facts
+    facts: Callable[[Analyses, int, RuleSettings], Facts] | None = None  # (analyses, cause index, the rules' settings)
+    steps: Callable[[dict[str, Any], tuple[str, ...], RuleSettings], tuple[str, ...]] | None = None  # named from the facts
     variant: Callable[[Analyses, int, CauseEvidence], str] | None = None  # the lever variant
     op_filter: Callable[[str], bool] | None = None  # which ops count as evidence (None: all)
     context: tuple[int, ...] = ()  # evidence from innermost frames/ranges/OS calls of these WorkClasses

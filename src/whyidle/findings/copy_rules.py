@@ -9,7 +9,7 @@ by it beside the idle findings (``findings.model.rank_key``).
 from __future__ import annotations
 
 from whyidle.analyses.copies import ExposedCopies
-from whyidle.config import Config
+from whyidle.findings.settings import RuleSettings
 from whyidle.analyses.advice_context import AdviceContext
 from whyidle.findings.advice import fit_lever, for_idiom
 from whyidle.findings.levers import lever_for
@@ -19,7 +19,7 @@ from whyidle.units import format_ns
 __all__ = ["exposed_copy_finding"]
 
 
-def exposed_copy_finding(ex: ExposedCopies, window_capacity_ns: int, cfg: Config, ctx: AdviceContext | None = None) -> Finding | None:
+def exposed_copy_finding(ex: ExposedCopies, window_capacity_ns: int, cfg: RuleSettings, ctx: AdviceContext | None = None) -> Finding | None:
     """A finding when exposed H2D copy time holds at least ``min_finding_share_of_window`` of the window."""
     capacity = max(window_capacity_ns, 1)
     share = ex.exposed_ns / capacity

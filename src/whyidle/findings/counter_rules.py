@@ -13,7 +13,7 @@ from typing import Any
 
 from whyidle.analyses.counters import BurstPattern, CounterAnalysis, GpuCounters
 from whyidle.analyses.utilization import Utilization
-from whyidle.config import Config
+from whyidle.findings.settings import RuleSettings
 from whyidle.findings.model import rank_key, Evidence, Finding, Fix, DiagnosisData, Skipped, WindowInfo
 from whyidle.units import COARSE, format_ns
 
@@ -93,7 +93,7 @@ def _ev(facts: tuple[tuple[str, Any], ...]) -> Evidence:
     return Evidence(0, 0, None, None, (), (), (), facts)
 
 
-def _underfilled(g: GpuCounters, cfg: Config, capacity: int) -> Finding | None:
+def _underfilled(g: GpuCounters, cfg: RuleSettings, capacity: int) -> Finding | None:
     if not g.has_sm_active or g.underfilled_ns <= 0 or g.underfilled_ns < cfg.findings.min_finding_share_of_window * g.span_ns:
         return None
     sm = g.dist("sm_active_pct")
@@ -140,7 +140,7 @@ def _every(p: BurstPattern) -> str:
     return ""
 
 
-def _rhythm(g: GpuCounters, cfg: Config, capacity: int, trace_groups: dict[str, int] | None) -> Finding | None:
+def _rhythm(g: GpuCounters, cfg: RuleSettings, capacity: int, trace_groups: dict[str, int] | None) -> Finding | None:
     p = g.pattern
     if p is None or not p.regular or p.period_ns is None:
         return None
@@ -212,7 +212,7 @@ def _rhythm(g: GpuCounters, cfg: Config, capacity: int, trace_groups: dict[str, 
     )
 
 
-def _low(g: GpuCounters, cfg: Config, capacity: int) -> Finding | None:
+def _low(g: GpuCounters, cfg: RuleSettings, capacity: int) -> Finding | None:
     util = g.dist("gpu_util_pct")
     if util is None or util.mean >= cfg.findings.counter_low_util_mean_pct or (g.pattern is not None and g.pattern.regular):
         return None
@@ -251,7 +251,7 @@ def _low(g: GpuCounters, cfg: Config, capacity: int) -> Finding | None:
 
 
 def counter_findings(
-    a: CounterAnalysis, cfg: Config, trace_groups: dict[str, int] | None = None
+    a: CounterAnalysis, cfg: RuleSettings, trace_groups: dict[str, int] | None = None
 ) -> tuple[tuple[Finding, ...], tuple[Skipped, ...]]:
     """Findings per GPU; ``trace_groups`` is the joined trace's idle by group (ns), if any."""
     findings: list[Finding] = []
@@ -280,7 +280,7 @@ def counter_utilization(a: CounterAnalysis) -> Utilization:
     return Utilization.busy_only(span, n, busy)
 
 
-def counter_only_report(base: DiagnosisData, a: CounterAnalysis, cfg: Config) -> DiagnosisData:
+def counter_only_report(base: DiagnosisData, a: CounterAnalysis, cfg: RuleSettings) -> DiagnosisData:
     """The report of a counter log read on its own (``whyidle diagnose dmon.log``)."""
     findings, skipped = counter_findings(a, cfg)
     util = counter_utilization(a)
@@ -301,7 +301,7 @@ def counter_only_report(base: DiagnosisData, a: CounterAnalysis, cfg: Config) ->
     )
 
 
-def with_counters(report: DiagnosisData, a: CounterAnalysis, cfg: Config) -> DiagnosisData:
+def with_counters(report: DiagnosisData, a: CounterAnalysis, cfg: RuleSettings) -> DiagnosisData:
     """A trace's report with a counter log's figures and findings added as extra evidence."""
     findings, skipped = counter_findings(a, cfg, trace_groups=report.idle_by_group_ns if a.joined else None)
     idle = report.utilization.idle_ns

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from whyidle.analyses.serving_loop import ServingLoop, serving_loop
-from whyidle.config import Config
+from whyidle.findings.settings import RuleSettings
 from whyidle.timeline.model import Timeline
 
 __all__ = ["demand_facts", "demand_steps", "batching_command"]
@@ -29,7 +29,7 @@ def batching_command(loop: ServingLoop) -> str:
     return f"whyidle batching {curve} {traffic} --slo-ms {SLO_PLACEHOLDER}"
 
 
-def demand_facts(tl: Timeline, cfg: Config) -> tuple[tuple[str, Any], ...]:
+def demand_facts(tl: Timeline, cfg: RuleSettings) -> tuple[tuple[str, Any], ...]:
     """Facts for the finding's evidence from the serving loop in the trace (JSON: evidence.facts)."""
     loop = serving_loop(tl, cfg.attribution)
     facts: list[tuple[str, Any]] = [("batch_range", loop.batch_range or None), ("batches", loop.batches)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from whyidle.analyses.kernel_fill import KernelConfig, KernelFill
-from whyidle.config import Config
+from whyidle.findings.settings import RuleSettings
 from whyidle.analyses.advice_context import AdviceContext
 from whyidle.findings.advice import fit_lever, for_idiom
 from whyidle.findings.levers import lever_for
@@ -41,7 +41,7 @@ def _sms(f: KernelFill) -> str:
     return "/".join(str(n) for n in counts) if counts else "?"
 
 
-def small_grid_finding(fill: KernelFill | None, window_capacity_ns: int, cfg: Config, ctx: AdviceContext | None = None) -> Finding | Skipped | None:
+def small_grid_finding(fill: KernelFill | None, window_capacity_ns: int, cfg: RuleSettings, ctx: AdviceContext | None = None) -> Finding | Skipped | None:
     """The finding when enough kernel-busy time runs on a part of the device; Skipped without launch configurations."""
     if fill is None or fill.kernel_busy_ns <= 0:
         return None

@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from whyidle.analyses import causes as C
 from whyidle.catalogue import API_FIXES, fill
-from whyidle.config import Config
+from whyidle.findings.settings import RuleSettings
 from whyidle.findings.advice import hipify
 from whyidle.findings.model import Evidence, Finding, Fix
 from whyidle.findings.rules import Analyses
@@ -94,7 +94,7 @@ def _overlap_per_gap(a: Analyses, rows: I64, lo: I64, hi: I64) -> I64:
     return out
 
 
-def _sync_gaps(a: Analyses, rows: I64, cfg: Config) -> tuple[npt.NDArray[np.bool_], int]:
+def _sync_gaps(a: Analyses, rows: I64, cfg: RuleSettings) -> tuple[npt.NDArray[np.bool_], int]:
     """Gaps a call of ``rows`` drained or held, and the synchronization time attributed to them."""
     g = a.gaps
     tol = cfg.attribution.sync_wake_tolerance_ns
@@ -129,7 +129,7 @@ def _finding(
     )
 
 
-def _pageable(a: Analyses, cfg: Config) -> Finding | None:
+def _pageable(a: Analyses, cfg: RuleSettings) -> Finding | None:
     g, tl = a.gaps, a.tl
     ok = g.next_row >= 0
     if not ok.any():
@@ -157,7 +157,7 @@ def _pageable(a: Analyses, cfg: Config) -> Finding | None:
     return _finding(fid, ns, int(hit.sum()), a, facts, fix)
 
 
-def _sync_copies(a: Analyses, cfg: Config) -> Finding | None:
+def _sync_copies(a: Analyses, cfg: RuleSettings) -> Finding | None:
     g = a.gaps
     rows = _calls(a, _SYNC_COPY)
     if rows.size == 0 or len(g) == 0:
@@ -176,7 +176,7 @@ def _sync_copies(a: Analyses, cfg: Config) -> Finding | None:
     return _finding(fid, ns, int(hit.sum()), a, facts, fix)
 
 
-def _sync_calls(a: Analyses, cfg: Config) -> Finding | None:
+def _sync_calls(a: Analyses, cfg: RuleSettings) -> Finding | None:
     g = a.gaps
     rows = _calls(a, _SYNC_API)
     if rows.size == 0 or len(g) == 0:
@@ -214,7 +214,7 @@ _BLOCKING_OSRT = re.compile(
 )
 
 
-def _blocked_host(a: Analyses, cfg: Config) -> Finding | None:
+def _blocked_host(a: Analyses, cfg: RuleSettings) -> Finding | None:
     g, tl = a.gaps, a.tl
     rows = np.flatnonzero((tl.kind == int(Kind.ANNOTATION)) & tl.name_mask(lambda s: bool(_BLOCKING_OSRT.match(s))))
     if rows.size == 0 or len(g) == 0:
@@ -251,7 +251,7 @@ def _blocked_host(a: Analyses, cfg: Config) -> Finding | None:
     return replace(f, group=group)
 
 
-def nsys_findings(a: Analyses, cfg: Config) -> tuple[Finding, ...]:
+def nsys_findings(a: Analyses, cfg: RuleSettings) -> tuple[Finding, ...]:
     """The API-level findings for an Nsight Systems capture (empty for other sources)."""
     if a.tl.meta.source_format != "nsys" or a.quality.no_device_activity or len(a.gaps) == 0:
         return ()

@@ -19,10 +19,12 @@ from whyidle.analyses import whatif_path as WP
 from whyidle.analyses.links import Links, link_launches
 from whyidle.analyses.window import Window
 from whyidle.catalogue import replay_lever, replay_levers
-from whyidle.config import Config
+from whyidle.config import Config, PredictionSettings
 from whyidle.errors import ArgumentError
 from whyidle.findings.critical_path import critical_path_summary
 from whyidle.findings.model import Finding, Prediction
+from whyidle.findings.settings import RuleSettings
+from whyidle.timeline.arrays import median
 from whyidle.timeline.model import Kind, Timeline
 
 __all__ = [
@@ -83,7 +85,7 @@ def lever_of(f: Finding) -> str | None:
     return replay_lever(f.cause, f.variant)
 
 
-def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_factor: float = 2.0, copy_speedup: float = 0.0) -> LeverEdits:
+def lever_edits(lever: str, cfg: PredictionSettings, *, workers: int | None = None, batch_factor: float = 2.0, copy_speedup: float = 0.0) -> LeverEdits:
     """The replay edits for a named lever (see docs/metrics.md, 'What-if predictions').
 
     ``copy_speedup``: pinned over pageable bandwidth measured in the trace (``Graph.pinned_speedup``;
@@ -91,7 +93,7 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
     if lever in ("input_pipeline", "loader_speedup"):
         return _loader_lever(lever, cfg, workers)
     if lever == "h2d_copy":
-        point, low, high = cfg.predictions.whatif_pinned_copy_speedup
+        point, low, high = cfg.whatif_pinned_copy_speedup
         source = f"{high:g}x measured on an H200"
         if copy_speedup > 0:
             point, low, high = max(copy_speedup, 1.0), min(low, copy_speedup), max(high, copy_speedup)
@@ -115,8 +117,8 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
             W.Edit("host_sync", sync_removed=True),
         )
     if lever == "host_overhead":
-        f = cfg.predictions.whatif_host_overhead_factor
-        lo, hi = cfg.predictions.whatif_host_overhead_factor_range
+        f = cfg.whatif_host_overhead_factor
+        lo, hi = cfg.whatif_host_overhead_factor_range
         return LeverEdits(
             "torch.compile / CUDA graphs (host cost per launch cut)",
             f"host time of the step scaled by {f:g} (range {lo:g}-{hi:g}), kernel time unchanged: a stated assumption, not a measurement",
@@ -144,7 +146,7 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
             batch_factor=k,
         )
     if lever == "fp32_math":
-        point, low, high = cfg.predictions.whatif_tensor_core_factor
+        point, low, high = cfg.whatif_tensor_core_factor
         return LeverEdits(
             "tensor cores for FP32 GEMM/convolution (TF32 or bf16 autocast)",
             f"FP32 GEMM/convolution kernels {point:g}x faster (range {low:g}-{high:g}x; {high:g}x is the datasheet peak ratio)",
@@ -155,12 +157,12 @@ def lever_edits(lever: str, cfg: Config, *, workers: int | None = None, batch_fa
     raise ArgumentError(f"unknown lever {lever!r}; expected one of {', '.join(LEVERS)}")
 
 
-def _loader_lever(lever: str, cfg: Config, workers: int | None) -> LeverEdits:
+def _loader_lever(lever: str, cfg: PredictionSettings, workers: int | None) -> LeverEdits:
     """The DataLoader's levers: workers where the loader runs in the training process, faster
     batches where workers exist already."""
-    h = cfg.predictions.whatif_loader_handoff_ns
+    h = cfg.whatif_loader_handoff_ns
     if lever == "input_pipeline":
-        w = workers or cfg.predictions.whatif_loader_workers
+        w = workers or cfg.whatif_loader_workers
         return LeverEdits(
             f"DataLoader with {w} worker processes",
             f"the loader's time overlaps compute: each batch costs the host {h / 1e3:.0f} us to take from a worker, "
@@ -169,7 +171,7 @@ def _loader_lever(lever: str, cfg: Config, workers: int | None) -> LeverEdits:
             W.Edit("input_pipeline", loader_workers=w, loader_handoff_ns=0),
             W.Edit("input_pipeline", loader_workers=w, loader_handoff_ns=h),
         )
-    point, low, high = cfg.predictions.whatif_loader_speedup
+    point, low, high = cfg.whatif_loader_speedup
     return LeverEdits(
         f"DataLoader batches ready {point:g}x sooner (more workers than now where CPU cores are free, or cheaper samples: "
         "cached preprocessing, packed shards, GPU decoding)",
@@ -292,12 +294,7 @@ def with_batch_size(p: Prediction, batch_size: int | None) -> Prediction:
     return msgspec.structs.replace(p, samples_per_s_before=sps_b, samples_per_s_after=sps_a)
 
 
-def _graph(tl: Timeline, cfg: Config, window: Window | None = None, links: Links | None = None) -> tuple[W.Graph | None, Window]:
-    links = link_launches(tl) if links is None else links
-    if window is None:
-        from whyidle.analyses.window import select_window
-
-        window = select_window(tl, links, cfg.window)
+def _graph(tl: Timeline, cfg: RuleSettings, window: Window, links: Links) -> tuple[W.Graph | None, Window]:
     window = _middle_steps(window, cfg.predictions.whatif_max_steps)
     return W.build_graph(tl, links, window, cfg.attribution.kernel_boundary_max_ns, cfg.predictions.whatif_profiler_gap_quantile, cfg.predictions.whatif_copy_bandwidth_min_bytes), window
 
@@ -315,13 +312,16 @@ def _middle_steps(window: Window, n: int) -> Window:
 def predict_lever(tl: Timeline, lever: str, cfg: Config | None = None, batch_size: int | None = None, untraced: bool = False, **kw: Any) -> Prediction | None:
     """The prediction for ``lever`` on a trace's timeline, or None when it cannot be replayed
     (no step markers or no linked device work). ``untraced``: see :func:`predict_from_graph`."""
+    from whyidle.analyses.window import select_window
+
     cfg = cfg or Config()
-    g, _ = _graph(tl, cfg)
+    links = link_launches(tl)
+    g, _ = _graph(tl, RuleSettings.of(cfg), select_window(tl, links, cfg.window), links)
     if g is None:
         return None
     if lever == "h2d_copy":
         kw.setdefault("copy_speedup", g.pinned_speedup)
-    return predict_from_graph(g, lever_edits(lever, cfg, **kw), batch_size, untraced=untraced, warmup=cfg.predictions.whatif_profiled_warmup)
+    return predict_from_graph(g, lever_edits(lever, cfg.predictions, **kw), batch_size, untraced=untraced, warmup=cfg.predictions.whatif_profiled_warmup)
 
 
 class LeverPredictions(msgspec.Struct, frozen=True):
@@ -345,8 +345,8 @@ class PredictionGraph(NamedTuple):
     replays: Replays | None
 
 
-def prediction_graph(tl: Timeline, window: Window, cfg: Config, links: Links | None = None) -> PredictionGraph:
-    g, window = _graph(tl, cfg, window, links)
+def prediction_graph(tl: Timeline, window: Window, cfg: RuleSettings, links: Links | None = None) -> PredictionGraph:
+    g, window = _graph(tl, cfg, window, link_launches(tl) if links is None else links)
     if g is None:
         return PredictionGraph(None, window, None, None)
     base, replays = W.replay(g), Replays(g)
@@ -354,27 +354,27 @@ def prediction_graph(tl: Timeline, window: Window, cfg: Config, links: Links | N
     return PredictionGraph(g, window, critical_path_summary(g, base, window, tl=tl), replays)
 
 
-def predictions_on(pg: PredictionGraph, levers: tuple[str, ...], cfg: Config) -> LeverPredictions:
+def predictions_on(pg: PredictionGraph, levers: tuple[str, ...], cfg: RuleSettings) -> LeverPredictions:
     """The replays of ``levers`` (names of :data:`LEVERS`) on the graph."""
     g, cache = pg.graph, pg.replays
     if g is None or cache is None:
         return LeverPredictions({}, None)
-    by_lever = {name: predict_from_graph(g, lever_edits(name, cfg, copy_speedup=g.pinned_speedup), None, cache, warmup=cfg.predictions.whatif_profiled_warmup) for name in levers}
+    by_lever = {name: predict_from_graph(g, lever_edits(name, cfg.predictions, copy_speedup=g.pinned_speedup), None, cache, warmup=cfg.predictions.whatif_profiled_warmup) for name in levers}
     return LeverPredictions(by_lever, pg.critical_path)
 
 
-def replay_ahead(pg: PredictionGraph, cfg: Config) -> Iterator[None]:
+def replay_ahead(pg: PredictionGraph, cfg: RuleSettings) -> Iterator[None]:
     """Make the replays of every lever a finding can take, yielding after each, into the graph's
     replays: what a helper process does while the findings are still being made."""
     g, cache = pg.graph, pg.replays
     if g is None or cache is None:
         return
     for name in replay_levers():
-        for e in lever_edits(name, cfg, copy_speedup=g.pinned_speedup).edits:
+        for e in lever_edits(name, cfg.predictions, copy_speedup=g.pinned_speedup).edits:
             yield from cache.profiled_steps(e, cfg.predictions.whatif_profiled_warmup)
 
 
-def lever_predictions(tl: Timeline, window: Window, levers: tuple[str, ...], cfg: Config, links: Links | None = None) -> LeverPredictions:
+def lever_predictions(tl: Timeline, window: Window, levers: tuple[str, ...], cfg: RuleSettings, links: Links | None = None) -> LeverPredictions:
     """The replays of ``levers`` on the window, and the median step's critical path (``links``:
     the timeline's, when already made)."""
     return predictions_on(prediction_graph(tl, window, cfg, links), levers, cfg)
@@ -390,7 +390,7 @@ def attach_predictions(
     window: Window,
     findings: tuple[Finding, ...],
     batch_size: int | None,
-    cfg: Config,
+    cfg: RuleSettings,
     basis: LeverPredictions | None = None,
     links: Links | None = None,
     framework: str = "",
@@ -454,7 +454,7 @@ def _beyond_note(f: Finding, p: Prediction, lever: str, n_steps: int) -> str:
 
 
 def predict_from_steps(
-    durations_ns: list[int], waits_ns: list[int], lever: str, cfg: Config, batch_size: int | None = None, workers: int | None = None
+    durations_ns: list[int], waits_ns: list[int], lever: str, cfg: PredictionSettings, batch_size: int | None = None, workers: int | None = None
 ) -> Prediction | None:
     """The replay for a step tracker's two-part steps (the wait it measured, then the rest), on
     the median step.
@@ -469,15 +469,15 @@ def predict_from_steps(
     # Medians over the steps: a tracked run on a busy machine has outlier steps.
     d = np.asarray(durations_ns, dtype=np.float64)
     w = np.asarray(waits_ns, dtype=np.float64)
-    before = float(np.median(d))
+    before = median(d)
     if lever == "input_pipeline":
         lv = lever_edits(lever, cfg, workers=workers)
         n, h = lv.point.loader_workers, lv.point.loader_handoff_ns
-        after = float(np.median(np.maximum(d - w + h, w / n)))
-        low = float(np.median(np.maximum(d - w, w / n)))
+        after = median(np.maximum(d - w + h, w / n))
+        low = median(np.maximum(d - w, w / n))
     else:
         lv = lever_edits(lever, cfg)
-        after = low = float(np.median(d - w))
+        after = low = median(d - w)
     return Prediction(
         lever=lv.lever,
         assumption=lv.assumption + " (from the step tracker's per-step wait: no dependency graph)",

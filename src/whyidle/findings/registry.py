@@ -1,7 +1,9 @@
 """The rules, declared: each one a name, what it is about, what it needs, its docs, and ``apply``.
 
-A rule reads the :class:`~whyidle.findings.rules.Analyses` and returns findings and the reasons it
-skipped something (``Skipped``), never prints. ``needs`` names the evidence it requires; a rule whose
+A rule reads the :class:`~whyidle.findings.rules.Analyses` and the settings it may use (a
+:class:`~whyidle.findings.settings.RuleSettings`: attribution, finding and prediction thresholds,
+built once by the pipeline) and returns findings and the reasons it skipped something
+(``Skipped``), never prints. ``needs`` names the evidence it requires; a rule whose
 needs the input cannot meet is not run (a Kineto trace gets no Nsight API rule), and a rule that
 can run but lacks part of its data says so with a ``Skipped``. ``apply_rules`` runs them in
 order; the pipeline ranks what they return.
@@ -16,7 +18,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from whyidle.analyses.copies import exposed_h2d_copies
-from whyidle.config import Config
+from whyidle.findings.settings import RuleSettings
 from whyidle.findings.copy_rules import exposed_copy_finding
 from whyidle.findings.kernel_fill_rules import small_grid_finding
 from whyidle.findings.model import Finding, Skipped
@@ -33,7 +35,7 @@ class Rule(msgspec.Struct, frozen=True):
     description: str
     needs: tuple[str, ...]  # keys of NEEDS
     docs: str  # a cause page (whyidle.pages: a group name) or a path under the repository's docs/
-    apply: Callable[[Analyses, Config], Outcome]
+    apply: Callable[[Analyses, RuleSettings], Outcome]
 
 
 # What a rule may need, as a test on the analyses.
@@ -45,18 +47,18 @@ NEEDS: dict[str, Callable[[Analyses], bool]] = {
 }
 
 
-def _small_grids(a: Analyses, cfg: Config) -> Outcome:
+def _small_grids(a: Analyses, cfg: RuleSettings) -> Outcome:
     out = small_grid_finding(a.kernels.fill, a.utilization.capacity_ns, cfg, a.advice)
     return () if out is None else (out,)
 
 
-def _exposed_copies(a: Analyses, cfg: Config) -> Outcome:
+def _exposed_copies(a: Analyses, cfg: RuleSettings) -> Outcome:
     steps = tuple((st.start_ns, st.end_ns) for st in a.window.steps)
     out = exposed_copy_finding(exposed_h2d_copies(a.tl, a.window.start_ns, a.window.end_ns, steps), a.utilization.capacity_ns, cfg, a.advice)
     return () if out is None else (out,)
 
 
-def _nsys_api(a: Analyses, cfg: Config) -> Outcome:
+def _nsys_api(a: Analyses, cfg: RuleSettings) -> Outcome:
     from whyidle.findings.nsys_rules import nsys_findings  # only an Nsight capture needs it
 
     return nsys_findings(a, cfg)
@@ -84,7 +86,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def apply_rules(a: Analyses, cfg: Config, rules: Sequence[Rule] = RULES) -> tuple[tuple[Finding, ...], tuple[Skipped, ...]]:
+def apply_rules(a: Analyses, cfg: RuleSettings, rules: Sequence[Rule] = RULES) -> tuple[tuple[Finding, ...], tuple[Skipped, ...]]:
     """Every rule whose needs are met, in order: -> (findings, skipped), unranked."""
     findings: list[Finding] = []
     skipped: list[Skipped] = []

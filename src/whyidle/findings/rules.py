@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from whyidle.analyses import causes as C
 from whyidle.analyses.context import CauseEvidence, cause_evidence
-from whyidle.config import Config
+from whyidle.findings.settings import RuleSettings
 from whyidle.findings.analyses import Analyses
 from whyidle.findings.cause_details import DETAILS, Detail, context_evidence, uncorrelatable, with_trace_batch_size
 from whyidle.findings.advice import fit_lever, for_idiom
@@ -77,7 +77,7 @@ def cause_finding(
     )
 
 
-def capture_advice(a: Analyses, cfg: Config) -> tuple[str, ...]:
+def capture_advice(a: Analyses, cfg: RuleSettings) -> tuple[str, ...]:
     """A note naming the capture option that would let whyidle attribute what it could not.
 
     Said when unattributed time (not counting capture artifacts) is over
@@ -164,7 +164,7 @@ class _Basis(msgspec.Struct, frozen=True):
     facts: tuple[tuple[str, Any], ...] = ()
 
 
-def warm_part(a: Analyses, cfg: Config) -> tuple[npt.NDArray[np.int64], _Basis]:
+def warm_part(a: Analyses, cfg: RuleSettings) -> tuple[npt.NDArray[np.int64], _Basis]:
     """Idle by cause and the basis of a cold-start capture's warm remainder.
 
     A capture dominated by first-call costs still has a warm part: its steps that ran device work
@@ -195,7 +195,7 @@ def warm_part(a: Analyses, cfg: Config) -> tuple[npt.NDArray[np.int64], _Basis]:
     return np.asarray(totals, dtype=np.int64), _Basis(int(totals.sum()), capacity, facts)
 
 
-def _cause_finding(a: Analyses, cfg: Config, ci: int, ns: int, basis: _Basis | None = None) -> Finding:
+def _cause_finding(a: Analyses, cfg: RuleSettings, ci: int, ns: int, basis: _Basis | None = None) -> Finding:
     """One idle cause's finding: the generic evidence plus what its DETAILS entry adds."""
     cause = C.CAUSES[ci]
     d = DETAILS.get(cause, _GENERIC)
@@ -219,7 +219,7 @@ def _cause_finding(a: Analyses, cfg: Config, ci: int, ns: int, basis: _Basis | N
     return cause_finding(cause, lever, variant, ns, idle, capacity, evidence, fix)
 
 
-def idle_cause_findings(a: Analyses, cfg: Config) -> list[Finding | Skipped]:
+def idle_cause_findings(a: Analyses, cfg: RuleSettings) -> list[Finding | Skipped]:
     """One finding per idle cause over the threshold; capture artifacts are never ranked."""
     if a.quality.no_device_activity:
         return [Skipped("all", "no GPU activity in this trace")]
@@ -241,7 +241,7 @@ def idle_cause_findings(a: Analyses, cfg: Config) -> list[Finding | Skipped]:
     return out
 
 
-def fp32_findings(a: Analyses, cfg: Config) -> list[Finding | Skipped]:
+def fp32_findings(a: Analyses, cfg: RuleSettings) -> list[Finding | Skipped]:
     out = _fp32_finding(a, cfg)
     return [] if out is None else [out]
 
@@ -274,7 +274,7 @@ def _fp32_rate(a: Analyses) -> tuple[tuple[tuple[str, Any], ...], str]:
     return facts, words + ")"
 
 
-def _fp32_finding(a: Analyses, cfg: Config) -> Finding | Skipped | None:
+def _fp32_finding(a: Analyses, cfg: RuleSettings) -> Finding | Skipped | None:
     k = a.kernels
     if k.fp32_math_ns == 0:
         return None

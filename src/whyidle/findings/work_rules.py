@@ -5,7 +5,7 @@ finds its pattern (``analyses/sequences.py``, ``analyses/gemm_shapes.py``) and r
 time it concerns (``affected_busy_ns``) and the time its fix is estimated to save
 (``est_saving_ns``, from the roofline: an estimate, and the text says so). Findings rank with the
 idle findings by that saving (``findings.model.rank_key``) and fire, like them, when it reaches
-``Config.min_finding_share_of_window`` of the window. The fix is the catalogue's lever
+``FindingSettings.min_finding_share_of_window`` of the window. The fix is the catalogue's lever
 (``catalogue.BUSY_FINDINGS``) fitted to the job's idiom and what it already does.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from whyidle.analyses.gemm_shapes import GemmShape, gemm_shapes
 from whyidle.analyses.sequences import Attention, fusion_chains, fusible_kernels, unfused_attention
 from whyidle.analyses.work import OpKernels, op_kernels
-from whyidle.config import Config
+from whyidle.findings.settings import RuleSettings
 from whyidle.findings.advice import fit_lever, for_idiom
 from whyidle.findings.analyses import Analyses
 from whyidle.findings.levers import lever_for
@@ -29,7 +29,7 @@ Outcome = list[Finding | Skipped]
 _ESTIMATE = "an estimate from the roofline, not a measurement: re-profile to measure the step time saved"
 
 
-def _finding(a: Analyses, cfg: Config, cause: str, variant: str, busy_ns: int, saving_ns: int, top: list[tuple[str, int, int]], facts: tuple[tuple[str, Any], ...], expected: str) -> Finding:
+def _finding(a: Analyses, cfg: RuleSettings, cause: str, variant: str, busy_ns: int, saving_ns: int, top: list[tuple[str, int, int]], facts: tuple[tuple[str, Any], ...], expected: str) -> Finding:
     lever = fit_lever(for_idiom(cause, lever_for(cause, variant), a.advice), a.advice, cfg.predictions.whatif_loader_workers)
     window = max(a.window.end_ns - a.window.start_ns, 1)
     steps = len(a.window.steps)
@@ -51,13 +51,13 @@ def _finding(a: Analyses, cfg: Config, cause: str, variant: str, busy_ns: int, s
     )
 
 
-def _enough(a: Analyses, cfg: Config, saving_ns: int) -> bool:
+def _enough(a: Analyses, cfg: RuleSettings, saving_ns: int) -> bool:
     return saving_ns > 0 and saving_ns >= cfg.findings.min_finding_share_of_window * (a.window.end_ns - a.window.start_ns)
 
 
-def _fusion(a: Analyses, cfg: Config, ok: OpKernels, eager: Any) -> Outcome:
+def _fusion(a: Analyses, cfg: RuleSettings, ok: OpKernels, eager: Any) -> Outcome:
     peak = a.work.peak if a.work is not None else None
-    chains = fusion_chains(a.tl, ok, peak, cfg, eager)
+    chains = fusion_chains(a.tl, ok, peak, cfg.attribution, eager)
     busy, est = sum(c.kernel_ns for c in chains), sum(c.est_ns for c in chains)
     if not _enough(a, cfg, busy - est):
         return []
@@ -95,9 +95,9 @@ def _shape_words(s: GemmShape) -> str:
     return f"{s.name} {batch}[{d.m} x {d.k}] x [{d.k} x {d.n}] {d.precision} x{s.count}: {s.tflops:.3g} TFLOP/s, {s.fraction:.0%} of its {s.bound} bound ({', '.join(why)})"
 
 
-def _gemms(a: Analyses, cfg: Config, ok: OpKernels) -> Outcome:
+def _gemms(a: Analyses, cfg: RuleSettings, ok: OpKernels) -> Outcome:
     peak = a.work.peak if a.work is not None else None
-    shapes = gemm_shapes(a.tl, ok, peak, cfg)
+    shapes = gemm_shapes(a.tl, ok, peak, cfg.attribution)
     busy, est = sum(s.kernel_ns for s in shapes), sum(s.est_ns for s in shapes)
     if not _enough(a, cfg, busy - est):
         return []
@@ -124,7 +124,7 @@ def _gemms(a: Analyses, cfg: Config, ok: OpKernels) -> Outcome:
     return [_finding(a, cfg, "gemm_shapes", variant, busy, busy - est, top, facts, expected)]
 
 
-def _attention(a: Analyses, cfg: Config, found: tuple[Attention, ...]) -> Outcome:
+def _attention(a: Analyses, cfg: RuleSettings, found: tuple[Attention, ...]) -> Outcome:
     busy, est = sum(x.kernel_ns for x in found), sum(x.est_ns for x in found)
     if not _enough(a, cfg, busy - est):
         return []
@@ -145,7 +145,7 @@ def _attention(a: Analyses, cfg: Config, found: tuple[Attention, ...]) -> Outcom
     return [_finding(a, cfg, "unfused_attention", "", busy, busy - est, top, facts, expected)]
 
 
-def work_findings(a: Analyses, cfg: Config) -> Outcome:
+def work_findings(a: Analyses, cfg: RuleSettings) -> Outcome:
     """The busy-time findings of the work model (fusion candidates, GEMM shapes, unfused
     attention); one Skipped when the trace recorded no input shapes, which all three need."""
     tl = a.tl
@@ -155,5 +155,5 @@ def work_findings(a: Analyses, cfg: Config) -> Outcome:
     if ok.rows.size == 0:
         return []
     eager = fusible_kernels(tl, ok)
-    attention, in_attention = unfused_attention(tl, ok, a.work.peak if a.work is not None else None, cfg, eager)
+    attention, in_attention = unfused_attention(tl, ok, a.work.peak if a.work is not None else None, cfg.attribution, eager)
     return [*_attention(a, cfg, attention), *_fusion(a, cfg, ok, eager & ~in_attention), *_gemms(a, cfg, ok)]

@@ -88,7 +88,7 @@ def predict_fix(spec: LabSpec, run: Any, trace_path: Any = None, cfg: Config | N
         return predict_lever(load(trace_path), lever, cfg, batch_size=spec.batch_size, untraced=True, **kw), "trace"
     st = run.tracker_stats
     sel = st.selected() if st is not None else ()
-    return predict_from_steps([s.duration_ns for s in sel], [s.data_wait_ns if lever == "input_pipeline" else s.copy_ns for s in sel], lever, cfg, spec.batch_size, workers=kw.get("workers")), "tracker"
+    return predict_from_steps([s.duration_ns for s in sel], [s.data_wait_ns if lever == "input_pipeline" else s.copy_ns for s in sel], lever, cfg.predictions, spec.batch_size, workers=kw.get("workers")), "tracker"
 
 
 def run_fix(flaw: str, device: str, steps: int | None = None) -> PredictedFix:

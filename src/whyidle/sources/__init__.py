@@ -167,20 +167,20 @@ def _load(p: Path, step_pattern: str | None, helpers: Helpers, read_ahead: ReadA
 
         return load_parquet(p)
     if p.name.endswith(XPLANE_SUFFIXES):
-        return _load_xplane(p, read_ahead)
+        return _load_xplane(p, read_ahead, rs)
     if _large(p, rs.stream_min_bytes):
         from whyidle.sources.kineto_stream import load_kineto_stream, should_stream
 
-        if should_stream(p, rs.stream_min_bytes):
-            return load_kineto_stream(p, jobs=helpers.chunk_jobs)
+        if should_stream(p, rs.stream_min_bytes, rs):
+            return load_kineto_stream(p, jobs=helpers.chunk_jobs, settings=rs)
     try:  # gzip size fields are modulo 4 GiB: a larger content is found out while reading
-        raw = read_bytes(p, read_ahead, max_bytes=rs.stream_min_bytes)
+        raw = read_bytes(p, read_ahead, max_bytes=rs.stream_min_bytes, settings=rs)
     except TooLargeForMemory:
         if not looks_like_rocprof(_text_head(p)):
             from whyidle.sources.kineto_stream import load_kineto_stream
 
-            return load_kineto_stream(p, jobs=helpers.chunk_jobs)
-        raw = _read_rocprof(p, rs.rocprof_max_bytes)
+            return load_kineto_stream(p, jobs=helpers.chunk_jobs, settings=rs)
+        raw = _read_rocprof(p, rs)
     from whyidle.sources.kineto import (  # numpy: after the read began
         load_kineto,
         looks_like_kineto,
@@ -213,11 +213,11 @@ def _load(p: Path, step_pattern: str | None, helpers: Helpers, read_ahead: ReadA
     )
 
 
-def _load_xplane(p: Path, read_ahead: ReadAhead | None) -> Timeline:
-    """An XPlane file, read whole (plain or gzip; the gzip-bomb cap applies)."""
+def _load_xplane(p: Path, read_ahead: ReadAhead | None, rs: ReadSettings) -> Timeline:
+    """An XPlane file, read whole (plain or gzip; the settings' gzip-bomb cap applies)."""
     from whyidle.sources.xplane import load_xplane
 
-    return load_xplane(p, read_bytes(p, read_ahead))
+    return load_xplane(p, read_bytes(p, read_ahead, settings=rs))
 
 
 def _large(p: Path, min_bytes: int) -> bool:
@@ -228,14 +228,12 @@ def _large(p: Path, min_bytes: int) -> bool:
         return False  # read_bytes says why in words
 
 
-def _read_rocprof(p: Path, cap: int | None = None) -> bytes:
-    """rocprofv3 JSON past the in-memory Kineto reader's range: read whole up to ``cap``
-    (ReadSettings.rocprof_max_bytes)."""
-    from whyidle.config import ReadSettings
-
-    cap = ReadSettings().rocprof_max_bytes if cap is None else cap
+def _read_rocprof(p: Path, rs: ReadSettings) -> bytes:
+    """rocprofv3 JSON past the in-memory Kineto reader's range: read whole up to
+    ``rs.rocprof_max_bytes``, gzip within ``rs``' limits."""
+    cap = rs.rocprof_max_bytes
     try:
-        return read_bytes(p, max_bytes=cap)
+        return read_bytes(p, max_bytes=cap, settings=rs)
     except TooLargeForMemory:
         raise InputError(
             p,

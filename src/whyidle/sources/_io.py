@@ -8,8 +8,12 @@ import stat
 import threading
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from whyidle.errors import InputError, TraceFormatError
+
+if TYPE_CHECKING:
+    from whyidle.config import ReadSettings
 
 __all__ = ["read_bytes", "ReadAhead", "check_regular", "gzip_cap", "TooLargeForMemory", "estimated_size", "looks_like_kineto", "GZIP_MAGIC", "SQLITE_MAGIC"]
 
@@ -17,20 +21,28 @@ GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def gzip_cap(compressed_bytes: int, max_ratio: float | None = None, floor_bytes: int | None = None) -> int:
-    """The most bytes a gzip file of ``compressed_bytes`` may decompress to (ReadSettings.max_gzip_ratio)."""
-    from whyidle.config import ReadSettings
-
-    ratio = ReadSettings().max_gzip_ratio if max_ratio is None else max_ratio
-    floor = ReadSettings().gzip_ratio_floor_bytes if floor_bytes is None else floor_bytes
+def gzip_cap(compressed_bytes: int, settings: ReadSettings | None = None) -> int:
+    """The most bytes a gzip file of ``compressed_bytes`` may decompress to: the settings'
+    ``max_gzip_ratio`` times its size, or ``gzip_ratio_floor_bytes`` if more (None: the defaults)."""
+    ratio, floor = _gzip_limits(settings)
     return max(floor, int(ratio * compressed_bytes))
+
+
+def _gzip_limits(settings: ReadSettings | None) -> tuple[float, int]:
+    """The settings' gzip limits (None: the defaults'), to tell whether two reads used the same."""
+    if settings is None:
+        from whyidle.config import ReadSettings
+
+        settings = ReadSettings()
+    return (settings.max_gzip_ratio, settings.gzip_ratio_floor_bytes)
 
 
 def bomb_error(path: Path, compressed_bytes: int, cap: int) -> TraceFormatError:
     return TraceFormatError(
         path,
         f"decompresses to more than {cap >> 20} MiB from {compressed_bytes / (1 << 20):.1f} MiB (over "
-        f"{cap / max(compressed_bytes, 1):.0f}x; real traces inflate under 30x): a damaged file or a gzip bomb, not read further",
+        f"{cap / max(compressed_bytes, 1):.0f}x; real traces inflate under 30x): a damaged file or a gzip bomb, not read further "
+        "(ReadSettings.max_gzip_ratio, gzip_ratio_floor_bytes)",
     )
 
 
@@ -43,8 +55,8 @@ class TooLargeForMemory(InputError):
 _EXACT_ISIZE_MAX = (1 << 32) // 1032
 
 
-def _gunzip(path: Path, raw: bytes, max_bytes: int | None = None) -> bytes:
-    cap = gzip_cap(len(raw))
+def _gunzip(path: Path, raw: bytes, max_bytes: int | None = None, settings: ReadSettings | None = None) -> bytes:
+    cap = gzip_cap(len(raw), settings)
     limit = cap if max_bytes is None else min(cap, max_bytes)
     # The gzip trailer holds the uncompressed size (mod 4 GiB). Where that is exact, decompressing
     # into a buffer of that size avoids growing, and briefly doubling, a buffer as large as the trace.
@@ -119,8 +131,9 @@ def estimated_size(path: Path) -> int:
 class _Pending:
     """One file being read (and gunzipped) by a background thread."""
 
-    def __init__(self, path: Path, stamp: tuple[int, int], max_bytes: int) -> None:
+    def __init__(self, path: Path, stamp: tuple[int, int], max_bytes: int, settings: ReadSettings | None) -> None:
         self.stamp = stamp
+        self.settings = settings  # the gzip limits it read under: a reader with others reads again
         self.data: bytes | None = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, args=(path, max_bytes), name="whyidle-prefetch", daemon=True)
@@ -128,7 +141,7 @@ class _Pending:
 
     def _run(self, path: Path, max_bytes: int) -> None:
         try:
-            self.data = _read(path, max_bytes)
+            self.data = _read(path, max_bytes, settings=self.settings)
         except BaseException as exc:  # handed to the reader, which raises it as its own
             self.error = exc.with_traceback(None)  # its frames would hold what was read so far
 
@@ -164,10 +177,11 @@ class ReadAhead:
         for name in names:
             importlib.import_module(name)
 
-    def start(self, path: str | os.PathLike[str], max_bytes: int) -> None:
+    def start(self, path: str | os.PathLike[str], max_bytes: int, settings: ReadSettings | None = None) -> None:
         """Start reading ``path``: only regular files whose decompressed size is estimated under
         ``max_bytes`` (the in-memory reader's range) and that look like JSON or gzip are read
-        ahead; anything else, and any error, is left to the reader."""
+        ahead, gzip within ``settings``' limits (the reader's own: a read made under other limits
+        is not handed to it); anything else, and any error, is left to the reader."""
         p = Path(path)
         stamp = _stamp(p)
         try:
@@ -181,7 +195,7 @@ class ReadAhead:
             return  # not JSON (an Nsight export, Parquet, a counter log): its reader reads it its way
         with self._lock:
             if p not in self._pending:
-                self._pending[p] = _Pending(p, stamp, max_bytes)
+                self._pending[p] = _Pending(p, stamp, max_bytes, settings)
 
     def take(self, path: Path) -> _Pending | None:
         """The finished read-ahead of ``path``, no longer listed; None if there was none."""
@@ -210,27 +224,31 @@ class ReadAhead:
         self.close()
 
 
-def read_bytes(path: Path, read_ahead: ReadAhead | None = None, max_bytes: int | None = None, expected: str = "a profiler trace") -> bytes:
-    """The file's content, decompressed if it is gzip (taken from ``read_ahead`` if it read it).
+def read_bytes(
+    path: Path, read_ahead: ReadAhead | None = None, max_bytes: int | None = None, expected: str = "a profiler trace", *, settings: ReadSettings | None = None
+) -> bytes:
+    """The file's content, decompressed if it is gzip (taken from ``read_ahead`` if it read it
+    under the same ``settings``).
 
     Every input file goes through here: only a regular file is opened (a FIFO, ``/dev/stdin`` or
     ``/dev/zero`` is refused before reading), and gzip is inflated no further than
-    :func:`gzip_cap`. ``expected`` names what the file should hold in the messages (an empty file).
+    :func:`gzip_cap` of ``settings`` (a Config's ``read``; None: the defaults). ``expected`` names
+    what the file should hold in the messages (an empty file).
 
     Raises :class:`TooLargeForMemory` when the content exceeds ``max_bytes`` (the caller then
     reads it another way) and :class:`TraceFormatError` when a gzip file inflates past
     :func:`gzip_cap`.
     """
     pending = read_ahead.take(path) if read_ahead is not None else None
-    if pending is not None and pending.stamp == _stamp(path):  # unchanged since the read began
+    if pending is not None and pending.stamp == _stamp(path) and _gzip_limits(pending.settings) == _gzip_limits(settings):  # unchanged since the read began
         if pending.error is not None:
             raise pending.error
         assert pending.data is not None
         return pending.data
-    return _read(path, max_bytes, expected)
+    return _read(path, max_bytes, expected, settings)
 
 
-def _read(path: Path, max_bytes: int | None = None, expected: str = "a profiler trace") -> bytes:
+def _read(path: Path, max_bytes: int | None = None, expected: str = "a profiler trace", settings: ReadSettings | None = None) -> bytes:
     check_regular(path)
     try:
         with open(path, "rb") as f:
@@ -247,7 +265,7 @@ def _read(path: Path, max_bytes: int | None = None, expected: str = "a profiler 
     if not raw:
         raise TraceFormatError(path, f"the file is empty; expected {expected}")
     if raw.startswith(GZIP_MAGIC):
-        raw = _gunzip(path, raw, max_bytes)
+        raw = _gunzip(path, raw, max_bytes, settings)
         if not raw:
             raise TraceFormatError(path, f"the gzip file decompresses to nothing; expected {expected}")
     return raw

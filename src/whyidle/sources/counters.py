@@ -24,6 +24,7 @@ import csv
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from whyidle.errors import TraceFormatError
 from whyidle.sources._io import read_bytes
@@ -33,6 +34,9 @@ from whyidle.sources.counters_dmon import DMON_COLUMNS, is_dmon_header, parse_dm
 from whyidle.sources.counters_query import QUERY_GPU_FIELDS, QUERY_TS, parse_query
 from whyidle.timeline.counters import COUNTER_FILE_MAGIC, METRICS, CounterLog, on_epoch_clock
 from whyidle.timeline.model import Timeline, TimelineMeta
+
+if TYPE_CHECKING:
+    from whyidle.config import ReadSettings
 
 __all__ = [
     "load_counters",
@@ -154,10 +158,16 @@ def parse_counters(
 
 
 def load_counters(
-    path: str | Path, *, utc_offset_min: int | None = None, interval_ms: float | None = None, fields: Sequence[str] | None = None
+    path: str | Path,
+    *,
+    utc_offset_min: int | None = None,
+    interval_ms: float | None = None,
+    fields: Sequence[str] | None = None,
+    settings: ReadSettings | None = None,
 ) -> CounterLog:
+    """A counter log file, parsed (``settings``: a Config's ``read``, whose gzip limits apply)."""
     p = Path(path)
-    return parse_counters(read_bytes(p), str(p), utc_offset_min=utc_offset_min, interval_ms=interval_ms, fields=fields)
+    return parse_counters(read_bytes(p, expected="a GPU counter log", settings=settings), str(p), utc_offset_min=utc_offset_min, interval_ms=interval_ms, fields=fields)
 
 
 def counter_timeline(path: Path, raw: bytes, *, utc_offset_min: int | None = None, interval_ms: float | None = None) -> Timeline:

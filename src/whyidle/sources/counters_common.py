@@ -20,7 +20,7 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 
 from whyidle.errors import TraceFormatError
-from whyidle.timeline.arrays import unique_sorted
+from whyidle.timeline.arrays import median, unique_sorted
 from whyidle.timeline.counters import CounterSeries
 
 __all__ = ["SeriesBuilder", "Rejects", "zone", "epoch_ns", "log_interval", "num", "split_cells", "DEFAULT_INTERVAL_NS"]
@@ -133,10 +133,10 @@ def _median_interval(times: list[int]) -> int:
     if len(times) < 2:
         return 0
     d = np.diff(unique_sorted(np.asarray(times, dtype=np.int64)))
-    return int(np.median(d)) if d.size else 0
+    return int(median(d)) if d.size else 0
 
 
 def log_interval(times: dict[str, list[int]]) -> int:
     """The typical sample spacing over GPUs (GPUs with a single sample say nothing)."""
     per_gpu = [d for d in (_median_interval(v) for v in times.values()) if d > 0]
-    return int(np.median(per_gpu)) if per_gpu else 0
+    return int(median(per_gpu)) if per_gpu else 0

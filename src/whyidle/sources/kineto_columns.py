@@ -63,9 +63,12 @@ _MTIA_DMA = "dma_request"  # a DMA transfer, its direction in args: a copy
 # Categories Kineto writes that carry no interval whyidle uses (flows, counters, the trace span).
 _IGNORED = {"ac2g", "async", "async_gpu", "fwdbwd", "trace", "overhead", "cpu_instant_event", "gpu_instant_event"}
 _STEP_RE = re.compile(r"^ProfilerStep#\d+$")
-_COLLECTIVE_RE = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv", re.IGNORECASE)
+# Case is ignored for ASCII letters only (re.ASCII): unicode folding would make a foreign name a
+# collective (a long s, U+017F, matches "s": reduce_\u017fcatter), and only in some readers.
+_COLLECTIVE_RE = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv", re.IGNORECASE | re.ASCII)
 # Every alternative above contains one of these (lower case): a substring test rules out most
-# kernel names (long C++ templates) before the regex scans them.
+# kernel names (long C++ templates) before the regex scans them. Exact for every name, ASCII or
+# not, because the pattern folds ASCII letters only, as str.lower() does them.
 _COLLECTIVE_HINTS = ("nccl", "rccl", "all", "scatter", "sendrecv")
 # Kinds recorded on a device lane (pid = device, tid = stream). ``cuda_sync`` records are CUPTI's
 # device-side view of a synchronisation (the host call carries the same correlation id): they
@@ -394,7 +397,7 @@ class _Columns:
             raise TraceFormatError(
                 self.path,
                 f"holds more than {self.max_events} events for its compressed size (real traces hold at most 0.15 per "
-                "compressed byte): a gzip bomb or a damaged file, not read further",
+                "compressed byte): a gzip bomb or a damaged file, not read further (ReadSettings.max_events_per_gzip_byte)",
             )
         self.thread_names.extend(loc.thread_names)
         for k, v in loc.unknown.items():

@@ -29,6 +29,7 @@ import os
 import zlib
 from collections.abc import Callable, Generator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -49,6 +50,9 @@ from whyidle.sources.rocprof_schema import looks_like_rocprof
 from whyidle.sources.kineto_columns import _Columns, _Local
 from whyidle.timeline.model import Timeline
 
+if TYPE_CHECKING:
+    from whyidle.config import ReadSettings
+
 __all__ = ["load_kineto_stream", "parse_kineto_stream", "should_stream"]
 
 _BLOCK = 8 << 20  # bytes of plain text read per step
@@ -60,16 +64,16 @@ _BATCH = 16 << 20  # text per decoded batch of events
 _MIB = 1 << 20
 
 
-def should_stream(path: Path, min_bytes: int | None = None) -> bool:
-    """Whether ``path`` is large enough for the out-of-core reader (ReadSettings.stream_min_bytes)."""
+def should_stream(path: Path, min_bytes: int | None = None, settings: ReadSettings | None = None) -> bool:
+    """Whether ``path`` is large enough for the out-of-core reader (``min_bytes``, else the
+    settings' ``stream_min_bytes``; None: the defaults)."""
+    rs = _settings(settings)
     if min_bytes is None:
-        from whyidle.config import ReadSettings
-
-        min_bytes = ReadSettings().stream_min_bytes
+        min_bytes = rs.stream_min_bytes
     try:
         if not path.is_file() or estimated_size(path) < min_bytes:
             return False
-        gen = _blocks(path)
+        gen = _blocks(path, None, rs)
         try:
             head = next(gen, b"")
         finally:
@@ -82,8 +86,19 @@ def should_stream(path: Path, min_bytes: int | None = None) -> bool:
 Progress = Callable[[int, int], None]  # (file bytes read, file size)
 
 
-def _blocks(path: Path, progress: Progress | None = None) -> Generator[bytes, None, None]:
-    """The decompressed content, block by block (gzip members one after another)."""
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def _settings(settings: ReadSettings | None) -> ReadSettings:
+    from whyidle.config import ReadSettings
+
+    return ReadSettings() if settings is None else settings
+
+
+def _blocks(path: Path, progress: Progress | None, settings: ReadSettings) -> Generator[bytes, None, None]:
+    """The decompressed content, block by block (gzip members one after another), gzip within
+    the settings' limits."""
     check_regular(path)
     try:
         f = open(path, "rb")
@@ -109,7 +124,7 @@ def _blocks(path: Path, progress: Progress | None = None) -> Generator[bytes, No
             return
         d = zlib.decompressobj(wbits=31)
         data = first
-        cap = gzip_cap(size)  # a gzip bomb stops here, whatever the reader downstream holds
+        cap = gzip_cap(size, settings)  # a gzip bomb stops here, whatever the reader downstream holds
         total = 0
         while True:
             try:
@@ -167,17 +182,15 @@ class _Text:
     """The decompressed text as it arrives: a buffer of what is not yet decoded, and the first
     and last MiB seen (to confirm the time style)."""
 
-    def __init__(self, path: Path, progress: Progress | None) -> None:
-        from whyidle.config import ReadSettings
-
+    def __init__(self, path: Path, progress: Progress | None, settings: ReadSettings) -> None:
         self.path = str(path)
-        self.blocks = _blocks(path, progress)
+        self.blocks = _blocks(path, progress, settings)
         self.buf = bytearray()
         self.buf_off = 0  # file offset of buf[0] (plain files)
         self.first = b""
         self.recent: list[bytes] = []  # the last blocks, at least 1 MiB together (no copies)
         self.eof = False
-        self.max_held = ReadSettings().max_event_bytes
+        self.max_held = settings.max_event_bytes
 
     def more(self) -> bool:
         """Append the next block to the buffer; False at the end."""
@@ -197,7 +210,9 @@ class _Text:
         return True
 
     def too_big(self, what: str) -> TraceFormatError:
-        return TraceFormatError(self.path, f"has {what} larger than {self.max_held >> 20} MiB; expected a PyTorch profiler trace (its events are under 1 MiB each)")
+        return TraceFormatError(
+            self.path, f"has {what} larger than {_size(self.max_held)} (ReadSettings.max_event_bytes); expected a PyTorch profiler trace (its events are under 1 MiB each)"
+        )
 
     def drop(self, n: int) -> None:
         """Forget the first ``n`` bytes of the buffer."""
@@ -323,17 +338,15 @@ def _tail(t: _Text, doc: _Doc | None, pos: int, exact: bool) -> _Doc | None:
     return doc
 
 
-def _run(path: Path, style: str, exact: bool, jobs: int = 1, progress: Progress | None = None) -> tuple[Timeline | None, bytes, bytes]:
+def _run(path: Path, style: str, exact: bool, settings: ReadSettings, jobs: int = 1, progress: Progress | None = None) -> tuple[Timeline | None, bytes, bytes]:
     """One pass: the Timeline, and the first and last MiB of text (to confirm the time style)."""
-    from whyidle.config import ReadSettings
-
     with open(path, "rb") as f:
         plain = f.read(2) != GZIP_MAGIC  # workers then read their batches from the file
         size = os.fstat(f.fileno()).st_size
     # Memory grows with the events kept (about 60 bytes each): for gzip, their number is bounded
     # by the compressed size, as the inflated text is by max_gzip_ratio.
-    cols = _Columns(str(path), style, None if plain else int(ReadSettings().max_events_per_gzip_byte * size) + 100_000)
-    t = _Text(path, progress)
+    cols = _Columns(str(path), style, None if plain else int(settings.max_events_per_gzip_byte * size) + 100_000)
+    t = _Text(path, progress, settings)
     doc, pos = _head(t, exact)
     batches = _Batches(cols, exact, jobs)
     try:
@@ -378,17 +391,20 @@ def _auto_jobs(p: Path) -> int:
     return min(os.cpu_count() or 1, 4) if big else 1
 
 
-def parse_kineto_stream(path: str | os.PathLike[str], jobs: int | None = None, progress: Progress | None = None) -> Timeline:
+def parse_kineto_stream(path: str | os.PathLike[str], jobs: int | None = None, progress: Progress | None = None, settings: ReadSettings | None = None) -> Timeline:
     """Read a Kineto trace (plain or gzip) in bounded memory; same Timeline as parse_kineto.
 
     ``jobs``: processes decoding chunks (default: by size; callers that read one trace per
     core, such as :mod:`whyidle.ranks`, pass 1).
     ``progress(bytes_read, file_size)`` is called as the file is read.
+    ``settings``: the reading settings (a Config's ``read``) whose hostile-input limits apply:
+    ``max_gzip_ratio``, ``gzip_ratio_floor_bytes``, ``max_event_bytes``, ``max_events_per_gzip_byte``.
     """
     p = Path(path)
+    rs = _settings(settings)
     jobs = _auto_jobs(p) if jobs is None else max(jobs, 1)
     # Decide from the first MiB, as the in-memory reader would with the first and last MiB.
-    gen = _blocks(p)
+    gen = _blocks(p, None, rs)
     try:
         head = next(gen)
     finally:
@@ -396,7 +412,7 @@ def parse_kineto_stream(path: str | os.PathLike[str], jobs: int | None = None, p
     texts, big = _samples(head[:_MIB])
     style = _fraction_style(texts)
     exact = big or style == "unpadded_ns"
-    tl, first, last = _run(p, style, exact, jobs, progress)
+    tl, first, last = _run(p, style, exact, rs, jobs, progress)
     texts2, big2 = _samples(first)
     if len(first) >= _MIB and last:
         t_last, b_last = _samples(last)
@@ -405,10 +421,10 @@ def parse_kineto_stream(path: str | os.PathLike[str], jobs: int | None = None, p
     style2 = _fraction_style(texts2)
     exact2 = big2 or style2 == "unpadded_ns"
     if (style2, exact2) != (style, exact):
-        tl, _, _ = _run(p, style2, exact2, jobs, progress)
+        tl, _, _ = _run(p, style2, exact2, rs, jobs, progress)
     assert tl is not None
     return tl
 
 
-def load_kineto_stream(path: Path, jobs: int | None = None) -> Timeline:
-    return parse_kineto_stream(path, jobs=jobs)
+def load_kineto_stream(path: Path, jobs: int | None = None, settings: ReadSettings | None = None) -> Timeline:
+    return parse_kineto_stream(path, jobs=jobs, settings=settings)

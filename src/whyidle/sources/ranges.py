@@ -12,7 +12,9 @@ from whyidle.timeline.model import Kind
 __all__ = ["COLLECTIVE_KERNEL", "DEFAULT_STEP_PATTERN", "range_kind"]
 
 # A communication kernel by its name: NCCL's and RCCL's (ncclDevKernel_Generic, ncclKernel_AllReduce...).
-COLLECTIVE_KERNEL = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv", re.IGNORECASE)
+# Case is ignored for ASCII letters only: under re.IGNORECASE alone a foreign name's long s (U+017F)
+# matches "s" and the Kelvin sign "k" (reduce_\u017fcatter would be a collective).
+COLLECTIVE_KERNEL = re.compile(r"nccl|rccl|all_?reduce|all_?gather|reduce_?scatter|alltoall|sendrecv", re.IGNORECASE | re.ASCII)
 
 # ProfilerStep#N (torch.profiler, also under emit_nvtx), and the range names trainers commonly
 # push: "train_step", "training_step 12", "step 3", "iteration 7", "Iteration#2", "batch_5".

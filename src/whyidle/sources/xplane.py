@@ -56,7 +56,7 @@ _DERIVED_LINES = frozenset(
     {"XLA Ops", "XLA Modules", "Steps", "Framework Ops", "Framework Name Scope", "TensorFlow Ops", "Source code",
      "XLA TraceMe", "Launch Stats", "Async XLA Ops", "TensorFlow Name Scope", "SparseCore Steps"}
 )  # fmt: skip
-_COLLECTIVE = re.compile(r"nccl|rccl|all[-_]?reduce|all[-_]?gather|reduce[-_]?scatter|all[-_]?to[-_]?all|collective[-_]?permute|sendrecv", re.I)
+_COLLECTIVE = re.compile(r"nccl|rccl|all[-_]?reduce|all[-_]?gather|reduce[-_]?scatter|all[-_]?to[-_]?all|collective[-_]?permute|sendrecv", re.I | re.ASCII)  # ASCII case only (ranges.COLLECTIVE_KERNEL)
 _COPY = re.compile(r"memcpy|copyBuffer|copy_buffer", re.I)
 _FILL = re.compile(r"memset|fillBuffer|fill_buffer", re.I)
 _RUNTIME = re.compile(r"^(cuda|cu|hip)[A-Z]\w*$")

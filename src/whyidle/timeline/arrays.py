@@ -1,7 +1,9 @@
-"""Sort-based set helpers for large integer arrays.
+"""Sort-based set helpers for large integer arrays, and the median.
 
 numpy 2.x's ``np.unique`` hashes integer arrays; on millions of wide-range int64 timestamps that
 took 3.5 s where sorting took 0.05 s (measured here, 3 M values). These helpers sort instead.
+``np.median`` of floats imports numpy.ma (6-15 ms, once) to ask whether the array is masked;
+:func:`median` partitions instead (and took 1.2 us where np.median took 9 us on 10 floats).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import numpy.typing as npt
 
 _I = TypeVar("_I", bound=np.generic)
 
-__all__ = ["unique_sorted", "unique_inverse", "setdiff_sorted"]
+__all__ = ["unique_sorted", "unique_inverse", "setdiff_sorted", "median"]
 
 
 def unique_sorted(a: npt.NDArray[_I]) -> npt.NDArray[_I]:
@@ -50,3 +52,17 @@ def setdiff_sorted(a: npt.NDArray[_I], b: npt.NDArray[_I]) -> npt.NDArray[_I]:
     pos = np.minimum(np.searchsorted(ub, ua), ub.size - 1)
     keep: npt.NDArray[np.bool_] = ub[pos] != ua
     return ua[keep]
+
+
+def median(a: npt.ArrayLike) -> float:
+    """The median of a non-empty array of numbers, as ``float(np.median(a))`` (the mean of the two
+    middle values for an even count), from ``np.partition``: no numpy.ma import, no NaN check."""
+    x = np.asarray(a).ravel()
+    n = x.size
+    if n == 0:
+        raise ValueError("median of an empty array")
+    k = n // 2
+    if n % 2:
+        return float(np.partition(x, k)[k])
+    p = np.partition(x, (k - 1, k))
+    return (float(p[k - 1]) + float(p[k])) / 2
