@@ -5,7 +5,8 @@ Grouped by the layer that reads them, each group a small frozen value object: :c
 :class:`FindingSettings` (rules, CI gates), :class:`PredictionSettings` (what-if),
 :class:`RenderSettings` (what the report carries), :class:`ServingSettings` (batching). A
 :class:`Config` holds one of each (``cfg.read``, ``cfg.attribution``, ...); a function takes the one
-it reads where that is all it reads. Nothing reads thresholds from the environment or from files.
+it reads where that is all it reads. Nothing reads thresholds from the environment; the command
+line's ``--config FILE`` reads a TOML file of the same sections and flat names (commands/_configfile.py).
 A field keeps its flat name wherever it is set (names are unique across sections):
 ``Config(max_gzip_ratio=50)``, ``cfg.with_overrides(skip_first_steps=2)``, ``diagnose(path,
 skip_first_steps=2)``; a name that is no field is an error naming the valid ones (fieldcheck.py).
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from whyidle.fieldcheck import Checked, Sectioned, check_fields
+from whyidle.fieldcheck import Checked, Limit, Sectioned, check_fields
 
 __all__ = [
     "AttributionSettings",
@@ -36,6 +37,45 @@ __all__ = [
     "SweepConfig",
     "WindowSettings",
 ]
+
+
+# The range of each numeric field (of every number of a tuple field): (low, high, low excluded).
+# They say what the setting means, not what is sensible: a share lies in [0, 1], a percentage in
+# [0, 100], a duration, size or count is not negative; a speed-up, a ratio cap or a count that a
+# loop divides by or runs to is above 0 or at least 1. Fields not listed: any finite value.
+_AT_LEAST_0: Limit = (0, None, False)
+_AT_LEAST_1: Limit = (1, None, False)
+_ABOVE_0: Limit = (0, None, True)
+_SHARE: Limit = (0, 1, False)
+_PCT: Limit = (0, 100, False)
+_LIMITS: dict[str, Limit] = {
+    **dict.fromkeys(
+        ("stream_min_bytes", "gzip_ratio_floor_bytes", "skip_first_steps", "steps", "kernel_boundary_max_ns", "sync_wake_tolerance_ns",
+         "python_overhead_max_ns", "short_kernel_ns", "fusion_max_kernel_ns", "gemm_tiny_m", "cold_call_min_ns", "jit_min_gaps",
+         "min_profiled_steps", "clock_skew_min_ns", "straggler_min_lateness_ns", "uneven_input_min_ratio", "counter_rhythm_min_pauses",
+         "serving_wait_min_ns", "evidence_examples", "optimizer_step_per_parameter_min_launches", "sync_calls_min_per_s",
+         "whatif_loader_handoff_ns", "whatif_copy_bandwidth_min_bytes", "report_top_gaps", "context_gaps", "work_top_ops",
+         "batching_bisection_steps", "latency_budget_ns", "latency_outlier_iqrs", "counter_sm_split_min_range_pct", "max_events_per_gzip_byte"),
+        _AT_LEAST_0,
+    ),
+    **dict.fromkeys(
+        ("rocprof_max_bytes", "max_event_bytes", "max_gzip_ratio", "batch_size", "fusion_min_repeats", "first_call_min_ratio",
+         "counter_grid_points_per_sample", "whatif_loader_workers", "whatif_loader_speedup", "whatif_tensor_core_factor",
+         "whatif_pinned_copy_speedup", "whatif_max_steps", "batching_max_batch_size", "latency_max_windows",
+         "latency_outlier_min_factor", "batching_requests"),
+        _AT_LEAST_1,
+    ),
+    **dict.fromkeys(("counters_interval_ms", "batching_min_rate_share", "batching_tail_share", "batching_max_sigma", "traffic_peak_window_ns"), _ABOVE_0),
+    **dict.fromkeys(
+        ("roofline_near_fraction", "cold_start_max_share_of_idle", "counter_rhythm_min_autocorr", "min_finding_share_of_window",
+         "unattributed_note_min_share_of_idle", "fp32_math_min_share_of_kernel_time", "small_grid_min_unused_share", "min_busy_fraction",
+         "whatif_host_overhead_factor", "whatif_host_overhead_factor_range", "whatif_profiler_gap_quantile",
+         "batching_delay_fractions_of_slack", "batching_capacity_tie_share", "batching_share_min_idle_share"),
+        _SHARE,
+    ),
+    **dict.fromkeys(("small_grid_low_occupancy_pct", "counter_busy_min_pct", "counter_sm_active_low_pct", "counter_low_util_mean_pct"), _PCT),
+    "counters_utc_offset_min": (-1440, 1440, False),  # a day either side of UTC, as --counters-utc-offset
+}
 
 
 class ReadSettings(msgspec.Struct, frozen=True, metaclass=Checked):
@@ -88,7 +128,7 @@ class ReadSettings(msgspec.Struct, frozen=True, metaclass=Checked):
     counters_interval_ms: float | None = None
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        check_fields(self, _LIMITS)
 
 
 class WindowSettings(msgspec.Struct, frozen=True, metaclass=Checked):
@@ -105,7 +145,7 @@ class WindowSettings(msgspec.Struct, frozen=True, metaclass=Checked):
     batch_size: int | None = None
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        check_fields(self, _LIMITS)
 
 
 class AttributionSettings(msgspec.Struct, frozen=True, metaclass=Checked):
@@ -230,7 +270,7 @@ class AttributionSettings(msgspec.Struct, frozen=True, metaclass=Checked):
     serving_wait_min_ns: int = 1_000_000
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        check_fields(self, _LIMITS)
 
 
 class FindingSettings(msgspec.Struct, frozen=True, metaclass=Checked):
@@ -280,7 +320,7 @@ class FindingSettings(msgspec.Struct, frozen=True, metaclass=Checked):
     min_busy_fraction: float | None = None
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        check_fields(self, _LIMITS)
 
 
 class PredictionSettings(msgspec.Struct, frozen=True, metaclass=Checked):
@@ -342,7 +382,7 @@ class PredictionSettings(msgspec.Struct, frozen=True, metaclass=Checked):
     whatif_profiled_warmup: bool = True
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        check_fields(self, _LIMITS)
 
 
 class RenderSettings(msgspec.Struct, frozen=True, metaclass=Checked):
@@ -362,7 +402,7 @@ class RenderSettings(msgspec.Struct, frozen=True, metaclass=Checked):
     work_top_ops: int = 25
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        check_fields(self, _LIMITS)
 
 
 class ServingSettings(msgspec.Struct, frozen=True, metaclass=Checked):
@@ -425,7 +465,7 @@ class ServingSettings(msgspec.Struct, frozen=True, metaclass=Checked):
     traffic_peak_window_ns: int = 1_000_000_000
 
     def __post_init__(self) -> None:
-        check_fields(self)
+        check_fields(self, _LIMITS)
 
 
 class Config(msgspec.Struct, frozen=True, metaclass=Sectioned):

@@ -1,6 +1,7 @@
 """The checks behind every settings object (:mod:`whyidle.config`): keyword arguments only, an
 unknown name is a whyidle error naming the fields, a value of the wrong type or a non-finite number
-is refused naming its field; and :class:`Sectioned`, which lets ``Config(max_gzip_ratio=50)`` set
+is refused naming its field, and so is a number outside the range its settings class declares
+(:data:`Limit`: ``max_gzip_ratio`` at least 1, a share between 0 and 1); and :class:`Sectioned`, which lets ``Config(max_gzip_ratio=50)`` set
 a field of one of its sections (``Config().read.max_gzip_ratio``) by its flat name.
 """
 
@@ -8,20 +9,25 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
 from whyidle.errors import ArgumentError, UsageError
 
-__all__ = ["Checked", "Sectioned", "check_fields", "flat_names"]
+__all__ = ["Checked", "Limit", "Sectioned", "check_fields", "flat_names"]
+
+# The range a numeric field (or each number of a tuple field) must lie in: (low, high, low
+# excluded). None: unbounded on that side. ``(0, None, True)`` is "above 0".
+Limit = tuple[float | None, float | None, bool]
 
 
 def _unknown_fields(owner: str, names: list[str], unknown: list[str]) -> UsageError:
     import difflib  # only for this message: not at every start
 
     close = difflib.get_close_matches(unknown[0], names, n=3)
-    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    hint = f"; did you mean {' or '.join(close)}?" if close else "."
     return ArgumentError(
         f"{', '.join(unknown)} {'is not a field' if len(unknown) == 1 else 'are not fields'} of whyidle.{owner}{hint} "
         f"The fields are: {', '.join(names)}",
@@ -118,8 +124,27 @@ def _value_ok(annotation: str, v: object) -> bool:
     return _scalar_ok(annotation, v)
 
 
-def check_fields(cfg: msgspec.Struct) -> None:
-    """Refuse a field value of the wrong type or a non-finite number (ArgumentError naming the field).
+def _within(v: object, limit: Limit) -> bool:
+    lo, hi, lo_open = limit
+    for x in v if isinstance(v, (tuple, list)) else (v,):
+        if not isinstance(x, (int, float)) or isinstance(x, bool):
+            continue  # not a number: the type check speaks for it
+        if (lo is not None and (x <= lo if lo_open else x < lo)) or (hi is not None and x > hi):
+            return False
+    return True
+
+
+def _limit_text(limit: Limit) -> str:
+    """``(0, 1, False)`` -> 'at least 0 and at most 1'."""
+    lo, hi, lo_open = limit
+    low = "" if lo is None else f"{'above' if lo_open else 'at least'} {lo:g}"
+    high = "" if hi is None else f"at most {hi:g}"
+    return " and ".join(x for x in (low, high) if x)
+
+
+def check_fields(cfg: msgspec.Struct, limits: Mapping[str, Limit] | None = None) -> None:
+    """Refuse a field value of the wrong type, a non-finite number or a number outside its
+    ``limits`` entry (ArgumentError naming the field).
 
     Only values that differ from the default are checked: ``Config()`` costs nothing more. A field
     whose default is a settings object (a section) must hold one of that class."""
@@ -134,6 +159,9 @@ def check_fields(cfg: msgspec.Struct) -> None:
             ok, expected = isinstance(v, type(defaults[name])), f"a whyidle.{type(defaults[name]).__name__}"
         else:
             ok, expected = not isinstance(annotation, str) or _value_ok(annotation, v), f"{annotation} (numbers finite)"
+            limit = (limits or {}).get(name)
+            if ok and limit is not None and not _within(v, limit):
+                ok, expected = False, f"{'each number ' if isinstance(v, (tuple, list)) else 'a number '}{_limit_text(limit)}"
         if not ok:
             shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
             raise ArgumentError(f"{cls.__name__} field {name}={shown}: expected {expected}", field=name)

@@ -17,6 +17,7 @@ import importlib
 from typing import Any
 
 from whyidle.commands import _types as T
+from whyidle.commands._configfile import add_config_option, config_from
 from whyidle.errors import UsageError
 from whyidle.output import write_atomic, write_stdout
 
@@ -57,6 +58,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--memory-gb", type=T.number(0, 1e6, lo_open=True), help="memory one instance holds, GB (default: measured with --measure on CUDA)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("-o", "--output", help="write the result here (.json, .html, else text)")
+    add_config_option(p)
     p.set_defaults(run=run)
 
 
@@ -81,7 +83,6 @@ def _measure(spec: str, args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from whyidle.config import Config
     from whyidle.serving.batching import Traffic, tune_batching, unit_arrivals
     from whyidle.serving.instances import advise_instances
     from whyidle.serving.latency import load_latency, parse_curve
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--rate must be above 0")
     if args.slo_ms <= 0 or args.instances < 1:
         raise UsageError("--slo-ms must be above 0 and --instances at least 1")
-    cfg = Config()
+    cfg = config_from(args)
     n = args.requests_per_run or cfg.serving.batching_requests
     profile = load_latency(args.latency) if args.latency else parse_curve(args.curve) if args.curve else _measure(args.measure, args)
     if args.requests:

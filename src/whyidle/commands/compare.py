@@ -11,8 +11,8 @@ import sys
 from typing import Any
 
 from whyidle.commands import _types as T
+from whyidle.commands._configfile import add_config_option, config_from
 from whyidle.commands._output import progress, say_written
-from whyidle.config import Config
 from whyidle.errors import UsageError
 from whyidle.output import check_not_input, clean, write_atomic, write_stdout
 
@@ -33,9 +33,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.add_argument("-o", "--output", help="write the comparison here (.json: JSON, else text)")
     p.add_argument("--max-regression", metavar="PCT", help="exit 1 if throughput fell by more than this (e.g. 5%% or 0.05)")
-    p.add_argument("--skip-first", type=T.integer(0), default=0, metavar="N", help="drop the first N steps of each trace")
+    p.add_argument("--skip-first", type=T.integer(0), metavar="N", help="drop the first N steps of each trace (default 0)")
     p.add_argument("--batch-size", type=T.integer(1), help="samples per step, when the traces cannot tell")
     p.add_argument("--top", type=T.integer(1), default=10, metavar="N", help="kernels and ops listed (default 10)")
+    add_config_option(p)
     p.set_defaults(run=run)
 
 
@@ -44,13 +45,13 @@ def run(args: argparse.Namespace) -> int:
     from whyidle.comparison.analysis import compare_reports, parse_regression, read_side
 
     limit = parse_regression(args.max_regression) if args.max_regression is not None else None
-    if args.skip_first < 0:
+    if args.skip_first is not None and args.skip_first < 0:
         raise UsageError("--skip-first must be 0 or more")
     if args.batch_size is not None and args.batch_size <= 0:
         raise UsageError("--batch-size must be a positive number of samples")
     if args.top < 0:
         raise UsageError("--top must be 0 or more")
-    cfg = Config(skip_first_steps=args.skip_first, batch_size=args.batch_size)
+    cfg = config_from(args, skip_first_steps=args.skip_first, batch_size=args.batch_size)
     if args.output:
         check_not_input(args.output, (args.before, args.after))  # before reading: say it at once
     from whyidle.parallel import Helpers

@@ -8,6 +8,7 @@ from typing import Any
 
 from whyidle.analyses.causes import GROUPS
 from whyidle.commands import _types as T
+from whyidle.commands._configfile import add_config_option, config_from
 from whyidle.commands._output import progress, say_written
 from whyidle.config import Config
 from whyidle.errors import UsageError
@@ -80,7 +81,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", help="write the report here (format from the suffix: .json, .txt, .html, .json.gz = annotated Perfetto trace, .png/.svg = step plot)")
     p.add_argument("--format", help="terminal, json, html, perfetto, png or svg (default: from -o, else terminal)")
     p.add_argument("--steps", help="ProfilerStep numbers to analyse, e.g. 3-6")
-    p.add_argument("--skip-first", type=T.integer(0), default=0, metavar="N", help="drop the first N steps (cold start)")
+    p.add_argument("--skip-first", type=T.integer(0), metavar="N", help="drop the first N steps (cold start; default 0)")
     p.add_argument("--batch-size", type=T.integer(1), help="samples per step, when the trace cannot tell")
     p.add_argument("--fail-on", metavar="GROUP[,GROUP]", help=f"exit 1 if a finding is in these groups ({', '.join(GROUPS)})")
     p.add_argument("--min-busy", type=float, metavar="FRACTION", help="exit 1 if the device busy fraction is below this (0..1)")
@@ -99,11 +100,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--workers", type=T.integer(1, 4096), metavar="N", help="multi-rank folders: run the ranks on a local Dask cluster of N processes")
     p.add_argument("--scheduler", metavar="ADDRESS", help="multi-rank folders: run the ranks on this Dask scheduler (tcp://host:8786)")
+    add_config_option(p)
     p.set_defaults(run=run)
 
 
 def _config(args: argparse.Namespace) -> Config:
-    fail_on: tuple[str, ...] = ()
+    """The settings: the --config file's (if any), with the options given here over it."""
+    fail_on: tuple[str, ...] | None = None
     if args.fail_on:
         fail_on = tuple(g.strip() for g in args.fail_on.split(",") if g.strip())
         bad = [g for g in fail_on if g not in GROUPS]
@@ -111,11 +114,12 @@ def _config(args: argparse.Namespace) -> Config:
             raise UsageError(f"--fail-on {','.join(bad)}: expected groups among {', '.join(GROUPS)}")
     if args.min_busy is not None and not 0.0 <= args.min_busy <= 1.0:
         raise UsageError(f"--min-busy {args.min_busy}: expected a fraction between 0 and 1")
-    if args.skip_first < 0:
+    if args.skip_first is not None and args.skip_first < 0:
         raise UsageError("--skip-first must be 0 or more")
     if args.batch_size is not None and args.batch_size <= 0:
         raise UsageError("--batch-size must be a positive number of samples")
-    return Config(
+    return config_from(
+        args,
         skip_first_steps=args.skip_first,
         steps=parse_steps(args.steps) if args.steps else None,
         batch_size=args.batch_size,

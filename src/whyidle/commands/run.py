@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from whyidle.commands._command import cannot_start, command_words
+from whyidle.commands._configfile import add_config_option, config_from
 from whyidle.commands import _types as T
+from whyidle.config import Config
 from whyidle.errors import OutputError, UsageError
 
 __all__ = ["add_parser", "run", "parse_window", "parse_duration"]
@@ -89,6 +91,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-hook", action="store_true", help="inject nothing: run the command with the sampler only")
     p.add_argument("--baseline", metavar="RUN", help="compare with an earlier run: its run folder or report.json (shows the gain of a fix)")
     p.add_argument("--interval", type=T.number(0.01, 3600), default=0.5, metavar="SECONDS", help="sampler: time between samples (default 0.5)")
+    add_config_option(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run, after --")
     p.set_defaults(run=run)
 
@@ -121,16 +124,17 @@ def run(args: argparse.Namespace) -> int:
     cmd = command_words(args.cmd, "no command to run; usage: whyidle run -- python train.py")
     run_dir = Path(args.output or f"whyidle-runs/{time.strftime('%Y%m%d-%H%M%S')}")
     options = _options(args, run_dir)
+    cfg = config_from(args)  # before the command runs: a bad file is said at once
     try:
         launched = launch(cmd, options)
     except (FileNotFoundError, PermissionError) as exc:
         return cannot_start("whyidle run", cmd, exc)
-    _report(launched, cmd, args.baseline)
+    _report(launched, cmd, cfg, args.baseline)
     rc = launched.returncode
     return 128 - rc if rc < 0 else rc
 
 
-def _report(launched: Any, cmd: list[str], baseline: str | None = None) -> None:
+def _report(launched: Any, cmd: list[str], cfg: Config, baseline: str | None = None) -> None:
     """Print what was recorded and the report (stderr), write the report files into the run folder."""
     from whyidle.capture.run_report import diagnose_process, main_record, summary_lines
 
@@ -148,9 +152,9 @@ def _report(launched: Any, cmd: list[str], baseline: str | None = None) -> None:
         return
     ranked = [r for r in launched.records if r.rank is not None]
     if len({r.rank for r in ranked}) >= 2:
-        _show(_multi_rank(launched, ranked), launched.run_dir, "each rank's record and trace")
+        _show(_multi_rank(launched, ranked, cfg), launched.run_dir, "each rank's record and trace")
         return
-    found = diagnose_process(main, launched.run_dir)
+    found = diagnose_process(main, launched.run_dir, cfg)
     for n in found.notes:
         print(f"whyidle run: {n}", file=sys.stderr)
     if found.report is None:
@@ -158,7 +162,7 @@ def _report(launched: Any, cmd: list[str], baseline: str | None = None) -> None:
         return
     _show(found.report, launched.run_dir, f"the {found.basis}'s data")
     if baseline:
-        _compare(baseline, found.report)
+        _compare(baseline, found.report, cfg)
 
 
 def _show(report: Any, run_dir: Path, holds: str) -> None:
@@ -176,17 +180,17 @@ def _show(report: Any, run_dir: Path, holds: str) -> None:
     print(f"whyidle run: the run folder is {run_dir} (report.json, report.html, {holds})", file=sys.stderr)
 
 
-def _multi_rank(launched: Any, ranked: list[Any]) -> Any:
+def _multi_rank(launched: Any, ranked: list[Any], cfg: Config) -> Any:
     """The multi-rank report: from the ranks' traces when their devices were busy (a GPU job),
     else from their step reports and per-step backward calls (ranks.steps)."""
     from whyidle.capture.run_report import diagnose_process
     from whyidle.ranks.steps import RankSteps, multi_rank_from_steps
 
-    found = [diagnose_process(r, launched.run_dir) for r in ranked]
+    found = [diagnose_process(r, launched.run_dir, cfg) for r in ranked]
     if all(f.basis == "trace" for f in found):
         from whyidle.ranks.run import diagnose_ranks
 
-        return diagnose_ranks(launched.run_dir / "traces")
+        return diagnose_ranks(launched.run_dir / "traces", cfg)
     entries = [
         RankSteps(r.rank, r.path.name, f.report, tuple((int(a), int(b), int(c)) for a, b, c in r.data.get("backward") or ()))
         for r, f in zip(ranked, found)
@@ -196,7 +200,7 @@ def _multi_rank(launched: Any, ranked: list[Any]) -> Any:
     return multi_rank_from_steps(str(launched.run_dir), entries, world, "the RANK environment variable of each process")
 
 
-def _compare(baseline: str, report: Any) -> None:
+def _compare(baseline: str, report: Any, cfg: Config) -> None:
     """The comparison with an earlier run (its folder's report.json, or a report or trace)."""
     from whyidle.comparison.analysis import compare_reports, read_side
     from whyidle.comparison.render import render_text
@@ -206,7 +210,7 @@ def _compare(baseline: str, report: Any) -> None:
     if path.is_dir():
         path = path / "report.json"
     try:
-        text = render_text(compare_reports(read_side(path), report))
+        text = render_text(compare_reports(read_side(path, cfg), report))
     except (OSError, WhyidleError) as exc:
         print(f"whyidle run: --baseline {baseline}: cannot compare ({exc})", file=sys.stderr)
         return

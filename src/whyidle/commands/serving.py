@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from whyidle.commands import _types as T
+from whyidle.commands._configfile import add_config_option, config_from
 from whyidle.errors import UsageError
 from whyidle.output import write_atomic, write_stdout
 
@@ -38,6 +39,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--slo-ms", type=T.MS, help="the latency objective, ms (written into the suggested tuner command)")
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     p.add_argument("-o", "--output", help="write the diagnosis here (.json: JSON, .html: a page, else text)")
+    add_config_option(p)
     p.set_defaults(run=run)
 
 
@@ -49,14 +51,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give the device's busy share once: --trace or --device-busy")
     if args.device_busy is not None and not 0 <= args.device_busy <= 1:
         raise UsageError("--device-busy is a fraction between 0 and 1")
+    cfg = config_from(args)
     log = load_requests(args.log)
     busy, basis = args.device_busy, "given" if args.device_busy is not None else ""
     if args.trace:
         from whyidle.pipeline import diagnose
         from whyidle.serving.join import device_busy_over_log
 
-        busy, basis = device_busy_over_log(diagnose(args.trace), log, args.trace, assume_same_period=args.assume_same_period)
-    d = diagnose_requests(log, device_busy_share=busy, device_busy_basis=basis, slo_ms=args.slo_ms, max_batch=args.max_batch)
+        busy, basis = device_busy_over_log(diagnose(args.trace, cfg), log, args.trace, assume_same_period=args.assume_same_period)
+    d = diagnose_requests(log, device_busy_share=busy, device_busy_basis=basis, slo_ms=args.slo_ms, max_batch=args.max_batch, cfg=cfg)
     from whyidle.serving.report import serving_html, serving_text
 
     out = args.output or ""
