@@ -2,7 +2,7 @@
 give a report or one clear WhyidleError and be byte-identical afterwards; any other exception is
 a bug, printed with its input saved (``--keep``).
 
-    PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 1000 --seed 1   # the nightly size: 13,000 inputs
+    PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 1000 --seed 1   # the nightly size: 14,000 inputs
     PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 300 --budget-s 60 --families requests,triton
 
 Families (tests/hostile.py, tests/hostile_surfaces.py): ``kineto`` (structure-aware mutations of a
@@ -16,7 +16,9 @@ of diagnose, compare, serving and batching with odd option values), ``rocprof`` 
 output with odd values, types, missing fields and truncations), ``xplane`` (JAX XPlane captures
 with odd planes and byte damage), ``runs`` (multi-rank run folders, ``whyidle diagnose RUN_DIR``:
 odd names, mixed formats, empty files, symlinks, a FIFO, unreadable files, traces of other runs;
-tests/hostile_runs.py). tests/test_fuzz.py lists the
+tests/hostile_runs.py), ``config`` (``--config FILE`` settings files: Config's names with values of
+every type and range, misplaced or unknown names, byte damage; read, then a trace diagnosed with
+the settings; tests/hostile_config.py). tests/test_fuzz.py lists the
 family of every reader and fails on one without. Prints one JSON line per family: inputs run,
 reports, clear errors, readers that disagreed, inputs modified, and escaped exceptions (type and
 place).
@@ -42,13 +44,14 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "src"))
 
 import hostile  # noqa: E402
+import hostile_config  # noqa: E402
 import hostile_runs  # noqa: E402
 import hostile_surfaces  # noqa: E402
 
 import whyidle  # noqa: E402
 from whyidle.errors import WhyidleError  # noqa: E402
 
-FAMILIES = ("kineto", "bytes", "counters", "nsys", "report", "requests", "triton", "latency", "parquet", "options", "rocprof", "xplane", "runs")
+FAMILIES = ("kineto", "bytes", "counters", "nsys", "report", "requests", "triton", "latency", "parquet", "options", "rocprof", "xplane", "runs", "config")
 
 
 def _where(exc: BaseException) -> str:
@@ -101,7 +104,7 @@ def _make(family: str, rng: random.Random, ctx: dict[str, Any], work: Path, i: i
     else:
         gen = {"kineto": hostile.kineto_input, "bytes": hostile.bytes_input, "counters": hostile.counters_input, "report": hostile.report_input,
                "requests": hostile_surfaces.requests_input, "triton": hostile_surfaces.triton_input, "latency": hostile_surfaces.latency_input,
-               "rocprof": hostile.rocprof_input, "xplane": hostile.xplane_input}[family]
+               "rocprof": hostile.rocprof_input, "xplane": hostile.xplane_input, "config": hostile_config.config_input}[family]
         name, data = gen(rng, ctx.get("report") if family == "report" else ctx["doc"])
     p = work / f"{i}_{name}"
     p.write_bytes(data)
@@ -127,6 +130,10 @@ def _run_one(family: str, p: Path, work: Path) -> str:
         serving_text(diagnose_requests(whyidle.load_requests(p)))
     elif family == "runs":
         _run_folder(p, work)
+    elif family == "config":
+        from whyidle.commands._configfile import load_config
+
+        str(whyidle.diagnose(work / "t.json", config=load_config(p)))  # the settings reach a whole diagnosis
     elif family == "latency":
         from whyidle.serving.latency import load_latency
 
