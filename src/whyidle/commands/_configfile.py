@@ -98,8 +98,7 @@ def _document(p: Path) -> dict[str, Any]:
         import tomllib
     else:  # pragma: no cover - Python 3.10: the same parser, released as tomli
         import tomli as tomllib
-    from whyidle.sources import read_bytes
-    from whyidle.sources._io import TooLargeForMemory
+    from whyidle.sources import TooLargeForMemory, read_bytes
 
     try:
         raw = read_bytes(p, max_bytes=MAX_BYTES, expected=EXPECTED)

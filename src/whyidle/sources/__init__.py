@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from whyidle.config import ReadSettings
     from whyidle.timeline.model import Timeline
 
-__all__ = ["load", "read", "find_traces", "passed_over", "ReadAhead", "read_bytes"]
+__all__ = ["load", "read", "find_traces", "passed_over", "ReadAhead", "read_bytes", "TooLargeForMemory"]
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".parquet", *XPLANE_SUFFIXES)
 
