@@ -321,3 +321,35 @@ def test_fuzz_the_command_line(trace: Path, tmp_path: Path, doc: str) -> None:
         assert text.count("\n") == 1 and str(p) in text and not out_file.exists(), text
     else:
         assert rc in (0, 1) and out_file.exists(), (rc, text)
+
+
+# -- the settings page and the ranges: one per field -----------------------------------------------
+
+
+def settings_table() -> str:
+    """docs/settings.md's table of every field: its table, default, type and range."""
+    from whyidle.config import _LIMITS
+    from whyidle.fieldcheck import _limit_text
+
+    rows = ["| field | table | default | type | range |", "|---|---|---|---|---|"]
+    for section in hostile_config.SECTIONS:
+        obj = getattr(Config(), section)
+        for name in type(obj).__struct_fields__:
+            limit = _LIMITS.get(name)
+            kind = str(type(obj).__annotations__[name]).replace(" | None", " or none")
+            rows.append(f"| `{name}` | `[{section}]` | `{getattr(obj, name)!r}` | {kind} | {_limit_text(limit) if limit else 'any'} |")
+    return "\n".join(rows) + "\n"
+
+
+def test_the_settings_page_lists_every_field() -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "settings.md").read_text()
+    assert settings_table() in page, "docs/settings.md's table is stale; replace it with:\n" + settings_table()
+
+
+def test_every_number_has_a_declared_range() -> None:
+    from whyidle.config import _LIMITS
+
+    for section in hostile_config.SECTIONS:
+        cls = type(getattr(Config(), section))
+        numeric = {n for n in cls.__struct_fields__ if any(k in str(cls.__annotations__[n]) for k in ("int", "float"))}
+        assert numeric <= set(_LIMITS), f"{cls.__name__}: give these fields a range in config.py's _LIMITS: {sorted(numeric - set(_LIMITS))}"

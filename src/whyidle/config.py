@@ -47,6 +47,7 @@ _AT_LEAST_0: Limit = (0, None, False)
 _AT_LEAST_1: Limit = (1, None, False)
 _ABOVE_0: Limit = (0, None, True)
 _SHARE: Limit = (0, 1, False)
+_SHARE_ABOVE_0: Limit = (0, 1, True)
 _PCT: Limit = (0, 100, False)
 _LIMITS: dict[str, Limit] = {
     **dict.fromkeys(
@@ -65,7 +66,8 @@ _LIMITS: dict[str, Limit] = {
          "latency_outlier_min_factor", "batching_requests"),
         _AT_LEAST_1,
     ),
-    **dict.fromkeys(("counters_interval_ms", "batching_min_rate_share", "batching_tail_share", "batching_max_sigma", "traffic_peak_window_ns"), _ABOVE_0),
+    **dict.fromkeys(("counters_interval_ms", "batching_max_sigma", "traffic_peak_window_ns"), _ABOVE_0),
+    **dict.fromkeys(("batching_min_rate_share", "batching_tail_share"), _SHARE_ABOVE_0),
     **dict.fromkeys(
         ("roofline_near_fraction", "cold_start_max_share_of_idle", "counter_rhythm_min_autocorr", "min_finding_share_of_window",
          "unattributed_note_min_share_of_idle", "fp32_math_min_share_of_kernel_time", "small_grid_min_unused_share", "min_busy_fraction",

@@ -45,7 +45,7 @@ def add_config_option(p: argparse.ArgumentParser) -> None:
         "--config",
         metavar="FILE",
         help="settings from a TOML file: whyidle.Config's sections as tables ([read], [attribution], [findings], ...) "
-        "or their fields' flat names; options given here override it (docs/cli.md#a-settings-file)",
+        "or their fields' flat names; options given here override it (docs/settings.md)",
     )
 
 
