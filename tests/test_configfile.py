@@ -353,3 +353,11 @@ def test_every_number_has_a_declared_range() -> None:
         cls = type(getattr(Config(), section))
         numeric = {n for n in cls.__struct_fields__ if any(k in str(cls.__annotations__[n]) for k in ("int", "float"))}
         assert numeric <= set(_LIMITS), f"{cls.__name__}: give these fields a range in config.py's _LIMITS: {sorted(numeric - set(_LIMITS))}"
+
+
+def test_the_example_file_is_the_pages_and_is_read() -> None:
+    root = Path(__file__).resolve().parents[1]
+    example = root / "examples" / "whyidle.toml"
+    assert "```toml\n" + example.read_text() + "```" in (root / "docs" / "settings.md").read_text()
+    cfg = load_config(example)
+    assert cfg.findings.min_finding_share_of_window == 0.02 and cfg.read.max_gzip_ratio == 400.0
