@@ -1,7 +1,7 @@
-"""``--config FILE``: a TOML settings file for every command that builds a Config (diagnose,
-compare, batching, serving, run). Each command honours a setting from the file, a flag given on
-the command line beats the file, and every bad file is one line naming the file, exit 2, with no
-output written."""
+"""``--config FILE``: a TOML settings file for every command that builds a Config or reads a
+trace (diagnose, compare, batching, serving, run, convert, scaling). Each command honours a
+setting from the file, a flag given on the command line beats the file, and every bad file is one
+line naming the file, exit 2, with no output written."""
 
 from __future__ import annotations
 
@@ -361,3 +361,25 @@ def test_the_example_file_is_the_pages_and_is_read() -> None:
     assert "```toml\n" + example.read_text() + "```" in (root / "docs" / "settings.md").read_text()
     cfg = load_config(example)
     assert cfg.findings.min_finding_share_of_window == 0.02 and cfg.read.max_gzip_ratio == 400.0
+
+
+_TIGHT_GZIP = "[read]\nmax_gzip_ratio = 5\ngzip_ratio_floor_bytes = 0\n"
+
+
+def test_convert_reads_with_the_files_limits(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("pyarrow", reason="whyidle convert needs pyarrow (pip install 'whyidle[parquet]')")
+    out_file = tmp_path / "t.parquet"
+    rc, _, err = cli(["convert", trace, "-o", out_file, "--config", settings_file(tmp_path, _TIGHT_GZIP)], capsys)
+    assert rc == 2 and err.count("\n") == 1 and str(trace) in err and "max_gzip_ratio" in err, err
+    assert not out_file.exists()
+    rc, _, err = cli(["convert", trace, "-o", out_file, "--config", settings_file(tmp_path, "[read]\nmax_gzip_ratio = 50\ngzip_ratio_floor_bytes = 0\n", "ok.toml")], capsys)
+    assert rc == 0 and out_file.exists(), err
+
+
+def test_scaling_diagnoses_its_traces_with_the_file(trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = cli(["scaling", "--before", trace, "--after", trace], capsys)
+    assert rc == 0 and "Reports: mean step" in out, err
+    rc, out, err = cli(["scaling", "--before", trace, "--after", trace, "--config", settings_file(tmp_path, _TIGHT_GZIP)], capsys)
+    assert rc == 2 and str(trace) in err and "max_gzip_ratio" in err, err
+    rc, out, err = cli(["scaling", "1:100", "2:180", "--config", tmp_path / "missing.toml"], capsys)
+    assert rc == 2 and f"{tmp_path / 'missing.toml'}: no such file" in err, err

@@ -1,5 +1,5 @@
 """``--config FILE``: the settings of :class:`whyidle.Config` from a TOML file, for every command
-that builds one (diagnose, compare, batching, serving, run).
+that builds one or reads a trace (diagnose, compare, batching, serving, run, convert, scaling).
 
 The file holds the forms ``Config(...)`` takes: its sections as tables, each field under the
 section that holds it, and/or the flat names at the top level::

@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from whyidle.commands._configfile import add_config_option, config_from
 from whyidle.commands._output import progress, progress_bar
+from whyidle.config import ReadSettings
 from whyidle.errors import OutputError, UsageError
 from whyidle.output import check_not_input
 
@@ -30,6 +32,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("trace", help="a PyTorch profiler trace (.json, .json.gz) or any input whyidle reads")
     p.add_argument("-o", "--output", required=True, help="the Parquet file to write (.parquet)")
     p.add_argument("--stream", choices=("auto", "always", "never"), default="auto", help="read Kineto traces in chunks (default: above the size threshold)")
+    add_config_option(p)
     p.set_defaults(run=run)
 
 
@@ -43,24 +46,25 @@ def run(args: argparse.Namespace) -> int:
     if not (out.parent if str(out.parent) else Path(".")).is_dir():
         raise OutputError(out, f"cannot be written: the folder {out.parent} does not exist")
     check_not_input(out, (args.trace,))
+    settings = config_from(args).read  # the reading limits ([read]): gzip caps, the size read in chunks
     from whyidle.sources import kineto_stream
 
     require_pyarrow()  # the extra is needed: say so before parsing a large trace
-    big = kineto_stream.should_stream(Path(args.trace))
+    big = kineto_stream.should_stream(Path(args.trace), settings=settings)
     if args.stream == "always" or (args.stream == "auto" and big):
         with progress_bar(f"whyidle: reading {Path(args.trace).name}") as update:
-            tl = kineto_stream.parse_kineto_stream(args.trace, progress=update)
+            tl = kineto_stream.parse_kineto_stream(args.trace, progress=update, settings=settings)
     else:
         with progress(f"whyidle: reading {args.trace}"):
-            tl = _load_in_memory(args.trace) if big else load(args.trace)
+            tl = _load_in_memory(args.trace, settings) if big else load(args.trace, settings=settings)
     with progress(f"whyidle: writing {out}"):
         write_parquet(tl, out, inputs=(args.trace,))
     print(f"whyidle: wrote {len(tl)} events, {len(tl.lanes)} lanes to {out}", file=sys.stderr)
     return 0
 
 
-def _load_in_memory(path: str) -> Any:
+def _load_in_memory(path: str, settings: ReadSettings) -> Any:
     from whyidle.sources import read_bytes
     from whyidle.sources.kineto import load_kineto
 
-    return load_kineto(Path(path), read_bytes(Path(path)))
+    return load_kineto(Path(path), read_bytes(Path(path), settings=settings))

@@ -19,6 +19,7 @@ import sys
 import textwrap
 from typing import Any
 
+from whyidle.commands._configfile import add_config_option, config_from
 from whyidle.errors import UsageError
 from whyidle.ranks.scaling import efficiencies, load_run_report, loss_breakdown, parse_point, step_composition, superlinear_note
 from whyidle.units import MS2, format_ns
@@ -36,10 +37,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("points", nargs="*", metavar="GPUS:SAMPLES_PER_S", help="e.g. 1:1000 4:2400")
     p.add_argument("--before", help="the smaller run: a JSON report, a trace or a run folder")
     p.add_argument("--after", help="the larger run: a JSON report, a trace or a run folder")
+    add_config_option(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    cfg = config_from(args)  # a bad file is said even when no trace is diagnosed
     points = [parse_point(t) for t in args.points]
     if bool(args.before) != bool(args.after):
         raise UsageError("pass both --before and --after (or neither)")
@@ -65,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             if note:
                 out.write(textwrap.fill(note, width=100) + "\n")
     if args.before:
-        b_doc, a_doc = load_run_report(args.before), load_run_report(args.after)
+        b_doc, a_doc = load_run_report(args.before, cfg), load_run_report(args.after, cfg)
         b, b_gpus = step_composition(b_doc)
         a, a_gpus = step_composition(a_doc)
         eff = b["step"] / a["step"] if a["step"] else 0.0

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from whyidle.config import Config
 from whyidle.errors import InputError, UsageError
 
 __all__ = ["parse_point", "efficiencies", "step_composition", "loss_breakdown", "superlinear_note", "load_run_report", "Point", "SUPERLINEAR_EFFICIENCY"]
@@ -62,8 +63,9 @@ def superlinear_note(eff: float, what: str) -> str | None:
 # -- what the lost share went to ----------------------------------------------------------
 
 
-def load_run_report(path: str) -> dict[str, Any]:
-    """The JSON report (as plain data) of a saved report, a trace or a run folder (diagnosed)."""
+def load_run_report(path: str, config: Config | None = None) -> dict[str, Any]:
+    """The JSON report (as plain data) of a saved report, a trace or a run folder (diagnosed, with
+    ``config``; a saved report is read as it was made)."""
     p = Path(path)
     if p.is_file() and p.name.endswith(".json"):
         import msgspec
@@ -86,10 +88,10 @@ def load_run_report(path: str) -> dict[str, Any]:
     from whyidle.ranks.run import diagnose_ranks
 
     if is_run_dir(path):
-        return diagnose_ranks(path).to_dict()
+        return diagnose_ranks(path, config).to_dict()
     from whyidle.pipeline import diagnose
 
-    return diagnose(path).to_dict()
+    return diagnose(path, config).to_dict()
 
 
 def step_composition(doc: dict[str, Any]) -> tuple[dict[str, float], int]:
