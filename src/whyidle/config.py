@@ -56,7 +56,8 @@ _LIMITS: dict[str, Limit] = {
          "min_profiled_steps", "clock_skew_min_ns", "straggler_min_lateness_ns", "uneven_input_min_ratio", "counter_rhythm_min_pauses",
          "serving_wait_min_ns", "evidence_examples", "optimizer_step_per_parameter_min_launches", "sync_calls_min_per_s",
          "whatif_loader_handoff_ns", "whatif_copy_bandwidth_min_bytes", "report_top_gaps", "context_gaps", "work_top_ops",
-         "batching_bisection_steps", "latency_budget_ns", "latency_outlier_iqrs", "counter_sm_split_min_range_pct", "max_events_per_gzip_byte"),
+         "batching_bisection_steps", "latency_budget_ns", "latency_outlier_iqrs", "counter_sm_split_min_range_pct", "max_events_per_gzip_byte",
+         "batching_max_sigma"),
         _AT_LEAST_0,
     ),
     **dict.fromkeys(
@@ -66,7 +67,7 @@ _LIMITS: dict[str, Limit] = {
          "latency_outlier_min_factor", "batching_requests"),
         _AT_LEAST_1,
     ),
-    **dict.fromkeys(("counters_interval_ms", "batching_max_sigma", "traffic_peak_window_ns"), _ABOVE_0),
+    **dict.fromkeys(("counters_interval_ms", "traffic_peak_window_ns"), _ABOVE_0),
     **dict.fromkeys(("batching_min_rate_share", "batching_tail_share"), _SHARE_ABOVE_0),
     **dict.fromkeys(
         ("roofline_near_fraction", "cold_start_max_share_of_idle", "counter_rhythm_min_autocorr", "min_finding_share_of_window",
