@@ -276,6 +276,9 @@ class Table:
             if f.flat and isinstance(f.value, Rec):
                 out += f.value.table.rows(prefix)
                 continue
+            if f.flat:  # its keys are the parent's: the row names them
+                out.append((", ".join(f"`{prefix}{k.strip('`')}`" for k in f.value.words[1:-1].split(", ")), f.doc))
+                continue
             since = f" (since {f.since})" if f.since != "1.0" else ""
             out.append((f"`{prefix}{f.key}`", "; ".join(x for x in (f.doc, f.value.words) if x) + since))
         return out

@@ -57,6 +57,8 @@ def check_schema(d: dict[str, Any], where: str) -> None:
 def check_version(found: str, supported: str, where: str, what: str = "report") -> None:
     """Raise TraceFormatError naming ``where`` unless the schema ``found`` has ``supported``'s major version."""
     major = supported.split(".", 1)[0]
+    if not found:
+        raise TraceFormatError(where, f"is JSON but not a whyidle {what} (no schema version)")
     if found.split(".", 1)[0] != major:
         raise TraceFormatError(where, f"is a whyidle {what} of schema {found}; this whyidle reads schema {major}.x")
 

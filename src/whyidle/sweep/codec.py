@@ -23,7 +23,7 @@ from whyidle.sweep.guard import Guard
 from whyidle.sweep.search import BatchOutcome, Entry, Space, Sweep
 from whyidle.sweep.trial import TrialResult
 
-__all__ = ["SWEEP_SCHEMA", "SWEEP", "TRIAL_RESULT", "encode", "decode", "speedup"]
+__all__ = ["SWEEP_SCHEMA", "SWEEP", "ENTRY", "TRIAL_RESULT", "BEST", "encode", "decode", "speedup"]
 
 SWEEP_SCHEMA = "whyidle.sweep/1.0"
 _VERSION = SWEEP_SCHEMA.split("/", 1)[1]
@@ -68,7 +68,7 @@ ENTRY = Table(
 SWEEP = Table(
     Sweep,
     Field("schema", STR, f'`"{SWEEP_SCHEMA}"`: the kind and its schema version', get=lambda s: SWEEP_SCHEMA, derived=True),
-    Field("whyidle_version", STR, get=lambda s: __version__, derived=True),
+    Field("whyidle_version", STR, "the whyidle that wrote it", get=lambda s: __version__, derived=True),
     Field("space", Struct(Space, whole=True), "what was searched: the batch range and each lever's values (the first is the baseline), in `order`"),
     Field("rules", Struct(SweepConfig, whole=True), "the rules it ran under (`SweepConfig`: steady state, plateau, keep gain, quality guard)"),
     Field("batch", Struct(BatchOutcome, whole=True), "the batch-size search: the batch `chosen` (the knee), the `best`, whether it ended at a `plateau` or an `edge`"),
