@@ -196,6 +196,8 @@ class Struct(Value):
 def _every_field(v: Any) -> Any:
     if isinstance(v, msgspec.Struct):
         return {k: _every_field(getattr(v, k)) for k in v.__struct_fields__}
+    if isinstance(v, (list, tuple)):
+        return [_every_field(x) for x in v]
     return msgspec.to_builtins(v)
 
 
