@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from whyidle.errors import TraceFormatError
+from whyidle.output import one_line
 from whyidle.findings.checked import Malformed, Trail, check_struct
 from whyidle.findings.codec import SCHEMA_VERSION, decode
 from whyidle.findings.fields import Table
@@ -60,7 +61,7 @@ def check_version(found: str, supported: str, where: str, what: str = "report") 
     if not found:
         raise TraceFormatError(where, f"is JSON but not a whyidle {what} (no schema version)")
     if found.split(".", 1)[0] != major:
-        raise TraceFormatError(where, f"is a whyidle {what} of schema {found}; this whyidle reads schema {major}.x")
+        raise TraceFormatError(where, f"is a whyidle {what} of schema {one_line(found, 20)}; this whyidle reads schema {major}.x")
 
 
 def kind_of(d: dict[str, Any]) -> str | None:
@@ -108,7 +109,7 @@ def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> DiagnosisData:
             "(each rank's trace, or whyidle.load_report(path).ranks[i].report)",
         )
     if kind is not None:
-        raise TraceFormatError(where, f"is a whyidle {kind} result (whyidle.load_report reads it back), not one trace's report, which was expected here")
+        raise TraceFormatError(where, f"is a whyidle {one_line(kind, 40)} result (whyidle.load_report reads it back), not one trace's report, which was expected here")
     trail = Trail()  # which field each read took: what a failure names
     try:
         data = decode(trail.wrap(d))

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from whyidle import __version__
+from whyidle.errors import TraceFormatError
 from whyidle.findings.fields import STR, Dict, Field, Opt, Rec, Struct, Table
 from whyidle.findings.saved import check_version, read_saved
 from whyidle.serving.batching import BATCHING_RESULT, BatchingResult
@@ -67,11 +68,27 @@ def decode_batching(d: dict[str, Any], where: str = "<dict>") -> BatchingReport:
     """A batching report from its JSON's dict; raises TraceFormatError naming ``where`` and the field."""
     _version(d, BATCHING_SCHEMA, where, "batching result")
     out: BatchingReport = read_saved(BATCHING, d, where, "batching result")
+    res = out.result
+    for name, cands in (("candidates", res.candidates), ("frontier", res.frontier), ("baseline", (res.baseline,)), ("best", (res.best,))):
+        for c in cands:
+            if c is not None and (c.settings.max_batch < 1 or c.settings.instances < 1):
+                raise TraceFormatError(where, f"is a whyidle batching result whose field {name} holds a setting below 1 (max_batch {c.settings.max_batch}, instances {c.settings.instances})")
     return out
+
+
+# The figures a log gives only with start times (serving/traffic.py): all of them, or none.
+_WITH_START = (
+    "queue_depth_mean", "queue_depth_max", "wait_p50_ns", "wait_p99_ns", "batches", "mean_batch", "server_busy_ns",
+    "idle_requests_waiting_ns", "left_behind_batches", "left_behind_busy_ns", "arrivals_to_idle_server",
+)  # fmt: skip
 
 
 def decode_serving(d: dict[str, Any], where: str = "<dict>") -> ServingDiagnosis:
     """A request-log diagnosis from its JSON's dict (its undefined rates, written null, read back as NaN)."""
     _version(d, SERVING_SCHEMA, where, "serving diagnosis")
     out: ServingDiagnosis = read_saved(SERVING, d, where, "serving diagnosis", finite=False)
+    given = [getattr(out.stats, k) is not None for k in _WITH_START]
+    if any(given) and not all(given):
+        missing = _WITH_START[given.index(False)]
+        raise TraceFormatError(where, f"is a whyidle serving diagnosis whose field stats.{missing} is null beside figures that need start times too")
     return out

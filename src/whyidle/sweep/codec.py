@@ -17,6 +17,7 @@ from typing import Any
 
 from whyidle import __version__
 from whyidle.config import SweepConfig
+from whyidle.errors import TraceFormatError
 from whyidle.findings.fields import BOOL, STR, Field, Lst, Opt, FLOAT, Rec, Struct, Table
 from whyidle.findings.saved import check_version, read_saved
 from whyidle.sweep.guard import Guard
@@ -90,4 +91,8 @@ def decode(d: dict[str, Any], where: str = "<dict>") -> Sweep:
     schema = str(d.get("schema", ""))
     check_version(schema.split("/", 1)[1] if "/" in schema else schema, _VERSION, where, "sweep")
     out: Sweep = read_saved(SWEEP, d, where, "sweep")
+    named = [(f"trials[{i}]", e.result) for i, e in enumerate(out.entries)] + [("baseline", out.baseline), ("best", out.best)]
+    for name, r in named:
+        if r is not None and (r.trial.batch_size < 1 or r.trial.accumulation < 1):
+            raise TraceFormatError(where, f"is a whyidle sweep whose field {name}.trial has a batch size or accumulation below 1")
     return out
