@@ -216,19 +216,25 @@ def test_a_batching_result_saved_before_it_was_versioned_loads() -> None:
 
 # -- a request-log diagnosis -----------------------------------------------------------------------
 
-opt_fin, opt_count = st.none() | fin, st.none() | count
-stats = st.builds(
-    RequestStats,
-    requests=count, window_ns=count, rate_per_s=fin, burstiness=fin, peak_rate_per_s=fin, peak_window_ns=count,
-    concurrency_mean=fin, concurrency_max=count, littles_law_concurrency=fin, queue_depth_mean=opt_fin, queue_depth_max=opt_count,
-    latency_p50_ns=fin, latency_p90_ns=fin, latency_p95_ns=fin, latency_p99_ns=fin, wait_p50_ns=opt_fin, wait_p99_ns=opt_fin,
-    batches=opt_count, batch_sizes=st.dictionaries(st.integers(1, 512), count, max_size=4), mean_batch=opt_fin,
-    server_busy_ns=opt_count, idle_no_request_ns=count, idle_requests_waiting_ns=opt_count, left_behind_batches=opt_count,
-    left_behind_busy_ns=opt_count, arrivals_to_idle_server=opt_fin,
-)  # fmt: skip
+@st.composite
+def stats(draw: Callable[..., Any]) -> RequestStats:
+    """The log's figures; those that need start times all given or all null, as a log has them or not."""
+    started = draw(st.booleans())
+    f, c = (fin, count) if started else (st.none(), st.none())
+    return RequestStats(
+        requests=draw(count), window_ns=draw(count), rate_per_s=draw(fin), burstiness=draw(fin), peak_rate_per_s=draw(fin),
+        peak_window_ns=draw(count), concurrency_mean=draw(fin), concurrency_max=draw(count), littles_law_concurrency=draw(fin),
+        queue_depth_mean=draw(f), queue_depth_max=draw(c), latency_p50_ns=draw(fin), latency_p90_ns=draw(fin), latency_p95_ns=draw(fin),
+        latency_p99_ns=draw(fin), wait_p50_ns=draw(f), wait_p99_ns=draw(f), batches=draw(c),
+        batch_sizes=draw(st.dictionaries(st.integers(1, 512), count, max_size=4)), mean_batch=draw(f), server_busy_ns=draw(c),
+        idle_no_request_ns=draw(count), idle_requests_waiting_ns=draw(c), left_behind_batches=draw(c), left_behind_busy_ns=draw(c),
+        arrivals_to_idle_server=draw(f),
+    )  # fmt: skip
+
+
 causes = st.builds(ServingCause, text, text, count, fin, text, text)
 diagnoses = st.builds(
-    ServingDiagnosis, stats, st.none() | fin, text, st.lists(causes, max_size=3).map(tuple), st.none() | causes,
+    ServingDiagnosis, stats(), st.none() | fin, text, st.lists(causes, max_size=3).map(tuple), st.none() | causes,
     st.lists(text, max_size=2).map(tuple), text,
 )  # fmt: skip
 
@@ -289,6 +295,17 @@ def test_a_malformed_field_is_named_by_its_path(tmp_path: Path) -> None:
     sw = json.loads((DATA / "sweep_h200.json").read_text())
     sw["trials"][1]["samples_per_s"] = "fast"
     assert "sweep whose field trials[1]" in _refusal(_write(tmp_path, sw))
+    sw = json.loads((DATA / "sweep_h200.json").read_text())
+    sw["trials"][0]["trial"]["batch_size"] = 0  # a type the model allows, a value no sweep writes
+    assert "sweep whose field trials[0].trial has a batch size or accumulation below 1" in _refusal(_write(tmp_path, sw))
+    b = json.loads((DATA / "batching.json").read_text())
+    b["latency"]["rows"][0]["latency_ns_median"] = 0
+    assert "batching result whose field latency.rows is malformed" in _refusal(_write(tmp_path, b))
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"arrival_ms": i, "start_ms": i + 0.5, "finish_ms": i + 2, "batch_id": i}) + "\n" for i in range(5)))
+    s = diagnose_requests(load_requests(log)).to_dict()
+    s["stats"]["batches"] = None  # a log has start times or not: its figures are all given or all null
+    assert "field stats.batches is null beside figures that need start times too" in _refusal(_write(tmp_path, s))
 
 
 def test_a_newer_major_schema_or_none_is_refused(tmp_path: Path) -> None:
