@@ -300,7 +300,7 @@ def test_a_malformed_field_is_named_by_its_path(tmp_path: Path) -> None:
     assert "sweep whose field trials[0].trial has a batch size or accumulation below 1" in _refusal(_write(tmp_path, sw))
     b = json.loads((DATA / "batching.json").read_text())
     b["latency"]["rows"][0]["latency_ns_median"] = 0
-    assert "batching result whose field latency.rows is malformed" in _refusal(_write(tmp_path, b))
+    assert "batching result whose field latency.rows[0].latency_ns_median is malformed (expected a median latency of 1 ns" in _refusal(_write(tmp_path, b))
     log = tmp_path / "log.jsonl"
     log.write_text("".join(json.dumps({"arrival_ms": i, "start_ms": i + 0.5, "finish_ms": i + 2, "batch_id": i}) + "\n" for i in range(5)))
     s = diagnose_requests(load_requests(log)).to_dict()

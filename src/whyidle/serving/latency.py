@@ -126,12 +126,18 @@ class _CurveRows(Value):
         smp = [r["samples_ns"] for r in v if "samples_ns" in r]
         if len(p90) not in (0, len(v)) or len(smp) not in (0, len(v)):
             raise ValueError("some rows have a p90 or timed passes and others not; expected every row or none")
-        sizes, medians = tuple(INT.dec(r["batch_size"]) for r in v), tuple(FLOAT.dec(r["latency_ns_median"]) for r in v)
-        if sizes[0] < 1 or any(a >= b for a, b in zip(sizes, sizes[1:])) or not all(m >= 1 for m in medians):
-            raise ValueError("expected batch sizes from 1 up, ascending, each with a median latency of 1 ns or more")
+        sizes: list[int] = []
+        medians: list[float] = []
+        for r in v:  # each checked as it is read: a failure names its row
+            sizes.append(INT.dec(r["batch_size"]))
+            if sizes[-1] < 1 or len(sizes) > 1 and sizes[-2] >= sizes[-1]:
+                raise ValueError("expected batch sizes from 1 up, ascending")
+            medians.append(FLOAT.dec(r["latency_ns_median"]))
+            if not medians[-1] >= 1:
+                raise ValueError("expected a median latency of 1 ns or more")
         return {
-            "batch_sizes": sizes,
-            "median_ns": medians,
+            "batch_sizes": tuple(sizes),
+            "median_ns": tuple(medians),
             "p90_ns": tuple(FLOAT.dec(x) for x in p90) if p90 else None,
             "samples_ns": tuple(Tup(FLOAT).dec(x) for x in smp) if smp else None,
         }
