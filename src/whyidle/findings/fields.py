@@ -178,11 +178,10 @@ class Struct(Value):
     """A msgspec Struct saved as its builtins and converted back (validated by msgspec).
 
     ``whole``: every field written, defaults included (nested Structs too; the JSON's keys then do
-    not depend on the values), and the doc lists them; ``strict=False``: read back with msgspec's
-    lax conversion (a mapping's integer keys, which JSON holds as strings)."""
+    not depend on the values), and the doc lists them."""
 
-    def __init__(self, cls: type[msgspec.Struct], *, whole: bool = False, strict: bool = True) -> None:
-        self.cls, self.whole, self.strict = cls, whole, strict
+    def __init__(self, cls: type[msgspec.Struct], *, whole: bool = False) -> None:
+        self.cls, self.whole = cls, whole
         if whole:
             self.words = "{" + ", ".join(f"`{k}`" for k in cls.__struct_fields__) + "}"
 
@@ -190,7 +189,7 @@ class Struct(Value):
         return _every_field(v) if self.whole else msgspec.to_builtins(v)
 
     def dec(self, v: Any) -> Any:
-        return msgspec.convert(dict(v) if isinstance(v, Mapping) else v, self.cls, strict=self.strict)
+        return msgspec.convert(dict(v) if isinstance(v, Mapping) else v, self.cls)
 
 
 def _every_field(v: Any) -> Any:

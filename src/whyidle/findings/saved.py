@@ -23,11 +23,11 @@ from typing import Any
 import msgspec
 
 from whyidle.errors import TraceFormatError
-from whyidle.output import one_line
 from whyidle.findings.checked import Malformed, Trail, check_struct
 from whyidle.findings.codec import SCHEMA_VERSION, decode
 from whyidle.findings.fields import Table
 from whyidle.findings.model import DiagnosisData
+from whyidle.output import one_line
 
 __all__ = ["looks_like_report", "report_from_dict", "load_report", "load_saved", "check_schema", "check_version", "read_saved", "register_reader", "kind_of"]
 
