@@ -263,6 +263,12 @@ def test_a_serving_diagnosis_of_one_request_keeps_its_undefined_rates(tmp_path: 
 # -- what is refused -------------------------------------------------------------------------------
 
 
+def _a_log(tmp: Path) -> Path:
+    p = tmp / "log.jsonl"
+    p.write_text("".join(json.dumps({"arrival_ms": i, "start_ms": i + 0.5, "finish_ms": i + 2, "batch_id": i}) + "\n" for i in range(5)))
+    return p
+
+
 def _write(tmp_path: Path, d: Any, name: str = "r.json") -> Path:
     p = tmp_path / name
     p.write_text(json.dumps(d))
@@ -343,7 +349,7 @@ def test_a_feature_result_given_to_compare_is_refused_in_one_line(tmp_path: Path
     assert err.count("\n") == 0 and str(p) in err and f"is a whyidle {kind} result" in err and "Traceback" not in err
 
 
-def test_each_written_key_has_its_row_in_the_schema_doc() -> None:
+def test_each_written_key_has_its_row_in_the_schema_doc(tmp_path: Path) -> None:
     from whyidle.commands.schema import markdown
 
     doc = markdown()
@@ -351,6 +357,12 @@ def test_each_written_key_has_its_row_in_the_schema_doc() -> None:
     for key in SWEEP.write(sw):
         assert f"| `{key}` |" in doc, key
     for key in _good_comparison():
+        assert f"| `{key}` |" in doc, key
+    batching = whyidle.load_report(DATA / "batching.json")
+    assert isinstance(batching, BatchingReport)
+    for key in batching.to_dict():
+        assert f"| `{key}` |" in doc, key
+    for key in diagnose_requests(load_requests(_a_log(tmp_path))).to_dict():
         assert f"| `{key}` |" in doc, key
 
 
