@@ -2,7 +2,7 @@
 give a report or one clear WhyidleError and be byte-identical afterwards; any other exception is
 a bug, printed with its input saved (``--keep``).
 
-    PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 1000 --seed 1   # the nightly size: 14,000 inputs
+    PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 1000 --seed 1   # the nightly size: 15,000 inputs
     PYTHONPATH=src python3 scripts/fuzz_inputs.py --n 300 --budget-s 60 --families requests,triton
 
 Families (tests/hostile.py, tests/hostile_surfaces.py): ``kineto`` (structure-aware mutations of a
@@ -16,9 +16,11 @@ of diagnose, compare, serving and batching with odd option values), ``rocprof`` 
 output with odd values, types, missing fields and truncations), ``xplane`` (JAX XPlane captures
 with odd planes and byte damage), ``runs`` (multi-rank run folders, ``whyidle diagnose RUN_DIR``:
 odd names, mixed formats, empty files, symlinks, a FIFO, unreadable files, traces of other runs;
-tests/hostile_runs.py), ``config`` (``--config FILE`` settings files: Config's names with values of
-every type and range, misplaced or unknown names, byte damage; read, then a trace diagnosed with
-the settings; tests/hostile_config.py). tests/test_fuzz.py lists the
+tests/hostile_runs.py), ``results`` (the features' saved results: a comparison, a sweep, a
+batching result and a request-log diagnosis with odd fields, loaded by ``whyidle.load_report``
+and rendered in each of their formats), ``config`` (``--config FILE`` settings files: Config's
+names with values of every type and range, misplaced or unknown names, byte damage; read, then a
+trace diagnosed with the settings; tests/hostile_config.py). tests/test_fuzz.py lists the
 family of every reader and fails on one without. Prints one JSON line per family: inputs run,
 reports, clear errors, readers that disagreed, inputs modified, and escaped exceptions (type and
 place).
@@ -51,7 +53,7 @@ import hostile_surfaces  # noqa: E402
 import whyidle  # noqa: E402
 from whyidle.errors import WhyidleError  # noqa: E402
 
-FAMILIES = ("kineto", "bytes", "counters", "nsys", "report", "requests", "triton", "latency", "parquet", "options", "rocprof", "xplane", "runs", "config")
+FAMILIES = ("kineto", "bytes", "counters", "nsys", "report", "requests", "triton", "latency", "parquet", "options", "rocprof", "xplane", "runs", "results", "config")
 
 
 def _where(exc: BaseException) -> str:
@@ -74,6 +76,8 @@ def _setup(family: str, work: Path) -> dict[str, Any]:
         from whyidle.render.json import render_json
 
         ctx["report"] = render_json(whyidle.diagnose(t)).encode()
+    elif family == "results":
+        ctx["results"] = _good_results(t, work)
     elif family == "parquet":
         from whyidle.sources import load
         from whyidle.sources.parquet import write_parquet
@@ -101,6 +105,8 @@ def _make(family: str, rng: random.Random, ctx: dict[str, Any], work: Path, i: i
         return hostile_runs.run_folder_input(rng, ctx["doc"], ctx, work / f"{i}_run")
     if family == "parquet":
         name, data = hostile_surfaces.parquet_input(rng, work / "good.parquet")
+    elif family == "results":
+        name, data = hostile.report_input(rng, rng.choice(ctx["results"]))
     else:
         gen = {"kineto": hostile.kineto_input, "bytes": hostile.bytes_input, "counters": hostile.counters_input, "report": hostile.report_input,
                "requests": hostile_surfaces.requests_input, "triton": hostile_surfaces.triton_input, "latency": hostile_surfaces.latency_input,
@@ -130,6 +136,8 @@ def _run_one(family: str, p: Path, work: Path) -> str:
         serving_text(diagnose_requests(whyidle.load_requests(p)))
     elif family == "runs":
         _run_folder(p, work)
+    elif family == "results":
+        _render_result(whyidle.load_report(p))
     elif family == "config":
         from whyidle.commands._configfile import load_config
 
@@ -142,6 +150,39 @@ def _run_one(family: str, p: Path, work: Path) -> str:
     else:
         str(whyidle.diagnose(p))
     return "reports"
+
+
+def _good_results(trace: Path, work: Path) -> list[dict[str, Any]]:
+    """A comparison, the H200 sweep and batching result, and a request-log diagnosis, as saved."""
+    from whyidle.serving.requests import diagnose_requests
+
+    log = work / "results_log.jsonl"
+    log.write_text("".join(json.dumps({"arrival_ms": i, "start_ms": i + 0.5, "finish_ms": i + 2, "batch_id": i // 2}) + "\n" for i in range(8)))
+    h200 = REPO / "tests" / "data" / "h200" / "run2"
+    return [
+        whyidle.compare(trace, trace).to_dict(), json.loads((h200 / "sweep_h200.json").read_text()),
+        json.loads((h200 / "batching.json").read_text()), diagnose_requests(whyidle.load_requests(log)).to_dict(),
+    ]  # fmt: skip
+
+
+def _render_result(r: Any) -> None:
+    """Every output of a feature's result read back from a file."""
+    from whyidle.comparison.render import render_comparison_json, render_text
+    from whyidle.serving.report import batching_html, batching_text, serving_html, serving_text
+    from whyidle.serving.saved import BatchingReport
+    from whyidle.sweep.report import render_sweep_html, render_sweep_json, render_sweep_terminal
+    from whyidle.sweep.search import Sweep
+
+    if isinstance(r, whyidle.Comparison):
+        render_text(r), render_comparison_json(r)
+    elif isinstance(r, Sweep):
+        render_sweep_terminal(r), render_sweep_html(r), render_sweep_json(r)
+    elif isinstance(r, BatchingReport):
+        batching_text(r.result, r.profile, r.advice), batching_html(r.result, r.profile, r.advice)
+    elif isinstance(r, whyidle.ServingDiagnosis):
+        serving_text(r), serving_html(r), json.dumps(r.to_dict())
+    else:  # a diagnosis: a mutated kind or schema field can make one of a feature's result
+        str(r), r.render("json")
 
 
 def _run_folder(p: Path, work: Path) -> None:

@@ -369,7 +369,7 @@ def report_input(rng: random.Random, report: dict[str, Any]) -> tuple[str, bytes
             cur = d
             for k in path[:-1]:
                 cur = cur[k]
-            cur[path[-1]] = rng.choice(ODD_VALUES)
+            cur[path[-1]] = copy.deepcopy(rng.choice(ODD_VALUES))  # a copy: one list placed twice and then mutated would hold itself
         except (KeyError, IndexError, TypeError):
             pass
     return "r.json", json.dumps(d).encode()

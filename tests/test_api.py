@@ -21,6 +21,7 @@ def test_public_api_is_pinned() -> None:
         "profile_latency", "profile_steps", "schedule", "sync_finder", "track", "tune_batching",
         "AdviceContext", "LatencyProfile", "MultiRankReport", "Prediction", "Traffic", "diagnose_ranks",
         "BatchingResult", "DeviceTimer", "DiagnosisData", "RequestLog", "StepTracker", "SyncFinder", "TraceHandler",
+        "BatchingReport", "ServingDiagnosis", "Sweep",
         "AttributionSettings", "FindingSettings", "PredictionSettings", "ReadSettings", "RenderSettings", "ServingSettings", "WindowSettings",
     ])  # fmt: skip
     assert whyidle.Report is whyidle.Diagnosis

@@ -4,8 +4,8 @@ and the two Kineto readers agree. The registry below names the family that feeds
 a reader without one fails the suite.
 
 CI runs a fixed small budget (``_N`` inputs per family, at most ``_BUDGET_S`` seconds each). The
-nightly size sets ``WHYIDLE_FUZZ_INPUTS`` (inputs per family; 1,000 over the fourteen families is
-14,000 inputs)::
+nightly size sets ``WHYIDLE_FUZZ_INPUTS`` (inputs per family; 1,000 over the fifteen families is
+15,000 inputs)::
 
     WHYIDLE_FUZZ_INPUTS=1000 PYTHONPATH=src python3 -m pytest -q -p no:cacheprovider tests/test_fuzz.py
 
@@ -32,7 +32,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "whyidle"
 
 # inputs per family in CI, and the most seconds each may take on a loaded 2-core machine
 _N = {"kineto": 200, "bytes": 200, "counters": 300, "nsys": 10, "report": 200, "requests": 300, "triton": 300, "latency": 300,
-      "parquet": 150, "options": 150, "rocprof": 200, "xplane": 300, "runs": 150, "config": 200}  # fmt: skip
+      "parquet": 150, "options": 150, "rocprof": 200, "xplane": 300, "runs": 150, "results": 200, "config": 200}  # fmt: skip
 _BUDGET_S = 45.0
 _NIGHTLY = int(os.environ.get("WHYIDLE_FUZZ_INPUTS", "0"))
 
@@ -67,7 +67,8 @@ READERS = {
     "whyidle.serving.latency:load_latency": "latency",
     "whyidle.serving.latency:parse_curve": "options",
     "whyidle.findings.saved:load_report": "report",
-    "whyidle.ranks.register:load_report": "report",
+    "whyidle:load_report": "report",
+    "whyidle.findings.saved:read_saved": "results",
     "whyidle.sources.rocprof:load_rocprof": "rocprof",
     "whyidle.sources.rocprof:parse_rocprof": "rocprof",
     "whyidle.sources.xplane:load_xplane": "xplane",

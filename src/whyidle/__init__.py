@@ -7,6 +7,7 @@ Public API (everything else is internal)::
     d = whyidle.diagnose(timeline, skip_first_steps=1)
     print(d); d.save("report.html")                # any format: .txt .json .html .json.gz .png .svg
     d = whyidle.load_report("report.json")         # a saved JSON report: the same Diagnosis
+    c = whyidle.load_report("diff.json")           # any saved result: a comparison, a sweep, ...
     c = whyidle.compare("before.json", "after.pt.trace.json.gz")   # traces, reports or diagnoses
     trace = whyidle.annotate("trace.json.gz", d)   # the original trace plus the whyidle track (bytes)
 
@@ -47,6 +48,8 @@ from whyidle.errors import (
 )
 
 if TYPE_CHECKING:
+    import os
+
     from whyidle.capture.hf import HFCallback
     from whyidle.capture.lightning import LightningCallback
     from whyidle.capture.profiler import handler, profile_steps, schedule
@@ -67,7 +70,6 @@ if TYPE_CHECKING:
     )
     from whyidle.pipeline import diagnose
     from whyidle.diagnosis import Diagnosis, Report
-    from whyidle.ranks.register import load_report
     from whyidle.render.perfetto import annotate
     from whyidle.comparison.analysis import Comparison, compare
     from whyidle.findings.model import (
@@ -93,11 +95,17 @@ if TYPE_CHECKING:
     from whyidle.capture.device_timer import DeviceTimer
     from whyidle.serving.requestlog import RequestLog
     from whyidle.serving.batching import BatchingResult
+    from whyidle.serving.requests import ServingDiagnosis
+    from whyidle.serving.saved import BatchingReport
+    from whyidle.sweep.search import Sweep
 
 __all__ = [
     "__version__",
     "AdviceContext",
     "BatchingResult",
+    "BatchingReport",
+    "ServingDiagnosis",
+    "Sweep",
     "DeviceTimer",
     "DiagnosisData",
     "LatencyProfile",
@@ -175,7 +183,6 @@ _LAZY = {
     "GapRecord": "whyidle.findings.model",
     "Report": "whyidle.diagnosis",
     "Diagnosis": "whyidle.diagnosis",
-    "load_report": "whyidle.ranks.register",  # every kind of saved report: a run's too
     "annotate": "whyidle.render.perfetto",
     "compare": "whyidle.comparison.analysis",
     "Comparison": "whyidle.comparison.analysis",
@@ -211,7 +218,38 @@ _LAZY = {
     "DeviceTimer": "whyidle.capture.device_timer",
     "RequestLog": "whyidle.serving.requestlog",
     "BatchingResult": "whyidle.serving.batching",
+    "BatchingReport": "whyidle.serving.saved",
+    "ServingDiagnosis": "whyidle.serving.requests",
+    "Sweep": "whyidle.sweep.search",
 }
+
+# The feature packages whose saved results load_report reads: each registers its reader with the
+# core when imported (the core imports no feature package).
+_READERS = ("whyidle.ranks.register", "whyidle.comparison.register", "whyidle.sweep.register", "whyidle.serving.register")
+
+
+def load_report(
+    path: str | os.PathLike[str],
+) -> Diagnosis | MultiRankReport | Comparison | Sweep | BatchingReport | ServingDiagnosis:
+    """A JSON result saved by whyidle (plain or gzipped), by its ``"kind"``: a trace's report as the
+    :class:`Diagnosis` it was made from, a run folder's as the :class:`MultiRankReport`, ``whyidle
+    compare``'s as the :class:`Comparison`, ``whyidle sweep``'s as the :class:`Sweep`, ``whyidle
+    batching``'s as the :class:`BatchingReport`, ``whyidle serving``'s as the :class:`ServingDiagnosis`.
+    Each saves again to the same JSON. TraceFormatError naming the file and the field when it is not one."""
+    import importlib
+
+    for module in _READERS:
+        importlib.import_module(module)
+    from whyidle.comparison.model import Comparison
+    from whyidle.diagnosis import Diagnosis, load_report as load
+    from whyidle.ranks.model import MultiRankReport
+    from whyidle.serving.requests import ServingDiagnosis
+    from whyidle.serving.saved import BatchingReport
+    from whyidle.sweep.search import Sweep
+
+    out = load(path)
+    assert isinstance(out, (Diagnosis, MultiRankReport, Comparison, Sweep, BatchingReport, ServingDiagnosis))
+    return out
 
 
 def __getattr__(name: str) -> object:

@@ -93,18 +93,14 @@ def as_diagnosis(data: DiagnosisData) -> Diagnosis:
     return Diagnosis(**msgspec.structs.asdict(data))
 
 
-def load_report(path: str | os.PathLike[str]) -> Diagnosis | Renderable:
-    """A JSON report saved by ``whyidle diagnose -o report.json`` (plain or gzipped), as the
-    Diagnosis it was made from (a feature's result for its own kind of report: a run folder's
-    gives a MultiRankReport, read by the ranks package, which ``whyidle.load_report`` imports):
-    every output renders from it as from the original."""
-    from whyidle.errors import TraceFormatError, require_path
+def load_report(path: str | os.PathLike[str]) -> object:
+    """A JSON result saved by whyidle (plain or gzipped): a trace's report as the Diagnosis it was
+    made from, every output rendering from it as from the original; a result of another kind
+    (``"kind"``: a run folder's, a comparison, a sweep, a batching or serving result) as the reader
+    its package registered gives it (``whyidle.load_report`` imports those packages first)."""
+    from whyidle.errors import require_path
     from whyidle.findings.saved import load_saved
 
     require_path(path, "path")
     data = load_saved(path)
-    if isinstance(data, DiagnosisData):
-        return as_diagnosis(data)
-    if isinstance(data, Renderable):
-        return data
-    raise TraceFormatError(path, f"was read as a {type(data).__name__}, which is not a report")
+    return as_diagnosis(data) if isinstance(data, DiagnosisData) else data

@@ -164,10 +164,16 @@ _HOST_WORK = (int(Kind.CPU_OP), int(Kind.RUNTIME), int(Kind.SYNC))
 
 def copy_directions(tl: Timeline, links: Links) -> npt.NDArray[np.object_]:
     """For each of ``links.device_rows``: 'HtoD', 'DtoH'... for copies, '' otherwise."""
-    direction_of_name = {i: memcpy_direction(s) for i, s in enumerate(tl.strings) if "emcpy" in s}
-    is_copy = tl.kind[links.device_rows] == int(Kind.MEMCPY)
-    names = tl.name[links.device_rows]
-    return np.array([direction_of_name.get(int(n), "") if c else "" for n, c in zip(names, is_copy)], dtype=object)
+    labels = [""]  # the directions seen; a string's code indexes them
+    code = np.zeros(len(tl.strings), dtype=np.int64)
+    for i, s in enumerate(tl.strings):
+        if "emcpy" in s:
+            d = memcpy_direction(s)
+            if d not in labels:
+                labels.append(d)
+            code[i] = labels.index(d)
+    rows = links.device_rows
+    return np.array(labels, dtype=object)[np.where(tl.kind[rows] == int(Kind.MEMCPY), code[tl.name[rows]], 0)]
 
 
 def h2d_copy_rows(tl: Timeline, links: Links, lane: int) -> I64:

@@ -43,7 +43,13 @@ def previous_greater(end: I64) -> I64:
     """For each position, the nearest earlier position with a strictly greater value (-1: none)."""
     n = int(end.size)
     cand = np.arange(-1, n - 1, dtype=np.int64)
-    todo = np.flatnonzero(end[:-1] <= end[1:]) + 1  # the predecessor ends no later: look further
+    # A record ending no earlier than every record before it has none (a thread's top-level ops):
+    # settled at once, they would otherwise take log2(n) rounds of jumps.
+    first = np.zeros(n, dtype=np.bool_)
+    if n > 1:
+        first[1:] = end[1:] >= np.maximum.accumulate(end)[:-1]
+    cand[first] = -1
+    todo = np.flatnonzero((end[:-1] <= end[1:]) & ~first[1:]) + 1  # the predecessor ends no later: look further
     while todo.size:
         cand[todo] = cand[cand[todo]]  # each skip keeps "everything between ends no later"
         todo = todo[cand[todo] >= 0]

@@ -172,9 +172,9 @@ def _most_common(lines: list[str]) -> str:
     return max(set(named), key=lambda ln: (named.count(ln), ln)) if named else ""
 
 
-def _tensor_bytes(tl: Timeline, row: int, cache: dict[int, list[int]]) -> list[int]:
-    """The bytes of each tensor input of the op at ``row`` (a copy: callers edit it)."""
-    key = int(tl.inputs[row])
+def _tensor_bytes(tl: Timeline, key: int, cache: dict[int, list[int]]) -> list[int]:
+    """The bytes of each tensor input of an op whose recorded inputs are string ``key`` (a copy:
+    callers edit it)."""
     if key not in cache:
         cache[key] = _decode_bytes(tl.strings[key]) if key >= 0 else []
     return list(cache[key])
@@ -195,12 +195,13 @@ def _decode_bytes(text: str) -> list[int]:
     return out
 
 
-def _fused_nbytes(tl: Timeline, ok: OpKernels, ops: list[int], cache: dict[int, list[int]]) -> int:
-    """Bytes the chain moves when fused: see the module docstring."""
+def _fused_nbytes(tl: Timeline, keys: list[int], reduction: list[bool], cache: dict[int, list[int]]) -> int:
+    """Bytes the chain moves when fused (see the module docstring): ``keys``, its ops' recorded
+    inputs (string ids); ``reduction``, whether each op reduces (it writes no output of its size)."""
     total, prev_out = 0, 0
-    for j, o in enumerate(ops):
-        reads = _tensor_bytes(tl, int(ok.ops[o]), cache)
-        out = 0 if ok.works[o].family == "reduction" else max(reads, default=0)
+    for j, (key, reduces) in enumerate(zip(keys, reduction, strict=True)):
+        reads = _tensor_bytes(tl, key, cache)
+        out = 0 if reduces else max(reads, default=0)
         if j and prev_out in reads:
             reads.remove(prev_out)
         total += sum(reads)
@@ -233,43 +234,48 @@ def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Att
     new = np.ones(sel.size, dtype=np.bool_)  # a kernel that starts an op instance of its run
     new[1:] = op[1:] != op[:-1]
     new[first] = True
-    inst = op[new].tolist()  # the runs' op instances, run after run
+    inst = op[new]  # the runs' op instances, run after run
     n_inst = np.add.reduceat(new.astype(np.int64), first)
+    inst_at = np.cumsum(n_inst) - n_inst
+    inst_rows = ok.ops[inst]
+    # Per op instance, as lists read in the loop below: its op, row, name, recorded inputs, and
+    # whether it reduces; per run, the sum of its ops' bytes.
+    per_inst = (inst.tolist(), inst_rows.tolist(), tl.name[inst_rows].tolist(), tl.inputs[inst_rows].tolist(), ok.works.family_is(("reduction",))[inst].tolist())
     runs = zip(
-        (np.cumsum(n_inst) - n_inst).tolist(),
+        inst_at.tolist(),
         n_inst.tolist(),
         np.diff(np.append(first, sel.size)).tolist(),
         np.add.reduceat(ns, first).tolist(),
         np.minimum.reduceat(ns, first).tolist(),
         tl.lane[ok.rows[sel[first]]].tolist(),
+        np.add.reduceat(ok.works.nbytes[inst], inst_at).tolist(),
         strict=True,
     )
     groups: dict[tuple[str, ...], _Group] = {}
     cache = dict[int, list[int]]()
     op_ns: I64 | None = None  # each op's kernel time, for the bandwidth when the peak is unknown
-    names: dict[int, str] = {}
-    for at, n, kernels, took, shortest, lane in runs:
+    ops_of, rows_of, name_of, keys_of, reduces_of = per_inst
+    for at, n, kernels, took, shortest, lane, nbytes in runs:
         if n < 2:
             continue
-        ops = inst[at : at + n]
-        fused = _fused_nbytes(tl, ok, ops, cache)
+        fused = _fused_nbytes(tl, keys_of[at : at + n], reduces_of[at : at + n], cache)
         if peak is not None:
             bw = peak.mem_tbps * 1e3
         else:
             if op_ns is None:
                 op_ns = np.zeros(ok.ops.size, dtype=np.int64)
                 np.add.at(op_ns, ok.op[ok.op >= 0], ok.ns[ok.op >= 0])
-            bw = max(ok.works[o].nbytes / max(int(op_ns[o]), 1) for o in ops)
-        key = tuple(names.get(o) or names.setdefault(o, tl.name_of(int(ok.ops[o]))) for o in ops)
+            bw = max(ok.works[o].nbytes / max(int(op_ns[o]), 1) for o in ops_of[at : at + n])
+        key = tuple(tl.strings[i] for i in name_of[at : at + n])
         g = groups.get(key) or groups.setdefault(key, _Group())
         g.count += 1
         g.kernels += kernels
         g.kernel_ns += took
-        g.nbytes += sum(ok.works[o].nbytes for o in ops)
+        g.nbytes += nbytes
         g.fused += fused
         g.est += min(max(int(fused / bw), shortest), took)  # bytes / (bytes per ns), at least one kernel
         g.lanes.add(lane)
-        g.firsts.append(int(ok.ops[ops[0]]))
+        g.firsts.append(rows_of[at])
     kept = {k: g for k, g in groups.items() if g.count >= cfg.fusion_min_repeats}
     firsts = sorted({r for g in kept.values() for r in g.firsts})
     line_of = dict(zip(firsts, _lines(tl, firsts), strict=True))

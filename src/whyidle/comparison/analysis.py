@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import os
 import zlib
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from whyidle.analyses import causes as C
 from whyidle.analyses.names import NameTimes
+from whyidle.comparison.model import Change, Comparison, NameChange, PredictionCheck
 from whyidle.config import Config
 from whyidle.findings.applied import lever_applied
 from whyidle.findings.labels import cause_label
@@ -37,65 +37,6 @@ REMOVED_BELOW = 0.1
 # Causes and names whose change is under this share of the before step (or window second) are
 # too small to name in the verdict.
 _NOTABLE = 0.01
-
-
-@dataclass(frozen=True)
-class Change:
-    before: float | None
-    after: float | None
-
-    @property
-    def delta(self) -> float | None:
-        if self.before is None or self.after is None:
-            return None
-        return self.after - self.before
-
-    @property
-    def relative(self) -> float | None:
-        d = self.delta
-        if d is None or not self.before:
-            return None
-        return d / self.before
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"before": self.before, "after": self.after, "delta": self.delta, "relative": self.relative}
-
-
-@dataclass(frozen=True)
-class NameChange:
-    name: str
-    before_ns: float
-    after_ns: float
-
-    @property
-    def delta_ns(self) -> float:
-        return self.after_ns - self.before_ns
-
-
-@dataclass(frozen=True)
-class PredictionCheck:
-    """The before report's prediction for the fix that was applied, against the after run."""
-
-    cause: str  # the cause whose idle fell most: the fix taken to be applied
-    lever: str
-    predicted: float  # mean step time, ns
-    measured: float
-    low: float
-    high: float
-
-    @property
-    def error(self) -> float:
-        return (self.predicted - self.measured) / self.measured if self.measured else float("nan")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "applied": self.cause,
-            "lever": self.lever,
-            "predicted_step_ns": self.predicted,
-            "range": [self.low, self.high],
-            "measured_step_ns": self.measured,
-            "error": self.error,
-        }
 
 
 def _prediction_check(before: DiagnosisData, after: DiagnosisData, causes: dict[str, Change]) -> PredictionCheck | None:
@@ -123,58 +64,6 @@ def _prediction_check(before: DiagnosisData, after: DiagnosisData, causes: dict[
     return PredictionCheck(key, p.lever, p.step_ns_after, after_step, p.step_ns_low, p.step_ns_high)
 
 
-@dataclass(frozen=True)
-class Comparison:
-    before_path: str
-    after_path: str
-    basis: str  # "per step" or "per second of window"
-    step_time_ns: Change
-    steps_per_s: Change
-    samples_per_s: Change
-    busy_fraction: Change
-    idle_ns: Change  # per basis
-    idle_by_group_ns: dict[str, Change]
-    idle_by_cause_ns: dict[str, Change]
-    kernels: tuple[NameChange, ...]  # largest |delta| first, per basis; () without traces
-    ops: tuple[NameChange, ...]
-    names_note: str  # why kernels/ops are empty, or ''
-    throughput_basis: str
-    regression: float | None  # relative throughput drop; negative = faster
-    verdict: str
-    notes: tuple[str, ...]
-    prediction: PredictionCheck | None = None
-    # Useful work inside busy time (analyses/work.py), where both runs' traces carry shapes: MFU,
-    # and kernel time split into near-roofline / compute-bound-slow / memory-bound / unmodelled,
-    # as shares of kernel time.
-    mfu: Change = Change(None, None)
-    kernel_split: dict[str, Change] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        def names(xs: tuple[NameChange, ...]) -> list[dict[str, Any]]:
-            return [{"name": x.name, "before_ns": x.before_ns, "after_ns": x.after_ns, "delta_ns": x.delta_ns} for x in xs]
-
-        return {
-            "before": self.before_path,
-            "after": self.after_path,
-            "basis": self.basis,
-            "verdict": self.verdict,
-            "step_time_ns": self.step_time_ns.to_dict(),
-            "steps_per_s": self.steps_per_s.to_dict(),
-            "samples_per_s": self.samples_per_s.to_dict(),
-            "busy_fraction": self.busy_fraction.to_dict(),
-            "idle_ns": self.idle_ns.to_dict(),
-            "idle_by_group_ns": {k: v.to_dict() for k, v in self.idle_by_group_ns.items()},
-            "idle_by_cause_ns": {k: v.to_dict() for k, v in self.idle_by_cause_ns.items()},
-            "kernels": names(self.kernels),
-            "ops": names(self.ops),
-            "names_note": self.names_note,
-            "throughput_basis": self.throughput_basis,
-            "regression": self.regression,
-            "notes": list(self.notes),
-            "prediction": self.prediction.to_dict() if self.prediction is not None else None,
-            "mfu": self.mfu.to_dict(),
-            "kernel_time_split": {k: v.to_dict() for k, v in self.kernel_split.items()},
-        }
 
 
 def parse_regression(text: str) -> float:

@@ -26,6 +26,11 @@ def _rel(x: float | None) -> str:
     return "" if x is None else f" ({'+' if x >= 0 else chr(0x2212)}{abs(x):.1%})"
 
 
+def _share(x: float | None, fmt: str) -> str:
+    """A share as a percentage; n/a when a run cannot tell (a comparison read back from a file may say so)."""
+    return "n/a" if x is None else format(x, fmt)
+
+
 def _cut(s: str, n: int = 58) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
@@ -57,13 +62,13 @@ def render_text(c: Any) -> str:
         s = c.steps_per_s
         row("steps/s", f"{s.before:.2f}", f"{s.after:.2f}", f"{s.delta:+.2f}{_rel(s.relative)}")
     b = c.busy_fraction
-    row("GPU busy (device basis)", f"{b.before:.1%}", f"{b.after:.1%}", f"{100 * (b.delta or 0):+.1f} points")
+    row("GPU busy (device basis)", _share(b.before, ".1%"), _share(b.after, ".1%"), f"{100 * (b.delta or 0):+.1f} points")
     row(f"GPU idle {unit}", format_ns(c.idle_ns.before), format_ns(c.idle_ns.after), _signed(c.idle_ns.delta))
     m = c.mfu
     if m.before is not None and m.after is not None:
         row("MFU (model FLOPs / peak)", f"{m.before:.1%}", f"{m.after:.1%}", f"{100 * (m.delta or 0):+.1f} points")
     for name, ch in c.kernel_split.items():
-        row(f"  kernel time {name.replace('_', '-')}", f"{ch.before:.0%}", f"{ch.after:.0%}", f"{100 * (ch.delta or 0):+.0f} points")
+        row(f"  kernel time {name.replace('_', '-')}", _share(ch.before, ".0%"), _share(ch.after, ".0%"), f"{100 * (ch.delta or 0):+.0f} points")
     lines.append("")
     lines.append(f"  Idle by group, {unit}")
     for g, ch in c.idle_by_group_ns.items():

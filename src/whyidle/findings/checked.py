@@ -14,6 +14,7 @@ numpy arrays of the declared dtype kind; ``Any`` is not checked.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 import types
@@ -57,7 +58,8 @@ def _names() -> dict[str, Any]:
 @cache
 def _hints(cls: type) -> tuple[tuple[str, Any], ...]:
     hints = typing.get_type_hints(cls, localns=_names())
-    return tuple((name, hints[name]) for name in cls.__struct_fields__)  # type: ignore[attr-defined]
+    names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else cls.__struct_fields__  # type: ignore[attr-defined]
+    return tuple((name, hints[name]) for name in names)
 
 
 def _shown(v: object) -> str:
@@ -65,13 +67,13 @@ def _shown(v: object) -> str:
     return f"{type(v).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
-def _scalar(v: object, tp: type, where: str) -> None:
+def _scalar(v: object, tp: type, where: str, finite: bool = True) -> None:
     if tp is bool:
         ok = isinstance(v, (bool, np.bool_))
     elif tp is int:
         ok = isinstance(v, (int, np.integer)) and not isinstance(v, bool) and -_INT_LIMIT <= int(v) <= _INT_LIMIT
     elif tp is float:
-        ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(float(v))
+        ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and (math.isfinite(float(v)) or not finite and math.isnan(float(v)))
     else:
         ok = isinstance(v, tp)
     if not ok:
@@ -87,7 +89,7 @@ def _array(v: object, tp: Any, where: str) -> None:
         raise Malformed(where, f"expected an array of {dtype.__name__}, found {v.dtype}")
 
 
-def _items(v: object, tp: Any, where: str) -> None:
+def _items(v: object, tp: Any, where: str, finite: bool) -> None:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin is tuple or origin is list:
         if not isinstance(v, (tuple, list)):
@@ -96,20 +98,20 @@ def _items(v: object, tp: Any, where: str) -> None:
             if len(v) != len(args):
                 raise Malformed(where, f"expected {len(args)} items, found {len(v)}")
             for i, (x, t) in enumerate(zip(v, args)):
-                check_value(x, t, f"{where}[{i}]")
+                check_value(x, t, f"{where}[{i}]", finite)
             return
         for i, x in enumerate(v):
-            check_value(x, args[0] if args else Any, f"{where}[{i}]")
+            check_value(x, args[0] if args else Any, f"{where}[{i}]", finite)
         return
     if not isinstance(v, dict):
         raise Malformed(where, f"expected a mapping, found {_shown(v)}")
     kt, vt = args if args else (Any, Any)
     for k, x in v.items():
-        check_value(k, kt, f"{where} key")
-        check_value(x, vt, f"{where}[{k!r}]")
+        check_value(k, kt, f"{where} key", finite)
+        check_value(x, vt, f"{where}[{k!r}]", finite)
 
 
-def _union(v: object, tp: Any, where: str) -> None:
+def _union(v: object, tp: Any, where: str, finite: bool) -> None:
     options = typing.get_args(tp)
     if v is None and type(None) in options:
         return
@@ -118,7 +120,7 @@ def _union(v: object, tp: Any, where: str) -> None:
         if t is type(None):
             continue
         try:
-            check_value(v, t, where)
+            check_value(v, t, where, finite)
             return
         except Malformed as exc:
             last = exc
@@ -126,33 +128,34 @@ def _union(v: object, tp: Any, where: str) -> None:
     raise last
 
 
-def check_value(v: object, tp: Any, where: str) -> None:
-    """Raise :class:`Malformed` when ``v`` is not a value of the type ``tp``."""
+def check_value(v: object, tp: Any, where: str, finite: bool = True) -> None:
+    """Raise :class:`Malformed` when ``v`` is not a value of the type ``tp`` (``finite=False``: a
+    float may be NaN, a figure the result leaves undefined)."""
     if tp is Any or tp is object:
         return
     origin = typing.get_origin(tp)
     if origin is typing.Union or origin is types.UnionType:
-        _union(v, tp, where)
+        _union(v, tp, where, finite)
     elif origin is typing.Literal:
         if v not in typing.get_args(tp):
             raise Malformed(where, f"expected one of {typing.get_args(tp)}, found {_shown(v)}")
     elif origin is np.ndarray:
         _array(v, tp, where)
     elif origin in (tuple, list, dict):
-        _items(v, tp, where)
-    elif isinstance(tp, type) and issubclass(tp, msgspec.Struct):
+        _items(v, tp, where, finite)
+    elif isinstance(tp, type) and (issubclass(tp, msgspec.Struct) or dataclasses.is_dataclass(tp)):
         if not isinstance(v, tp):
             raise Malformed(where, f"expected {tp.__name__}, found {_shown(v)}")
-        check_struct(v, where)
+        check_struct(v, where, finite)  # type: ignore[arg-type]
     elif isinstance(tp, type):
-        _scalar(v, tp, where)
+        _scalar(v, tp, where, finite)
 
 
-def check_struct(obj: msgspec.Struct, where: str = "") -> None:
-    """Check every field of ``obj`` (recursively) against its annotation; ``where`` prefixes the
-    field paths in the message."""
+def check_struct(obj: msgspec.Struct, where: str = "", finite: bool = True) -> None:
+    """Check every field of ``obj`` (a msgspec Struct or a dataclass, recursively) against its
+    annotation; ``where`` prefixes the field paths in the message; ``finite=False``: floats may be NaN."""
     for name, tp in _hints(type(obj)):
-        check_value(getattr(obj, name), tp, f"{where}.{name}" if where else name)
+        check_value(getattr(obj, name), tp, f"{where}.{name}" if where else name, finite)
 
 
 class Trail:

@@ -11,18 +11,21 @@ reports lack, the value they load with. ``table.write(obj)`` is the object's JSO
 
 A field the reader does not take back (``derived=True``) is written from a property or a
 ``get`` function of the object and the whole result (``root``): a figure derived from the rest.
+A ``flat`` field's value is an object whose keys are written into the parent's (a trial's result
+beside the sweep's decision on it) and read back from the parent.
 Readers take their values through :class:`whyidle.findings.checked.Trail`, so a missing or
 malformed field is named by its path (``findings[2].evidence.idle_ns``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
 
-__all__ = ["Field", "Table", "Value", "INT", "FLOAT", "STR", "BOOL", "ANY", "Opt", "Tup", "Rec", "Rows", "Pairs", "Dict", "Struct"]
+__all__ = ["Field", "Table", "Value", "INT", "FLOAT", "NAN_FLOAT", "STR", "BOOL", "ANY", "Opt", "Tup", "Lst", "Rec", "Rows", "Pairs", "Dict", "Struct"]
 
 _REQUIRED: Any = object()
 
@@ -55,12 +58,23 @@ class _Float(Value):
         return v if type(v) in (int, float) else float(v)  # an int stays one: written back as it was
 
 
+class _NanFloat(_Float):
+    """A figure that may be undefined (NaN: a rate over a window of no length): written null, which
+    JSON can hold, and read back as NaN."""
+
+    def enc(self, v: Any) -> Any:
+        return None if isinstance(v, float) and math.isnan(v) else v
+
+    def dec(self, v: Any) -> float:
+        return math.nan if v is None else super().dec(v)
+
+
 class _Bool(Value):
     def dec(self, v: Any) -> bool:
         return bool(v)
 
 
-INT, FLOAT, STR, BOOL, ANY = _Int(), _Float(), Value(), _Bool(), Value()  # strings: checked by type after the read
+INT, FLOAT, NAN_FLOAT, STR, BOOL, ANY = _Int(), _Float(), _NanFloat(), Value(), _Bool(), Value()  # strings: checked by type after the read
 
 
 class Opt(Value):
@@ -91,6 +105,13 @@ class Tup(Value):
         if not isinstance(v, list):
             raise ValueError(f"expected a list, found {type(v).__name__}")
         return tuple(self.inner.dec(x) for x in v)
+
+
+class Lst(Tup):
+    """A list of the inner value (the result's field is a list, not a tuple)."""
+
+    def dec(self, v: Any) -> Any:
+        return list(super().dec(v))
 
 
 class Rec(Value):
@@ -154,16 +175,29 @@ class Dict(Value):
 
 
 class Struct(Value):
-    """A msgspec Struct saved as its builtins and converted back (validated by msgspec)."""
+    """A msgspec Struct saved as its builtins and converted back (validated by msgspec).
 
-    def __init__(self, cls: type[msgspec.Struct]) -> None:
-        self.cls = cls
+    ``whole``: every field written, defaults included (nested Structs too; the JSON's keys then do
+    not depend on the values), and the doc lists them."""
+
+    def __init__(self, cls: type[msgspec.Struct], *, whole: bool = False) -> None:
+        self.cls, self.whole = cls, whole
+        if whole:
+            self.words = "{" + ", ".join(f"`{k}`" for k in cls.__struct_fields__) + "}"
 
     def enc(self, v: Any) -> Any:
-        return msgspec.to_builtins(v)
+        return _every_field(v) if self.whole else msgspec.to_builtins(v)
 
     def dec(self, v: Any) -> Any:
         return msgspec.convert(dict(v) if isinstance(v, Mapping) else v, self.cls)
+
+
+def _every_field(v: Any) -> Any:
+    if isinstance(v, msgspec.Struct):
+        return {k: _every_field(getattr(v, k)) for k in v.__struct_fields__}
+    if isinstance(v, (list, tuple)):
+        return [_every_field(x) for x in v]
+    return msgspec.to_builtins(v)
 
 
 class Field:
@@ -171,14 +205,15 @@ class Field:
     ``attr`` the attribute it is written from and read back into (default ``key``); ``since`` the
     schema version that added it; ``default`` what a report without it loads with (required when
     not given); ``get(obj)``: written from this instead of the attribute; ``derived``: written,
-    not read back (a figure derived from the rest); ``when(obj)``: written only when true."""
+    not read back (a figure derived from the rest); ``when(obj)``: written only when true;
+    ``flat``: the value (an object) written into the parent's keys and read back from the parent."""
 
     def __init__(
         self, key: str, value: Value, doc: str = "", *, attr: str | None = None, since: str = "1.0", default: Any = _REQUIRED,
-        derived: bool = False, get: Callable[[Any], Any] | None = None, when: Callable[[Any], bool] | None = None,
+        derived: bool = False, get: Callable[[Any], Any] | None = None, when: Callable[[Any], bool] | None = None, flat: bool = False,
     ) -> None:  # fmt: skip
         self.key, self.value, self.doc, self.attr, self.since = key, value, doc, attr or key, since
-        self.default, self.derived, self.get, self.when = default, derived, get, when
+        self.default, self.derived, self.get, self.when, self.flat = default, derived, get, when, flat
 
     @property
     def required(self) -> bool:
@@ -204,7 +239,11 @@ class Table:
         out: dict[str, Any] = {}
         for f in self.fields:
             if f.when is None or f.when(obj):
-                out[f.key] = f.value.enc(f.get(obj) if f.get is not None else getattr(src, f.attr))
+                v = f.value.enc(f.get(obj) if f.get is not None else getattr(src, f.attr))
+                if f.flat:
+                    out.update(v)
+                else:
+                    out[f.key] = v
         return out
 
     def values(self, d: Any) -> dict[str, Any]:
@@ -215,7 +254,9 @@ class Table:
         for f in self.fields:
             if f.derived:
                 continue
-            if f.key in d or f.required:
+            if f.flat:
+                out[f.attr] = f.value.dec(d)
+            elif f.key in d or f.required:
                 out[f.attr] = f.value.dec(d[f.key])  # a required field missing: KeyError, its path in the trail
             else:
                 out[f.attr] = f.default
@@ -226,13 +267,19 @@ class Table:
         return self.build(v) if self.build is not None else self.cls(**v)
 
     def words(self) -> str:
-        return ", ".join(f.words() for f in self.fields)
+        return ", ".join(f.value.words[1:-1] if f.flat else f.words() for f in self.fields)
 
     def rows(self, prefix: str = "") -> list[tuple[str, str]]:
         """(field, meaning) for each field, as the schema doc's table lists them (``prefix``: the
         path of the object, ``cross_rank.``)."""
         out = []
         for f in self.fields:
+            if f.flat and isinstance(f.value, Rec):
+                out += f.value.table.rows(prefix)
+                continue
+            if f.flat:  # its keys are the parent's: the row names them
+                out.append((", ".join(f"`{prefix}{k.strip('`')}`" for k in f.value.words[1:-1].split(", ")), f.doc))
+                continue
             since = f" (since {f.since})" if f.since != "1.0" else ""
             out.append((f"`{prefix}{f.key}`", "; ".join(x for x in (f.doc, f.value.words) if x) + since))
         return out

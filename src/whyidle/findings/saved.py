@@ -8,8 +8,9 @@ the same JSON, terminal and HTML reports as the original, counter figures includ
 reports lack some fields and load without them: before the gap columns (no timeline strip in
 their HTML), before the per-name times (compare lists no kernels), before the exact tensor-core
 and FP32 times (taken back from their shares). A report of another kind (``"kind"``: a
-multi-rank run's) loads through :func:`load_saved` with the reader its package registers
-(:func:`register_reader`; :mod:`whyidle.ranks.model`).
+multi-rank run's, a comparison, a sweep, a batching or serving result) loads through
+:func:`load_saved` with the reader its package registers (:func:`register_reader`;
+:mod:`whyidle.ranks.model`), which reads it through its field table with :func:`read_saved`.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ import msgspec
 from whyidle.errors import TraceFormatError
 from whyidle.findings.checked import Malformed, Trail, check_struct
 from whyidle.findings.codec import SCHEMA_VERSION, decode
+from whyidle.findings.fields import Table
 from whyidle.findings.model import DiagnosisData
+from whyidle.output import one_line
 
-__all__ = ["looks_like_report", "report_from_dict", "load_report", "load_saved", "check_schema", "register_reader"]
-
-_SUPPORTED_MAJOR = SCHEMA_VERSION.split(".", 1)[0]
+__all__ = ["looks_like_report", "report_from_dict", "load_report", "load_saved", "check_schema", "check_version", "read_saved", "register_reader", "kind_of"]
 
 # Readers of the reports of other kinds (the JSON's "kind"), registered by the package whose
 # result it is when it is imported: reader(dict, where) -> the result.
@@ -51,20 +52,64 @@ def check_schema(d: dict[str, Any], where: str) -> None:
     version = str(d.get("schema_version", ""))
     if not version:
         raise TraceFormatError(where, "is JSON but not a whyidle report (no 'schema_version')")
-    if version.split(".", 1)[0] != _SUPPORTED_MAJOR:
-        raise TraceFormatError(where, f"is a whyidle report of schema {version}; this whyidle reads schema {_SUPPORTED_MAJOR}.x")
+    check_version(version, SCHEMA_VERSION, where)
+
+
+def check_version(found: str, supported: str, where: str, what: str = "report") -> None:
+    """Raise TraceFormatError naming ``where`` unless the schema ``found`` has ``supported``'s major version."""
+    major = supported.split(".", 1)[0]
+    if not found:
+        raise TraceFormatError(where, f"is JSON but not a whyidle {what} (no schema version)")
+    if found.split(".", 1)[0] != major:
+        raise TraceFormatError(where, f"is a whyidle {what} of schema {one_line(found, 20)}; this whyidle reads schema {major}.x")
+
+
+def kind_of(d: dict[str, Any]) -> str | None:
+    """The kind of result a saved JSON holds: its ``"kind"``, or the kind its ``"schema"`` names
+    (``"whyidle.sweep/1.0"``: a sweep); None for one trace's report."""
+    kind = d.get("kind")
+    if kind is not None:
+        return str(kind)
+    schema = d.get("schema")
+    if isinstance(schema, str) and schema.startswith("whyidle.") and "/" in schema:
+        return schema[len("whyidle.") :].split("/", 1)[0]
+    return None
+
+
+def read_saved(table: Table, d: dict[str, Any], where: str, what: str, *, finite: bool = True) -> Any:
+    """A saved result read back through its field table; raises TraceFormatError naming ``where``
+    and the field (its path) when one is missing or malformed, or the result does not hold what
+    its types declare (``what``: the result in words, ``comparison``; ``finite=False``: its
+    floats may be NaN, written null)."""
+    trail = Trail()
+    try:
+        out = table.read(trail.wrap(d))
+        check_struct(out, finite=finite)
+    except Malformed as exc:
+        raise TraceFormatError(where, f"is a whyidle {what} whose field {exc.field} is malformed: {exc.problem}") from None
+    except RecursionError:
+        raise TraceFormatError(where, f"is a whyidle {what} nested too deeply to be one") from None
+    except KeyError as exc:
+        raise TraceFormatError(where, f"is a whyidle {what} without the field {trail.path or exc}") from None
+    except (TypeError, ValueError, AttributeError, OverflowError, msgspec.ValidationError) as exc:
+        detail = str(exc) if len(str(exc)) <= 120 else str(exc)[:117] + "..."
+        raise TraceFormatError(where, f"is a whyidle {what} whose field {trail.path} is malformed ({detail})") from None
+    return out
 
 
 def report_from_dict(d: dict[str, Any], where: str = "<dict>") -> DiagnosisData:
     """Diagnosis data from the JSON report's dict; raises TraceFormatError naming ``where`` when it is not one."""
     check_schema(d, where)
-    if d.get("kind") == "multi_rank":
+    kind = kind_of(d)
+    if kind == "multi_rank":
         n = len(d["ranks"]) if isinstance(d.get("ranks"), list) else "several"
         raise TraceFormatError(
             where,
             f"is a multi-rank report ({n} ranks) where one trace's report was expected; compare runs rank by rank "
             "(each rank's trace, or whyidle.load_report(path).ranks[i].report)",
         )
+    if kind is not None:
+        raise TraceFormatError(where, f"is a whyidle {one_line(kind, 40)} result (whyidle.load_report reads it back), not one trace's report, which was expected here")
     trail = Trail()  # which field each read took: what a failure names
     try:
         data = decode(trail.wrap(d))
@@ -91,12 +136,13 @@ def load_saved(path: str | os.PathLike[str]) -> object:
     """A saved JSON report: one trace's (DiagnosisData), or another kind's by its registered
     reader (a multi-rank run's, ``whyidle diagnose RUN_DIR -o run.json``: a MultiRankReport)."""
     p, d = _decode(path)
-    kind = d.get("kind")
+    kind = kind_of(d)
     if kind is None:
         return report_from_dict(d, str(p))
-    read = _READERS.get(str(kind))
+    read = _READERS.get(kind)
     if read is None:
-        check_schema(d, str(p))
+        if "schema_version" not in d and "schema" not in d:
+            raise TraceFormatError(p, f"is JSON but not a whyidle report (kind {kind!r}, no 'schema_version')")
         raise TraceFormatError(p, f"is a whyidle report of kind {kind!r}, which no imported package reads (whyidle.load_report reads every kind)")
     return read(d, str(p))
 

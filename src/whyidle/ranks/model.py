@@ -10,7 +10,7 @@ Its renderers and the reader of its saved JSON are registered with the core by
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -23,6 +23,9 @@ from whyidle.findings.fields import ANY, FLOAT, INT, STR, Dict, Field, Opt, Pair
 from whyidle.findings.model import DiagnosisData, Finding
 from whyidle.findings.saved import check_schema, report_from_dict
 from whyidle.ranks.analysis import CollectiveMatch, CrossRank, RankComm, StepImbalance, Straggler, StragglerCause
+
+if TYPE_CHECKING:
+    from whyidle.ranks.run_findings import RunFinding
 
 __all__ = ["RankEntry", "MultiRankReport", "MULTI_RANK", "CROSS_RANK", "encode", "decode"]
 
@@ -45,14 +48,14 @@ class MultiRankReport(msgspec.Struct, Renderable, frozen=True):
     rank_basis: str  # "distributedInfo", "file name", "file order" or a mix, said in words
     world_size: int | None
     ranks: tuple[RankEntry, ...]
-    cross_rank: Any  # whyidle.ranks.analysis.CrossRank
+    cross_rank: CrossRank
     notes: tuple[str, ...] = ()
     # why the files may not be one job (world sizes, collectives, capture periods disagree):
     # ranks/jobcheck.py; the reports lead with them and then compare no rank with another
     not_one_job: tuple[str, ...] = ()
 
     @property
-    def run_findings(self) -> tuple[Any, ...]:
+    def run_findings(self) -> tuple[RunFinding, ...]:
         """The run's findings, each with its fix: the straggler's cause, the exposed
         communication, the top cause across ranks (:mod:`whyidle.ranks.run_findings`)."""
         from whyidle.ranks.run_findings import run_findings

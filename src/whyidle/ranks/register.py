@@ -8,16 +8,13 @@ import this one. The renderers themselves import on first use.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from whyidle.diagnosis import Diagnosis
-from whyidle.diagnosis import load_report as _load_one
 from whyidle.findings.saved import register_reader
 from whyidle.ranks.model import MultiRankReport
 from whyidle.render import RenderFn, Written, register_files, register_lazy, register_refusal
 
-__all__ = ["load_report"]
+__all__: list[str] = []
 
 
 def _terminal() -> RenderFn:
@@ -64,11 +61,3 @@ register_files(MultiRankReport, "perfetto", _files)
 register_refusal(MultiRankReport, _refusal)
 register_reader("multi_rank", _read)
 
-
-def load_report(path: str | os.PathLike[str]) -> Diagnosis | MultiRankReport:
-    """A JSON report saved by whyidle (plain or gzipped): a trace's as the :class:`Diagnosis` it
-    was made from, a run folder's as the :class:`MultiRankReport` (``whyidle.load_report``; this
-    module registered the multi-rank reader on import)."""
-    out = _load_one(path)
-    assert isinstance(out, (Diagnosis, MultiRankReport))
-    return out

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from whyidle.catalogue import entry
 from whyidle.config import Config
 from whyidle.findings.model import DiagnosisData
 from whyidle.ranks.analysis import COMPUTE_CAUSE, SHAPES_CAUSE, Straggler
 from whyidle.units import format_ns
+
+if TYPE_CHECKING:
+    from whyidle.ranks.model import MultiRankReport
 
 __all__ = ["RunFinding", "run_findings", "COMM_FIX", "COMPUTE_FIX", "SHAPES_FIX"]
 
@@ -58,7 +61,7 @@ class RunFinding:
     ranks: tuple[int, ...]
 
 
-def _reports(m: Any) -> dict[int, DiagnosisData]:
+def _reports(m: MultiRankReport) -> dict[int, DiagnosisData]:
     return {e.rank: e.report for e in m.ranks if e.report is not None and not e.report.no_device_activity}
 
 
@@ -93,7 +96,7 @@ def _straggler(s: Straggler, reports: dict[int, DiagnosisData]) -> RunFinding:
     )
 
 
-def _exposed(m: Any, reports: dict[int, DiagnosisData], cfg: Config) -> RunFinding | None:
+def _exposed(m: MultiRankReport, reports: dict[int, DiagnosisData], cfg: Config) -> RunFinding | None:
     comm = [c for c in m.cross_rank.comm if c.rank in reports]
     exposed = sum(c.exposed_ns for c in comm)
     window = sum(reports[c.rank].window.duration_ns for c in comm)
@@ -142,7 +145,7 @@ def _artifact(key: str) -> bool:
         return False
 
 
-def run_findings(m: Any, cfg: Config | None = None) -> tuple[RunFinding, ...]:
+def run_findings(m: MultiRankReport, cfg: Config | None = None) -> tuple[RunFinding, ...]:
     """The run's findings, largest first within each kind: stragglers, exposed communication,
     the top cause across ranks (``m`` a MultiRankReport)."""
     cfg = cfg or Config()

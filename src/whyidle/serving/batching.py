@@ -24,10 +24,11 @@ import numpy as np
 
 from whyidle.config import Config
 from whyidle.errors import UsageError
+from whyidle.findings.fields import FLOAT, INT, STR, Field, Opt, Struct, Table, Tup
 from whyidle.serving.latency import LatencyProfile
 from whyidle.serving.simulate import Draws, Settings, Simulation, percentile_ns, simulate
 
-__all__ = ["Traffic", "Outcome", "Candidate", "BatchingResult", "unit_arrivals", "tune_batching", "evaluate"]
+__all__ = ["Traffic", "Outcome", "Candidate", "BatchingResult", "BATCHING_RESULT", "unit_arrivals", "tune_batching", "evaluate"]
 
 
 class Traffic(msgspec.Struct, frozen=True):
@@ -77,7 +78,33 @@ class BatchingResult(msgspec.Struct, frozen=True):
     jitter: str  # how the service time's spread was modelled
 
     def to_dict(self) -> dict[str, object]:
-        return msgspec.to_builtins(self)  # type: ignore[no-any-return]
+        """The result as JSON data (:data:`BATCHING_RESULT`)."""
+        return BATCHING_RESULT.write(self)
+
+
+_CANDIDATE = Struct(Candidate, whole=True)
+
+BATCHING_RESULT = Table(
+    BatchingResult,
+    Field("percentile", FLOAT, "the latency percentile the objective is about (99: p99)"),
+    Field("slo_ns", INT, "the latency objective"),
+    Field("traffic_source", STR, "`poisson`, `gamma renewal`, or the log the arrivals were replayed from"),
+    Field("burstiness", FLOAT, "squared coefficient of variation of the gaps between arrivals (Poisson: 1)"),
+    Field("rate_per_s", Opt(FLOAT), "the observed (or stated) request rate; null: unknown"),
+    Field("requests_per_run", INT, "requests per simulation"),
+    Field(
+        "candidates", Tup(_CANDIDATE),
+        "every setting tried: `settings` {`max_batch`, `max_delay_ns`, `instances`, `preferred`}, `capacity_per_s` (the highest rate within "
+        "the objective; 0: not met even at a trickle), `at_rate` (null without a rate; else `rate_per_s`, `p50_ns`, `p95_ns`, `p99_ns`, "
+        "`objective_ns`, `mean_batch`, `busy_share`, `throughput_per_s` at the observed rate)",
+    ),  # fmt: skip
+    Field("best", Opt(_CANDIDATE), "the recommendation (a candidate); null when no setting meets the objective"),
+    Field("baseline", _CANDIDATE, "max batch 1, no delay: what the device carries without batching"),
+    Field("frontier", Tup(_CANDIDATE), "per max batch, its best delay"),
+    Field("simulations", INT, "simulations run"),
+    Field("seconds", FLOAT, "the search's wall time"),
+    Field("jitter", STR, "how the service time's spread was modelled, in words"),
+)
 
 
 def unit_arrivals(n: int, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:

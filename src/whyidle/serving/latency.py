@@ -30,10 +30,11 @@ import msgspec
 
 from whyidle.config import Config
 from whyidle.errors import InputError, MissingExtraError, UsageError
+from whyidle.findings.fields import FLOAT, INT, STR, Field, Opt, Table, Tup, Value
 from whyidle.serving.passes import Row, measure_curve, row_of
 from whyidle.sources import read_bytes
 
-__all__ = ["LatencyProfile", "load_latency", "curve_from_samples", "parse_curve", "profile_function", "profile_latency", "Z_P90", "DEFAULT_BATCH_SIZES"]
+__all__ = ["LatencyProfile", "LATENCY", "load_latency", "curve_from_samples", "parse_curve", "profile_function", "profile_latency", "Z_P90", "DEFAULT_BATCH_SIZES"]
 
 # The standard normal's 90th percentile: a log-normal with median m and p90 q has sigma = ln(q/m) / Z_P90.
 Z_P90 = 1.2815515655446004
@@ -95,15 +96,62 @@ class LatencyProfile(msgspec.Struct, frozen=True):
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        """The curve as JSON data (:data:`LATENCY`): what ``--save-latency`` writes and ``--latency`` reads."""
+        return LATENCY.write(self)
+
+
+class _CurveRows(Value):
+    """The curve's columns as one row per batch size (``samples_per_s`` derived: written, not read back)."""
+
+    words = (
+        "[{`batch_size`, `latency_ns_median`, `samples_per_s` (batch_size / median, derived), `latency_ns_p90` (when the curve has it), "
+        "`samples_ns` (every timed pass, when kept)}]"
+    )
+
+    def enc(self, p: LatencyProfile) -> list[dict[str, Any]]:
         rows = []
-        for i, b in enumerate(self.batch_sizes):
-            row: dict[str, Any] = {"batch_size": b, "latency_ns_median": self.median_ns[i], "samples_per_s": b / (self.median_ns[i] / 1e9)}
-            if self.p90_ns is not None:
-                row["latency_ns_p90"] = self.p90_ns[i]
-            if self.samples_ns is not None:
-                row["samples_ns"] = list(self.samples_ns[i])
+        for i, b in enumerate(p.batch_sizes):
+            row: dict[str, Any] = {"batch_size": b, "latency_ns_median": p.median_ns[i], "samples_per_s": b / (p.median_ns[i] / 1e9)}
+            if p.p90_ns is not None:
+                row["latency_ns_p90"] = p.p90_ns[i]
+            if p.samples_ns is not None:
+                row["samples_ns"] = list(p.samples_ns[i])
             rows.append(row)
-        return {"source": self.source, "device": self.device, "memory_bytes": self.memory_bytes, "notes": list(self.notes), "rows": rows}
+        return rows
+
+    def dec(self, v: Any) -> dict[str, Any]:
+        if not isinstance(v, list) or not v:
+            raise ValueError("expected a list of rows, one per batch size")
+        p90 = [r["latency_ns_p90"] for r in v if "latency_ns_p90" in r]
+        smp = [r["samples_ns"] for r in v if "samples_ns" in r]
+        if len(p90) not in (0, len(v)) or len(smp) not in (0, len(v)):
+            raise ValueError("some rows have a p90 or timed passes and others not; expected every row or none")
+        sizes: list[int] = []
+        medians: list[float] = []
+        for r in v:  # each checked as it is read: a failure names its row
+            sizes.append(INT.dec(r["batch_size"]))
+            if sizes[-1] < 1 or len(sizes) > 1 and sizes[-2] >= sizes[-1]:
+                raise ValueError("expected batch sizes from 1 up, ascending")
+            medians.append(FLOAT.dec(r["latency_ns_median"]))
+            if not medians[-1] >= 1:
+                raise ValueError("expected a median latency of 1 ns or more")
+        return {
+            "batch_sizes": tuple(sizes),
+            "median_ns": tuple(medians),
+            "p90_ns": tuple(FLOAT.dec(x) for x in p90) if p90 else None,
+            "samples_ns": tuple(Tup(FLOAT).dec(x) for x in smp) if smp else None,
+        }
+
+
+LATENCY = Table(
+    LatencyProfile,
+    Field("source", STR, "where the curve came from (a file, `--curve`, a measurement)"),
+    Field("device", STR, "the device it was measured on, when known"),
+    Field("memory_bytes", Opt(INT), "peak memory of the largest batch, when measured"),
+    Field("notes", Tup(STR), "what the measurement found doubtful (outliers dropped, sizes that never settled): warnings", default=()),
+    Field("rows", _CurveRows(), get=lambda p: p),
+    build=lambda v: LatencyProfile(**{k: x for k, x in v.items() if k != "rows"}, **v["rows"]),
+)
 
 
 def _interp(k: int, xs: Sequence[int], ys: Sequence[float]) -> float:

@@ -12,6 +12,7 @@ from whyidle.serving.instances import InstanceAdvice
 from whyidle.serving.latency import LatencyProfile
 from whyidle.serving.servers import all_servers
 from whyidle.serving.requests import ServingDiagnosis
+from whyidle.serving.saved import BatchingReport
 
 __all__ = ["batching_text", "batching_dict", "batching_html", "serving_text", "serving_html", "frontier_svg"]
 
@@ -70,12 +71,8 @@ def batching_text(res: BatchingResult, profile: LatencyProfile, advice: Instance
 
 
 def batching_dict(res: BatchingResult, profile: LatencyProfile, advice: InstanceAdvice | None) -> dict[str, Any]:
-    import msgspec
-
-    d: dict[str, Any] = {"kind": "batching", "latency": profile.to_dict(), **res.to_dict()}
-    d["settings"] = all_servers(res.best.settings) if res.best else None
-    d["instances"] = msgspec.to_builtins(advice) if advice else None
-    return d
+    """The ``whyidle batching`` JSON (:data:`whyidle.serving.saved.BATCHING`)."""
+    return BatchingReport(res, profile, advice).to_dict()
 
 
 def frontier_svg(res: BatchingResult, width: int = 560, height: int = 300) -> str:

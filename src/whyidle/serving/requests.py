@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import msgspec
 
+from whyidle import __version__
 from whyidle.config import Config
+from whyidle.findings.fields import FLOAT, INT, STR, Dict, Field, Opt, Rec, Table, Tup
 from whyidle.serving.requestlog import RequestLog
-from whyidle.serving.traffic import RequestStats, analyse_requests
+from whyidle.serving.traffic import STATS, RequestStats, analyse_requests
 from whyidle.units import MS2, format_ns
 
-__all__ = ["ServingCause", "ServingDiagnosis", "diagnose_requests"]
+__all__ = ["ServingCause", "ServingDiagnosis", "SERVING", "SERVING_SCHEMA", "diagnose_requests"]
 
 
 class ServingCause(msgspec.Struct, frozen=True):
@@ -58,9 +60,37 @@ class ServingDiagnosis(msgspec.Struct, frozen=True):
     tuner_command: str  # the whyidle batching command with the log's numbers
 
     def to_dict(self) -> dict[str, object]:
-        d: dict[str, object] = msgspec.to_builtins(self)
-        d["kind"] = "serving"
-        return d
+        """The diagnosis as JSON data (:data:`SERVING`)."""
+        return SERVING.write(self)
+
+
+# The serving diagnosis's schema: fields are only added within a major version. Its JSON saved
+# before it had one (no `schema_version`) is read as 1.0.
+SERVING_SCHEMA = "1.0"
+
+CAUSE = Table(
+    ServingCause,
+    Field("group", STR),
+    Field("cause", STR, '`"group/cause"` is the key, as in a trace\'s report'),
+    Field("time_ns", INT),
+    Field("share_of_window", FLOAT),
+    Field("what", STR, "what was measured, with numbers"),
+    Field("lever", STR, "what to change"),
+)
+
+SERVING = Table(
+    ServingDiagnosis,
+    Field("schema_version", STR, f'`"{SERVING_SCHEMA}"`', get=lambda d: SERVING_SCHEMA, derived=True),
+    Field("tool", Dict(STR), "`{name, version}`", get=lambda d: {"name": "whyidle", "version": __version__}, derived=True),
+    Field("kind", STR, '`"serving"`', get=lambda d: "serving", derived=True),
+    Field("stats", Rec(STATS), "the request log's figures (times in ns, shares 0..1)"),
+    Field("device_busy_share", Opt(FLOAT), "the device's busy share, when known (a trace, a counter log, `--device-busy`)"),
+    Field("device_busy_basis", STR, "where it came from, in words"),
+    Field("causes", Tup(Rec(CAUSE)), "every measured cause, largest first"),
+    Field("verdict", Opt(Rec(CAUSE)), "the largest cause when it reaches `min_finding_share_of_window`; else null"),
+    Field("skipped", Tup(STR), "causes that could not be measured, with the reason"),
+    Field("tuner_command", STR, "the `whyidle batching` command with the log's numbers"),
+)
 
 
 def diagnose_requests(

@@ -29,16 +29,19 @@ from __future__ import annotations
 
 import math
 
+from typing import Any
+
 import msgspec
 import numpy as np
 
 from whyidle.config import Config
+from whyidle.findings.fields import FLOAT, INT, NAN_FLOAT, Field, Opt, Table, Value
 from whyidle.serving.requestlog import RequestLog
 from whyidle.timeline.intervals import Intervals
 from whyidle.serving.batching import Traffic
 from whyidle.serving.simulate import percentile_ns
 
-__all__ = ["RequestStats", "analyse_requests", "traffic_from_log"]
+__all__ = ["RequestStats", "STATS", "analyse_requests", "traffic_from_log"]
 
 
 class RequestStats(msgspec.Struct, frozen=True):
@@ -71,6 +74,46 @@ class RequestStats(msgspec.Struct, frozen=True):
 
     def share(self, ns: int | None) -> float:
         return (ns or 0) / self.window_ns if self.window_ns > 0 else 0.0
+
+
+class _SizeCounts(Value):
+    """Batch size -> number of batches (JSON holds the sizes as strings)."""
+
+    def dec(self, v: Any) -> Any:
+        if not isinstance(v, dict):
+            raise ValueError(f"expected an object, found {type(v).__name__}")
+        return {INT.dec(k): INT.dec(v[k]) for k in v}
+
+
+STATS = Table(
+    RequestStats,
+    Field("requests", INT),
+    Field("window_ns", INT, "first arrival to last finish"),
+    Field("rate_per_s", NAN_FLOAT, "requests over the arrival span (null: one arrival time)"),
+    Field("burstiness", NAN_FLOAT, "squared coefficient of variation of the gaps between arrivals (Poisson 1, even 0, bursts > 1)"),
+    Field("peak_rate_per_s", NAN_FLOAT, "the most arrivals in any window of `peak_window_ns`"),
+    Field("peak_window_ns", INT),
+    Field("concurrency_mean", FLOAT, "requests in the system (arrival to finish), time average"),
+    Field("concurrency_max", INT),
+    Field("littles_law_concurrency", NAN_FLOAT, "rate x mean latency: a check of the log against `concurrency_mean`"),
+    Field("queue_depth_mean", Opt(FLOAT), "requests waiting (arrival to start), time average; null without start times"),
+    Field("queue_depth_max", Opt(INT)),
+    Field("latency_p50_ns", FLOAT),
+    Field("latency_p90_ns", FLOAT),
+    Field("latency_p95_ns", FLOAT),
+    Field("latency_p99_ns", FLOAT),
+    Field("wait_p50_ns", Opt(FLOAT), "arrival to start; null without start times"),
+    Field("wait_p99_ns", Opt(FLOAT)),
+    Field("batches", Opt(INT), "null without start times"),
+    Field("batch_sizes", _SizeCounts(), "batch size -> number of batches"),
+    Field("mean_batch", Opt(FLOAT)),
+    Field("server_busy_ns", Opt(INT), "the union of batch run times"),
+    Field("idle_no_request_ns", INT, "no request in the system: demand"),
+    Field("idle_requests_waiting_ns", Opt(INT), "requests waiting, nothing running: the batcher's queue delay"),
+    Field("left_behind_batches", Opt(INT), "batches sent while another request waited, with room for it"),
+    Field("left_behind_busy_ns", Opt(INT), "their run time"),
+    Field("arrivals_to_idle_server", Opt(FLOAT), "share of requests arriving while no batch ran"),
+)
 
 
 def _level(up: np.ndarray, down: np.ndarray, lo: int, hi: int) -> tuple[float, int]:

@@ -1,4 +1,4 @@
-"""A sweep's outputs: JSON (schema ``whyidle.sweep/1.0``), the terminal table, and the HTML page.
+"""A sweep's outputs: JSON (schema ``whyidle.sweep/1.0``, :mod:`whyidle.sweep.codec`), the terminal table, and the HTML page.
 
 All three read only the :class:`~whyidle.sweep.search.Sweep`. The HTML page follows the report's
 conventions (render/html.py): one offline file, the report's scoped styles, every string
@@ -16,51 +16,24 @@ import msgspec
 
 from whyidle import __version__
 from whyidle.config import SweepConfig
+from whyidle.sweep.codec import SWEEP_SCHEMA, encode, speedup
 from whyidle.sweep.search import Sweep
 from whyidle.sweep.trial import Trial, TrialResult
 
 __all__ = ["SWEEP_SCHEMA", "format_rate", "sweep_to_dict", "render_sweep_json", "render_sweep_terminal", "render_sweep_html", "series_of"]
 
-SWEEP_SCHEMA = "whyidle.sweep/1.0"
 
 
 def _e(s: object) -> str:
     return html.escape(str(s))
 
 
-def _fields(obj: msgspec.Struct) -> dict[str, Any]:
-    """Every field, defaults included: the JSON keys do not depend on the values."""
-    return {f: msgspec.to_builtins(getattr(obj, f)) for f in obj.__struct_fields__}
-
-
-def _result(r: TrialResult) -> dict[str, Any]:
-    d = _fields(r)
-    d["trial"] = _fields(r.trial)
-    d["label"] = r.trial.label()
-    return d
-
-
-def speedup(sw: Sweep) -> float | None:
-    b, base = sw.best, sw.baseline
-    if b is None or base is None or not b.samples_per_s or not base.samples_per_s:
-        return None
-    return b.samples_per_s / base.samples_per_s
-
-
 def sweep_to_dict(sw: Sweep, cfg: SweepConfig | None = None) -> dict[str, Any]:
-    best = sw.best
-    return {
-        "schema": SWEEP_SCHEMA,
-        "whyidle_version": __version__,
-        "space": msgspec.to_builtins(sw.space),
-        "rules": msgspec.to_builtins(cfg or SweepConfig()),
-        "batch": msgspec.to_builtins(sw.batch),
-        "trials": [{"stage": e.stage, "decision": e.decision, "kept": e.kept, "guard": msgspec.to_builtins(e.guard) if e.guard else None, **_result(e.result)} for e in sw.entries],
-        "baseline": _result(sw.baseline) if sw.baseline else None,
-        "best": {**_result(best), "code": best.trial.as_code()} if best else None,
-        "speedup_vs_baseline": speedup(sw),
-        "notes": list(sw.notes),
-    }
+    """The sweep's JSON as plain data (:mod:`whyidle.sweep.codec`); ``cfg``: the rules to write
+    when not the sweep's own."""
+    if cfg is not None and cfg != sw.rules:
+        sw = msgspec.structs.replace(sw, rules=cfg)
+    return encode(sw)
 
 
 def render_sweep_json(sw: Sweep, cfg: SweepConfig | None = None) -> str:

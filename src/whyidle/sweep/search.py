@@ -82,7 +82,11 @@ class BatchOutcome(msgspec.Struct, kw_only=True):
 
 
 class Sweep(msgspec.Struct, kw_only=True):
+    """What a sweep did: every trial with its decision, the batch outcome, the recommendation, and
+    the rules it ran under (its JSON, read back: :mod:`whyidle.sweep.codec`)."""
+
     space: Space
+    rules: SweepConfig = msgspec.field(default_factory=SweepConfig)
     entries: list[Entry] = []
     batch: BatchOutcome = msgspec.field(default_factory=BatchOutcome)
     best: TrialResult | None = None  # the recommended configuration's trial
@@ -131,7 +135,7 @@ class _Search:
         on_start: Callable[[str, Trial], None] | None = None,
     ) -> None:
         self.space, self.runner, self.cfg, self.on_entry, self.on_start = space, runner, cfg, on_entry, on_start
-        self.sweep = Sweep(space=space)
+        self.sweep = Sweep(space=space, rules=cfg)
         self.memo: dict[str, TrialResult] = {}
 
     def run(self, trial: Trial, stage: str) -> tuple[TrialResult, Entry | None]:
