@@ -105,6 +105,7 @@ _FIX = {
     "quantile": "use whyidle.analyses.profcost.linear_quantile for integers, or pass a discrete method= (nearest, inverted_cdf, lower, higher)",
     "set": "use whyidle.timeline.arrays.setdiff_sorted, or a sorted merge",
     "median": "use whyidle.timeline.arrays.median (np.median of floats imports numpy.ma; the dtype is not in the source)",
+    "isin": "use Timeline.mask(*kinds) or whyidle.timeline.arrays.one_of (np.isin of a few kinds sorts: 16 ms on 3M rows, comparisons 1 ms)",
 }
 
 
@@ -124,6 +125,8 @@ def _banned(node: ast.Call) -> str | None:
         return _FIX["set"]
     if f.attr in ("median", "nanmedian"):
         return _FIX["median"]
+    if f.attr == "isin" and node.args and "kind" in ast.unparse(node.args[0]):
+        return _FIX["isin"]
     return None
 
 
@@ -159,6 +162,8 @@ def test_the_scan_finds_each_banned_form(tmp_path: Path) -> None:
         "e = np.quantile(x, 0.5, method='linear')\n"  # banned
         "f = np.setdiff1d(x, y)\n"  # banned
         "g = np.median(x)\n"  # banned
+        "h = np.isin(tl.kind[rows], KINDS)\n"  # banned
+        "i = np.isin(rows, others)\n"
     )
     for part in DIAGNOSE_PATH:
         if part.endswith(".py"):
@@ -166,4 +171,4 @@ def test_the_scan_finds_each_banned_form(tmp_path: Path) -> None:
         else:
             (tmp_path / part).mkdir(exist_ok=True)
     lines = [int(s.split(":")[1]) for s in banned_calls(tmp_path)]
-    assert lines == [2, 4, 6, 7, 8]
+    assert lines == [2, 4, 6, 7, 8, 9]

@@ -40,7 +40,7 @@ import numpy.typing as npt
 from whyidle.analyses.calls import is_launch_call, queues_device_work
 from whyidle.analyses.hostwork import ContextSets, classes_of_strings, context_sets
 from whyidle.analyses.links import Links
-from whyidle.timeline.arrays import median
+from whyidle.timeline.arrays import median, one_of
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import OFF_CPU, Kind, Timeline
 
@@ -251,8 +251,8 @@ def host_sets(
     for lane in lanes:
         lane = int(lane)
         on_lane = tl.lane == lane
-        rows = np.flatnonzero(on_lane & np.isin(tl.kind, (*_HOST_WORK, int(Kind.ANNOTATION), int(Kind.PYTHON))))
-        work = rows[np.isin(tl.kind[rows], _HOST_WORK)]
+        rows = np.flatnonzero(on_lane & one_of(tl.kind, (*_HOST_WORK, int(Kind.ANNOTATION), int(Kind.PYTHON))))
+        work = rows[one_of(tl.kind[rows], _HOST_WORK)]
         s, e = tl.start_ns, tl.end_ns
         ops = Intervals.union_of(s[work], e[work])
         dl_rows = rows[dl_name[rows]]

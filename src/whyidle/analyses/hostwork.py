@@ -52,6 +52,7 @@ import numpy.typing as npt
 
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import OFF_CPU, Kind, Timeline
+from whyidle.timeline.arrays import one_of
 
 __all__ = [
     "WorkClass",
@@ -282,7 +283,7 @@ def innermost_segments(
 
 def context_rows(tl: Timeline, lane: int) -> I64:
     """One thread's context records (Python frames, ranges, OS calls), by start, longest first."""
-    rows = np.flatnonzero((tl.lane == lane) & np.isin(tl.kind, _CONTEXT_KINDS))
+    rows = np.flatnonzero((tl.lane == lane) & one_of(tl.kind, _CONTEXT_KINDS))
     rows = rows[~tl.name_mask(lambda s: s == OFF_CPU, rows)]  # scheduling state: a set of its own (hostops)
     s, t = tl.start_ns[rows], tl.end_ns[rows]
     ds, dd = np.diff(s), np.diff(t - s)
@@ -323,7 +324,7 @@ def context_sets(
 def classes_of_strings(tl: Timeline) -> npt.NDArray[np.int8]:
     """:func:`classify` of every string of the timeline (strings of other kinds are harmless)."""
     used = np.zeros(len(tl.strings), dtype=np.bool_)
-    ctx = np.isin(tl.kind, _CONTEXT_KINDS)
+    ctx = one_of(tl.kind, _CONTEXT_KINDS)
     used[tl.name[ctx]] = True
     out = np.zeros(len(tl.strings), dtype=np.int8)
     for i in np.flatnonzero(used).tolist():

@@ -39,7 +39,7 @@ import numpy as np
 
 from whyidle.config import AttributionSettings
 from whyidle.analyses.hostwork import SERVING_NAME, WorkClass, classify
-from whyidle.timeline.arrays import median, setdiff_sorted, unique_sorted
+from whyidle.timeline.arrays import median, one_of, setdiff_sorted, unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import DEVICE_WORK_KINDS, Kind, Timeline
 
@@ -95,12 +95,12 @@ def _outermost(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 def _batch_rows(tl: Timeline) -> tuple[str, np.ndarray]:
     """The most frequent serving-named range on one host lane (a batch per row), outermost only."""
-    ranges = np.flatnonzero(np.isin(tl.kind, _RANGE_KINDS))
+    ranges = np.flatnonzero(one_of(tl.kind, _RANGE_KINDS))
     rows = ranges[tl.name_mask(lambda s: bool(_ENGINE_STEP.search(_label(s))), ranges)]
     if rows.size == 0:
         rows = ranges[tl.name_mask(lambda s: bool(SERVING_NAME.search(_label(s))) and not _REQUEST.search(_label(s)), ranges)]
     if rows.size == 0:
-        rows = np.flatnonzero(np.isin(tl.kind, _RANGE_KINDS))
+        rows = np.flatnonzero(one_of(tl.kind, _RANGE_KINDS))
         rows = rows[tl.name_mask(lambda s: bool(_REQUEST.search(_label(s))), rows)]
     if rows.size == 0:
         return "", rows
@@ -116,7 +116,7 @@ def _sizes(tl: Timeline, batches: np.ndarray) -> tuple[np.ndarray, str]:
     lane = int(tl.lane[batches[0]])
     engine = bool(_ENGINE_STEP.search(_label(tl.strings[int(tl.name[batches[0]])])))
     on = np.flatnonzero((tl.lane == lane) & (tl.kind == int(Kind.CPU_OP)) & (tl.shape0 > 0) & (not engine))
-    req = np.flatnonzero((tl.lane == lane) & np.isin(tl.kind, _RANGE_KINDS))
+    req = np.flatnonzero((tl.lane == lane) & one_of(tl.kind, _RANGE_KINDS))
     req = req[tl.name_mask(lambda s: bool(_REQUEST.search(_label(s))), req)]
     req = setdiff_sorted(req, batches)  # both are row numbers; np.isin would import numpy.ma (docs/performance.md)
     by_shape = np.full(batches.size, -1, dtype=np.int64)
@@ -136,7 +136,7 @@ def _sizes(tl: Timeline, batches: np.ndarray) -> tuple[np.ndarray, str]:
 
 def _waits(tl: Timeline, lane: int) -> Intervals:
     """When the thread was blocked waiting (queue.get, locks, sockets, sleeps): its wait records."""
-    rows = np.flatnonzero((tl.lane == lane) & np.isin(tl.kind, _RANGE_KINDS))
+    rows = np.flatnonzero((tl.lane == lane) & one_of(tl.kind, _RANGE_KINDS))
     rows = rows[tl.name_mask(lambda s: classify(s) == WorkClass.WAIT, rows)]
     return Intervals.union_of(tl.start_ns[rows], tl.end_ns[rows])
 
@@ -145,7 +145,7 @@ def _device_ns(tl: Timeline, batches: np.ndarray) -> np.ndarray | None:
     """Per batch, the busy time of the device work launched from inside it (union of intervals)."""
     lane = int(tl.lane[batches[0]])
     launches = np.flatnonzero((tl.lane == lane) & (tl.kind == int(Kind.RUNTIME)) & (tl.corr >= 0))
-    dev = np.flatnonzero(np.isin(tl.kind, [int(k) for k in DEVICE_WORK_KINDS]) & (tl.corr >= 0))
+    dev = np.flatnonzero(one_of(tl.kind, [int(k) for k in DEVICE_WORK_KINDS]) & (tl.corr >= 0))
     if launches.size == 0 or dev.size == 0:
         return None
     row_by_corr = dict(zip(tl.corr[dev].tolist(), dev.tolist()))

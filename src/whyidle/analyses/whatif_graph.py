@@ -24,7 +24,7 @@ from whyidle.analyses.kernels import is_fp32_math_kernel
 from whyidle.analyses.links import Links
 from whyidle.analyses.profcost import estimate_profiler_cost
 from whyidle.analyses.window import Window
-from whyidle.timeline.arrays import median, unique_sorted
+from whyidle.timeline.arrays import median, one_of, unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
 
@@ -229,8 +229,8 @@ def _anchors(tl: Timeline, links: Links, dv: _Device, on_host: npt.NDArray[np.bo
     ``.to()`` synchronises after the copy): it goes with the copy when copies become asynchronous."""
     rows, launch = dv.rows, dv.launch
     d0, d1 = tl.start_ns[rows], tl.end_ns[rows]
-    sync_rows = np.flatnonzero(on_host & np.isin(tl.kind, (int(Kind.RUNTIME), int(Kind.SYNC))) & tl.name_mask(is_sync_call))
-    loader_rows = np.flatnonzero(on_host & np.isin(tl.kind, (int(Kind.CPU_OP), int(Kind.ANNOTATION))) & tl.name_mask(is_dataloader))
+    sync_rows = np.flatnonzero(on_host & one_of(tl.kind, (int(Kind.RUNTIME), int(Kind.SYNC))) & tl.name_mask(is_sync_call))
+    loader_rows = np.flatnonzero(on_host & one_of(tl.kind, (int(Kind.CPU_OP), int(Kind.ANNOTATION))) & tl.name_mask(is_dataloader))
     call_end = tl.end_ns[np.maximum(launch, 0)]
     blocking = (tl.kind[rows] == int(Kind.MEMCPY)) & (launch >= 0) & (np.minimum(call_end, d1) - d0 >= (d1 - d0) // 2) & (d1 > d0)
     h2d_dev = np.flatnonzero(blocking & tl.name_mask(lambda n: memcpy_direction(n) == "HtoD", rows))
@@ -348,7 +348,7 @@ def build_graph(tl: Timeline, links: Links, window: Window, boundary_ns: int = 5
     stream = tl.lane[rows].astype(np.int64)
     lat, gap = _latency(d0, d1, stream, lstart, boundary_ns)
     names = tuple(tl.names_of(rows))
-    on_host = np.isin(tl.lane, dv.host_lanes) & (tl.end_ns > w0) & (tl.start_ns < w1)
+    on_host = one_of(tl.lane, dv.host_lanes.tolist()) & (tl.end_ns > w0) & (tl.start_ns < w1)
     an = _anchors(tl, links, dv, on_host)
     lorder, awaited, tail = _waits(an, d1, lstart)
     opt_rows = np.flatnonzero(on_host & tl.name_mask(lambda n: n.startswith("Optimizer.step")))

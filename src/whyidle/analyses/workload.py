@@ -24,6 +24,7 @@ import numpy as np
 
 from whyidle.analyses.hostwork import SERVING_ENGINE, SERVING_NAME
 from whyidle.timeline.model import DEVICE_WORK_KINDS, Kind, Timeline
+from whyidle.timeline.arrays import one_of
 
 __all__ = ["Workload", "workload_kind", "KINDS", "TRAINING_MARKERS"]
 
@@ -42,7 +43,7 @@ class Workload(msgspec.Struct, frozen=True):
 
 def _count(tl: Timeline, kinds: tuple[int, ...], pred: Callable[[str], bool]) -> tuple[int, str]:
     """(number of rows of these kinds whose name matches, the most common such name)."""
-    rows = np.flatnonzero(np.isin(tl.kind, kinds))
+    rows = np.flatnonzero(one_of(tl.kind, kinds))
     rows = rows[tl.name_mask(pred, rows)]
     if rows.size == 0:
         return 0, ""
@@ -52,7 +53,7 @@ def _count(tl: Timeline, kinds: tuple[int, ...], pred: Callable[[str], bool]) ->
 
 def workload_kind(tl: Timeline) -> Workload:
     host_kinds = (int(Kind.CPU_OP), int(Kind.RUNTIME), int(Kind.ANNOTATION), int(Kind.PYTHON), int(Kind.STEP))
-    has_device = bool(np.isin(tl.kind, [int(k) for k in DEVICE_WORK_KINDS]).any()) if len(tl) else False
+    has_device = bool(one_of(tl.kind, [int(k) for k in DEVICE_WORK_KINDS]).any()) if len(tl) else False
     n_train, train_name = _count(
         tl, (int(Kind.CPU_OP), int(Kind.ANNOTATION), int(Kind.STEP), int(Kind.KERNEL)), lambda s: any(m in s for m in TRAINING_MARKERS)
     )
@@ -60,7 +61,7 @@ def workload_kind(tl: Timeline) -> Workload:
         return Workload("training", (f"{n_train:,} backward or optimizer records (e.g. {train_name})",))
     if not has_device:
         return Workload("unknown", ("no device work in the trace",))
-    if not np.isin(tl.kind, host_kinds).any():
+    if not one_of(tl.kind, host_kinds).any():
         return Workload("unknown", ("no host records: cannot tell what drove the device",))
     n_engine, engine = _count(tl, (int(Kind.PYTHON), int(Kind.ANNOTATION)), lambda s: bool(SERVING_ENGINE.search(s)))
     if n_engine:

@@ -26,7 +26,7 @@ from whyidle.findings.settings import RuleSettings
 from whyidle.findings.advice import FUSED_OPTIMIZERS
 from whyidle.findings.analyses import Analyses
 from whyidle.findings.demand import demand_facts, demand_steps
-from whyidle.timeline.arrays import unique_sorted
+from whyidle.timeline.arrays import one_of, unique_sorted
 from whyidle.timeline.model import Kind, Timeline
 
 __all__ = ["Detail", "DETAILS", "Facts", "context_evidence", "uncorrelatable", "with_trace_batch_size"]
@@ -153,7 +153,7 @@ def _sync_facts(a: Analyses, ci: int) -> tuple[tuple[str, Any], ...]:
     g, tl, w = a.gaps, a.tl, a.window
     lanes = unique_sorted(g.thread_lane[(g.slices[:, ci] > 0) & (g.thread_lane >= 0)])
     rows = np.flatnonzero(
-        np.isin(tl.lane, lanes) & (tl.kind == int(Kind.RUNTIME)) & (tl.start_ns >= w.start_ns) & (tl.start_ns < w.end_ns)
+        one_of(tl.lane, lanes) & (tl.kind == int(Kind.RUNTIME)) & (tl.start_ns >= w.start_ns) & (tl.start_ns < w.end_ns)
     )
     rows = rows[tl.name_mask(is_sync_call, rows)]
     names: dict[str, int] = {}

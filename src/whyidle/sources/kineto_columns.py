@@ -32,6 +32,7 @@ from whyidle.sources.kineto_values import (
 from whyidle.sources.kineto_values import _Num as _Num  # kineto.py imports it from here
 from whyidle.timeline.build import TimelineBuilder
 from whyidle.timeline.model import Kind, LaneKind, Timeline, TimelineMeta
+from whyidle.timeline.arrays import one_of
 
 
 # Category (case-insensitive) -> Kind. "step" is resolved by name.
@@ -337,7 +338,7 @@ def _local_columns(events: list[Any], style: str, path: str) -> _Local:
         name_ids_of, name_list = _intern(list(map(str, event_names)))
     name_ids = np.array(name_list, dtype=np.int32)
     names = [nm if isinstance(nm, str) else str(nm) for nm in name_ids_of]
-    is_device = np.isin(kind, [int(k) for k in _DEVICE_KINDS])
+    is_device = one_of(kind, [int(k) for k in _DEVICE_KINDS])
     args = list(map(_GET["args"], xs))
     lane, lane_keys = _lanes(xs, args, is_device)
     step_names, coll_names = _name_flags(names)

@@ -43,6 +43,7 @@ from whyidle.errors import InputError, MissingExtraError, TraceFormatError
 from whyidle.output import write_atomic
 from whyidle.sources._io import check_regular
 from whyidle.timeline.model import Kind, Lane, LaneKind, Timeline, TimelineMeta
+from whyidle.timeline.arrays import one_of
 
 __all__ = ["write_parquet", "load_parquet", "require_pyarrow", "PARQUET_MAGIC", "METADATA_KEY", "FORMAT_VERSION"]
 
@@ -136,8 +137,7 @@ def _check_columns(p: Path, cols: dict[str, np.ndarray], side: _Side) -> None:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise TraceFormatError(p, f"row {i}: column {c} is {int(cols[c][i])}, outside its table (expected {lo}..{hi - 1})")
-    kinds = np.array(sorted(_KIND_NAMES), dtype=np.int8)
-    unknown = ~np.isin(cols["kind"], kinds)
+    unknown = ~one_of(cols["kind"], sorted(_KIND_NAMES))
     if unknown.any():
         i = int(np.flatnonzero(unknown)[0])
         raise TraceFormatError(p, f"row {i}: column kind is {int(cols['kind'][i])}, which is no event kind")
