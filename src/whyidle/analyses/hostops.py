@@ -210,11 +210,11 @@ def first_use_rows(tl: Timeline, rows: I64, min_ns: int, min_ratio: float) -> I6
     sn = names[order]
     first = np.ones(sn.size, dtype=np.bool_)
     first[1:] = sn[1:] != sn[:-1]
+    starts = np.flatnonzero(first)
+    ends = np.append(starts[1:], sn.size)  # one past each name's last call
+    slow = dur[order[starts]] >= min_ns
     out = []
-    for k in np.flatnonzero(first & (dur[order] >= min_ns)).tolist():
-        j = k + 1
-        while j < sn.size and sn[j] == sn[k]:
-            j += 1
+    for k, j in zip(starts[slow].tolist(), ends[slow].tolist(), strict=True):
         later = dur[order[k + 1 : j]]
         if later.size >= 2 and dur[order[k]] >= min_ratio * median(later):
             out.append(int(rows[order[k]]))
