@@ -258,8 +258,9 @@ def _device_side(
 def _with_tail(pre: I64, tail: I64, h2d_next: B, la: _Launch) -> I64:
     """Post-launch tail [L, ge]: a slow launch call is a cold start, staging a pageable copy is the
     copy's cost, a launch call that blocks the thread (a synchronous copy) is a host sync;
-    otherwise it follows the gap's dominant host-side cause."""
-    slices = pre.copy()
+    otherwise it follows the gap's dominant host-side cause. Added into ``pre`` (the caller's
+    last use of it: a copy of the gaps-by-causes table took 150 ms at 555k gaps), and returned."""
+    slices = pre
     has_tail = tail > 0
     if has_tail.any():
         dominant = np.argmax(pre, axis=1)
