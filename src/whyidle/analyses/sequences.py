@@ -129,20 +129,15 @@ def _run_bounds(tl: Timeline, ok: OpKernels, member: npt.NDArray[np.bool_], must
     return sel[np.repeat(keep, np.diff(np.append(first, sel.size)))], np.cumsum(size) - size
 
 
-def _runs(tl: Timeline, ok: OpKernels, member: npt.NDArray[np.bool_], must: npt.NDArray[np.bool_] | None = None) -> list[list[int]]:
-    """:func:`_run_bounds` as lists of kernel indices."""
-    sel, first = _run_bounds(tl, ok, member, must)
-    return [part.tolist() for part in np.split(sel, first[1:])] if first.size else []
-
-
-def _instances(ok: OpKernels, run: list[int]) -> list[int]:
-    """The op instances (indices into ``ok.ops``) of a run of kernels, each once, in order."""
-    out: list[int] = []
-    for k in run:
-        o = int(ok.op[k])
-        if not out or out[-1] != o:
-            out.append(o)
-    return out
+def _run_instances(ok: OpKernels, sel: I64, first: I64) -> tuple[I64, I64, I64]:
+    """The op instances of runs (:func:`_run_bounds`): each op once however many kernels it ran in
+    a row, run after run; where each run's instances begin in them, and how many it has."""
+    op = ok.op[sel]
+    new = np.ones(sel.size, dtype=np.bool_)  # a kernel that starts an op instance of its run
+    new[1:] = op[1:] != op[:-1]
+    new[first] = True
+    n_inst = np.add.reduceat(new.astype(np.int64), first) if first.size else np.zeros(0, dtype=np.int64)
+    return op[new].astype(np.int64), np.cumsum(n_inst) - n_inst, n_inst
 
 
 def _lines(tl: Timeline, rows: list[int]) -> list[str]:
@@ -230,13 +225,8 @@ def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Att
     sel, first = _run_bounds(tl, ok, member)
     if sel.size == 0:
         return ()
-    ns, op = ok.ns[sel], ok.op[sel]
-    new = np.ones(sel.size, dtype=np.bool_)  # a kernel that starts an op instance of its run
-    new[1:] = op[1:] != op[:-1]
-    new[first] = True
-    inst = op[new]  # the runs' op instances, run after run
-    n_inst = np.add.reduceat(new.astype(np.int64), first)
-    inst_at = np.cumsum(n_inst) - n_inst
+    ns = ok.ns[sel]
+    inst, inst_at, n_inst = _run_instances(ok, sel, first)
     inst_rows = ok.ops[inst]
     # Per op instance, as lists read in the loop below: its op, row, name, recorded inputs, and
     # whether it reduces; per run, the sum of its ops' bytes.
@@ -296,9 +286,9 @@ def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Att
     return tuple(sorted(out, key=lambda c: -(c.kernel_ns - c.est_ns)))
 
 
-def _attention_at(tl: Timeline, ok: OpKernels, ops: list[int], j: int) -> tuple[list[int], tuple[int, int, int, int], str] | None:
-    """The attention pattern around the softmax at ``ops[j]``: (its op instances, shape, precision)."""
-    fam = [ok.works[o].family for o in ops]
+def _attention_at(tl: Timeline, ok: OpKernels, ops: list[int], fam: list[str], j: int) -> tuple[list[int], tuple[int, int, int, int], str] | None:
+    """The attention pattern around the softmax at ``ops[j]`` (``fam``: each op's family): (its op
+    instances, shape, precision)."""
     a = j - 1
     while a >= 0 and fam[a] in ("elementwise", "copy"):
         a -= 1
@@ -329,12 +319,15 @@ def unfused_attention(
     np.add.at(op_ns, ok.op[ok.op >= 0], ok.ns[ok.op >= 0])
     groups: dict[tuple[tuple[str, ...], tuple[int, int, int, int], str], list[tuple[int, int, int, int]]] = {}
     soft = np.append(ok.works.family_is(("softmax",)), False)[ok.op]
-    for run in _runs(tl, ok, eager, soft):
-        ops = _instances(ok, run)
-        for j, o in enumerate(ops):
-            if ok.works[o].family != "softmax":
+    inst, inst_at, n_inst = _run_instances(ok, *_run_bounds(tl, ok, eager, soft))
+    family = [w.family for w in ok.works.table]
+    inst_l, fam_l = inst.tolist(), [family[w] for w in ok.works.index[inst].tolist()]
+    for at, n in zip(inst_at.tolist(), n_inst.tolist(), strict=True):
+        ops, fam = inst_l[at : at + n], fam_l[at : at + n]
+        for j, f in enumerate(fam):
+            if f != "softmax":
                 continue
-            hit = _attention_at(tl, ok, ops, j)
+            hit = _attention_at(tl, ok, ops, fam, j)
             if hit is None:
                 continue
             chain, shape, precision = hit
