@@ -98,6 +98,19 @@ def test_batching_honours_the_file_and_the_flag_beats_it(tmp_path: Path, capsys:
     assert _batching(["--config", cfg, "--requests-per-run", "300"], capsys)["requests_per_run"] == 300
 
 
+def test_batching_takes_its_largest_batch_size_from_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``[serving] batching_max_batch_size`` bounds the curve's batch sizes, inline or in a file
+    (it was read from a fresh Config, whatever the file said)."""
+    cfg = settings_file(tmp_path, "[serving]\nbatching_max_batch_size = 4\n")
+    curve = tmp_path / "curve.csv"
+    curve.write_text("batch_size,latency_ms\n1,2\n8,4\n")
+    for given in (["--curve", "1:2:2.5,8:4:5"], ["--latency", str(curve)]):
+        rc, out, err = cli(["batching", *given, "--rate", "100", "--slo-ms", "50", "--json", "--config", cfg], capsys)
+        assert rc == 2 and out == "" and err.count("\n") == 1 and "batch size 8" in err and "at most 4" in err, (given, err)
+        rc, out, err = cli(["batching", *given, "--rate", "100", "--slo-ms", "50", "--json"], capsys)
+        assert rc == 0, err
+
+
 def _demand_log(tmp_path: Path) -> Path:
     """A request every 100 ms, served alone in 3 ms: the device waits for demand 97% of the time."""
     p = tmp_path / "requests.jsonl"

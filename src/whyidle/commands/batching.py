@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--slo-ms must be above 0 and --instances at least 1")
     cfg = config_from(args)
     n = args.requests_per_run or cfg.serving.batching_requests
-    profile = load_latency(args.latency) if args.latency else parse_curve(args.curve) if args.curve else _measure(args.measure, args)
+    cap = cfg.serving.batching_max_batch_size
+    profile = load_latency(args.latency, cap) if args.latency else parse_curve(args.curve, cap) if args.curve else _measure(args.measure, args)
     if args.requests:
         from whyidle.serving.requestlog import load_requests
         from whyidle.serving.traffic import traffic_from_log

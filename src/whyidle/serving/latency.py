@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from whyidle.config import Config
+from whyidle.config import Config, ServingSettings
 from whyidle.errors import InputError, MissingExtraError, UsageError
 from whyidle.findings.fields import FLOAT, INT, STR, Field, Opt, Table, Tup, Value
 from whyidle.serving.passes import Row, measure_curve, row_of
@@ -164,7 +164,9 @@ def _interp(k: int, xs: Sequence[int], ys: Sequence[float]) -> float:
     return float(ys[-1])
 
 
-def _make(path: object, rows: list[Row], **meta: Any) -> LatencyProfile:
+def _make(path: object, rows: list[Row], max_batch_size: int | None = None, **meta: Any) -> LatencyProfile:
+    """The profile of ``rows``, checked; ``max_batch_size``: ``ServingSettings.batching_max_batch_size``
+    (None: its default)."""
     if not rows:
         raise InputError(path, "holds no latency rows; expected batch_size and a latency per batch size")
     rows.sort()
@@ -173,7 +175,7 @@ def _make(path: object, rows: list[Row], **meta: Any) -> LatencyProfile:
         raise InputError(path, f"lists a batch size twice ({sizes}); expected one latency per batch size")
     if sizes[0] < 1 or any(r[1] <= 0 or not math.isfinite(r[1]) for r in rows):
         raise InputError(path, "has a batch size below 1 or a latency that is not a positive number")
-    cap = Config().serving.batching_max_batch_size
+    cap = ServingSettings().batching_max_batch_size if max_batch_size is None else max_batch_size
     if sizes[-1] > cap:
         raise InputError(path, f"has batch size {sizes[-1]}; expected at most {cap} (the simulator tables every size up to the largest)")
     if any(r[2] is not None and not (math.isfinite(r[2]) and r[2] > 0) for r in rows) or any(r[3] and not all(math.isfinite(x) and x > 0 for x in r[3]) for r in rows):
@@ -217,9 +219,11 @@ def _rows_from(path: object, raw: list[dict[str, Any]]) -> list[Row]:
     return out
 
 
-def parse_curve(text: str) -> LatencyProfile:
+def parse_curve(text: str, max_batch_size: int | None = None) -> LatencyProfile:
     """A curve written inline, ``BATCH:MEDIAN_MS[:P90_MS],...`` (``whyidle batching --curve``;
-    the form the demand finding writes from a trace's own batches), e.g. ``1:3.49:3.66,8:4.06``."""
+    the form the demand finding writes from a trace's own batches), e.g. ``1:3.49:3.66,8:4.06``.
+    ``max_batch_size``: the largest batch size it may list (``ServingSettings.batching_max_batch_size``;
+    None: its default)."""
     rows: list[Row] = []
     for part in (p.strip() for p in text.split(",")):
         bits = part.split(":")
@@ -230,13 +234,15 @@ def parse_curve(text: str) -> LatencyProfile:
         except (ValueError, OverflowError):
             raise UsageError(f"--curve {text!r}: expected BATCH:MEDIAN_MS[:P90_MS] pairs separated by commas, e.g. 1:3.5,8:4.1") from None
     try:
-        return _make("--curve", rows, source="--curve")
+        return _make("--curve", rows, max_batch_size, source="--curve")
     except InputError as exc:
         raise UsageError(f"--curve {text!r} {exc.problem}") from None
 
 
-def load_latency(path: str | Path) -> LatencyProfile:
+def load_latency(path: str | Path, max_batch_size: int | None = None) -> LatencyProfile:
     """Read a latency curve: CSV (batch_size, latency_<unit>[, latency_<unit>_p90]) or JSON.
+    ``max_batch_size``: the largest batch size it may list (``ServingSettings.batching_max_batch_size``;
+    None: its default).
 
     JSON: a list of rows, ``{"rows": [...]}`` (what ``whyidle batching --measure`` writes), or a
     file with a ``"latency"`` section holding that (tests/data/h200/measured.json).
@@ -247,14 +253,14 @@ def load_latency(path: str | Path) -> LatencyProfile:
     except UnicodeDecodeError as exc:
         raise InputError(p, f"is not UTF-8 text (byte {exc.start}); expected a latency curve (CSV or JSON)") from None
     try:
-        return _parse_latency(p, text)
+        return _parse_latency(p, text, max_batch_size)
     except RecursionError:
         raise InputError(p, "nests JSON too deeply; expected a list of rows") from None
     except csv.Error as exc:
         raise InputError(p, f"is not a CSV ({exc}); expected batch_size and a latency column") from None
 
 
-def _parse_latency(p: Path, text: str) -> LatencyProfile:
+def _parse_latency(p: Path, text: str, max_batch_size: int | None) -> LatencyProfile:
     stripped = text.lstrip()
     meta: dict[str, Any] = {"source": str(p)}
     if stripped.startswith(("{", "[")):
@@ -273,11 +279,11 @@ def _parse_latency(p: Path, text: str) -> LatencyProfile:
             doc = doc.get("rows")
         if not isinstance(doc, list) or not all(isinstance(r, dict) for r in doc):
             raise InputError(p, "expected a JSON list of rows with batch_size and a latency, or {\"rows\": [...]}")
-        return _make(p, _rows_from(p, doc), **meta)
+        return _make(p, _rows_from(p, doc), max_batch_size, **meta)
     reader = csv.DictReader(io.StringIO(text, newline=""))
     if not reader.fieldnames or "batch_size" not in [f.strip() for f in reader.fieldnames]:
         raise InputError(p, "expected a CSV header with batch_size and a latency column (e.g. latency_ms)")
-    return _make(p, _rows_from(p, [{k.strip(): v for k, v in r.items() if k} for r in reader]), **meta)
+    return _make(p, _rows_from(p, [{k.strip(): v for k, v in r.items() if k} for r in reader]), max_batch_size, **meta)
 
 
 def curve_from_samples(samples: dict[int, list[float]], source: str = "", device: str = "") -> LatencyProfile:
