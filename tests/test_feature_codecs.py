@@ -410,3 +410,28 @@ def test_hostile_fields_are_refused_or_render(tmp_path: Path) -> None:
             _render_all(r)
             loaded += 1
     assert refused and loaded  # both happen: the odd values are not all refused, nor all harmless
+
+
+def test_a_saved_result_given_as_a_trace_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``whyidle diagnose`` on a result whyidle saved says what it is and what reads it back (it
+    said "a JSON object without a 'traceEvents' list"), from the in-memory and the streaming
+    readers alike; a foreign JSON object keeps the plain message."""
+    from whyidle.sources.kineto_stream import parse_kineto_stream
+
+    report = tmp_path / "report.json"
+    assert main(["diagnose", str(DATA / "lab_h2d_cuda.pt.trace.json.gz"), "-o", str(report)]) == 0
+    comparison = _write(tmp_path, _good_comparison(), "diff.json")
+    cases = [
+        (report, "is a whyidle report saved as JSON, not a profiler trace; whyidle compare takes it as a side"),
+        (comparison, "is a whyidle comparison saved as JSON"),
+        (DATA / "sweep_h200.json", "is a whyidle sweep saved as JSON"),
+        (DATA / "batching.json", "is a whyidle batching result saved as JSON"),
+        (_write(tmp_path, {"name": "not ours", "events": []}, "other.json"), "is a JSON object without a 'traceEvents' list"),
+    ]
+    capsys.readouterr()
+    for path, says in cases:
+        assert main(["diagnose", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err and str(path) in err, (path, err)
+        with pytest.raises(whyidle.TraceFormatError, match=says.replace("(", r"\(").replace("'", "'")):
+            parse_kineto_stream(path)

@@ -409,6 +409,26 @@ _AT_EVENT = re.compile(r"\$\[(\d+)\]")
 NESTED_TOO_DEEP = "has JSON nested deeper than the decoder allows (thousands of levels); expected a profiler trace"
 
 
+_WHYIDLE_SAVED = re.compile(rb'"tool"\s*:\s*(?:"whyidle|\{\s*"name"\s*:\s*"whyidle")|"schema"\s*:\s*"whyidle\.')
+_SAVED_KIND = re.compile(rb'"kind"\s*:\s*"([a-z_]{1,40})"|"schema"\s*:\s*"whyidle\.([a-z_]{1,40})/')
+
+
+_SAVED_WHAT = {"report": "report", "multi_rank": "multi-rank report", "comparison": "comparison", "sweep": "sweep", "batching": "batching result", "serving": "serving diagnosis"}
+
+
+def no_events_error(path: str, head: bytes | bytearray) -> TraceFormatError:
+    """The error for a JSON object without a ``traceEvents`` list: a result whyidle saved (a
+    report, a comparison, a sweep...) is named as one, with what reads it back."""
+    head = bytes(head[:4096])
+    kinds = [(m.group(1) or m.group(2)).decode() for m in _SAVED_KIND.finditer(head)]
+    kind = next((k for k in kinds if k in _SAVED_WHAT), "report")  # a nested "kind" (a workload's) is not one
+    if _WHYIDLE_SAVED.search(head) or kind != "report":  # results saved before their tool field name a kind
+        what = _SAVED_WHAT[kind]
+        reads = "whyidle compare takes it as a side, and " if kind == "report" else ""
+        return TraceFormatError(path, f"is a whyidle {what} saved as JSON, not a profiler trace; {reads}whyidle.load_report() reads it back")
+    return TraceFormatError(path, "is a JSON object without a 'traceEvents' list; expected a PyTorch profiler trace")
+
+
 def _event_error(path: str, msg: str, offset: int) -> TraceFormatError:
     where = _AT_EVENT.sub(lambda m: f"$.traceEvents[{int(m.group(1)) + offset}]", msg.rsplit(" - at ", 1)[-1])
     if ".ts`" in msg or ".dur`" in msg:
@@ -431,6 +451,6 @@ def _split(raw: bytes, path: str) -> tuple[list[msgspec.Raw], Any]:
     if isinstance(doc, list):
         return doc, None
     if doc.traceEvents is None:
-        raise TraceFormatError(path, "is a JSON object without a 'traceEvents' list; expected a PyTorch profiler trace")
+        raise no_events_error(path, raw if isinstance(raw, (bytes, bytearray)) else b"")
     events, doc.traceEvents = doc.traceEvents, None  # the caller frees them when it is done
     return events, doc

@@ -43,6 +43,7 @@ from whyidle.sources.kineto import (
     _Doc,
     _fraction_style,
     looks_like_kineto,
+    no_events_error,
 )
 from whyidle.sources.kineto_batches import _Batches, _close
 from whyidle.sources.kineto_cuts import cut, merge_top_level, skip_ws
@@ -248,7 +249,7 @@ def _head(t: _Text, exact: bool) -> tuple[_Doc | None, int]:
                     break
             raise TraceFormatError(spath, "has a 'traceEvents' field that is not a list; expected a PyTorch profiler trace")
         if not t.more():
-            raise TraceFormatError(spath, "is a JSON object without a 'traceEvents' list; expected a PyTorch profiler trace")
+            raise no_events_error(spath, t.first)
         if len(buf) > t.max_held:
             raise t.too_big("the JSON before its 'traceEvents' list")
     head = bytes(buf[start:k]).rstrip()
