@@ -227,3 +227,31 @@ def _ref_cause_evidence(tl: Timeline, gaps: Gaps, ci: int, ref: _RefIndex, limit
     top_ops = tuple((n, ns, ops_gaps[n]) for n, ns in ops_ns.most_common(5))
     ex = tuple((int(gaps.start_ns[i]), int(gaps.end_ns[i]), int(part[i])) for i in order[:5])
     return CauseEvidence(top_ops, tuple(lines.most_common(5)), int(idx.size), ex)
+
+
+# -- first calls that were first-use costs ---------------------------------------------------------
+
+
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 40), st.integers(0, 5)), min_size=1, max_size=50))
+@settings(max_examples=200, deadline=None)
+def test_first_use_rows_against_their_definition(calls: list[tuple[int, int, int]]) -> None:
+    """A name's first call (earliest start) counts when it took at least ``min_ns`` and ``ratio``
+    times the median of at least two later calls; by brute force over every name."""
+    from statistics import median
+
+    from whyidle.analyses.hostops import first_use_rows
+
+    b = TimelineBuilder(TimelineMeta(source_format="test"))
+    lane = b.lane_id(LaneKind.CPU_THREAD, -1, "1", "1", "main")
+    for s0, d, k in calls:
+        b.add(s0, s0 + d, lane, Kind.CPU_OP, f"op{k}")
+    tl = b.build()
+    rows = np.flatnonzero(tl.lane == lane)
+    min_ns, ratio = 10, 3.0
+    want = []
+    for name in {tl.name_of(int(r)) for r in rows}:
+        mine = [int(r) for r in rows if tl.name_of(int(r)) == name]  # timeline order: by start
+        durs = [int(tl.end_ns[r] - tl.start_ns[r]) for r in mine]
+        if durs[0] >= min_ns and len(durs) >= 3 and durs[0] >= ratio * median(durs[1:]):
+            want.append(mine[0])
+    assert first_use_rows(tl, rows, min_ns, ratio).tolist() == sorted(want)

@@ -31,6 +31,7 @@ module loading, cuDNN/cuBLAS heuristics, allocator growth): part of ``cold``.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import msgspec
 import msgspec.structs
@@ -200,13 +201,28 @@ def first_use_rows(tl: Timeline, rows: I64, min_ns: int, min_ratio: float) -> I6
     """Of ``rows`` (one thread's ops, by start), the first calls of a name that were first-use costs.
 
     A first call counts when it took at least ``min_ns`` and ``min_ratio`` times the median of
-    the name's later calls (at least two of them: a name called once says nothing).
+    the name's later calls (at least two of them: a name called once says nothing). Only the
+    names whose first call took ``min_ns`` are sorted (a thread of 1.4M ops: 100 -> 20 ms).
     """
     if rows.size == 0:
         return rows
-    dur = tl.end_ns[rows] - tl.start_ns[rows]
+    start = tl.start_ns[rows]
+    dur = tl.end_ns[rows] - start
     names = tl.name[rows]
-    order = np.lexsort((tl.start_ns[rows], names))
+    if rows.size > 1 and not bool((start[1:] >= start[:-1]).all()):  # not by start: sort them all
+        return _first_use(rows, names, start, dur, np.arange(rows.size, dtype=np.int64), min_ns, min_ratio)
+    first = np.full(len(tl.strings), rows.size, dtype=np.int64)  # each name's first position
+    np.minimum.at(first, names, np.arange(rows.size, dtype=np.int64))
+    firsts = first[first < rows.size]
+    slow = firsts[dur[firsts] >= min_ns]
+    if slow.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    return _first_use(rows, names, start, dur, np.flatnonzero(np.isin(names, names[slow])), min_ns, min_ratio)
+
+
+def _first_use(rows: I64, names: npt.NDArray[np.integer[Any]], start: I64, dur: I64, among: I64, min_ns: int, min_ratio: float) -> I64:
+    """:func:`first_use_rows` over the positions ``among``."""
+    order = among[np.lexsort((start[among], names[among]))]
     sn = names[order]
     first = np.ones(sn.size, dtype=np.bool_)
     first[1:] = sn[1:] != sn[:-1]

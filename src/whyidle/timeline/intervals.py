@@ -54,8 +54,9 @@ class Intervals(msgspec.Struct, frozen=True):
             s, e = s[keep], e[keep]
         if s.size == 0:
             return Intervals.empty()
-        order = np.argsort(s, kind="stable")
-        s, e = s[order], e[order]
+        if s.size > 1 and not bool((s[1:] >= s[:-1]).all()):  # rows of a timeline come sorted by start
+            order = np.argsort(s, kind="stable")
+            s, e = s[order], e[order]
         reach = np.maximum.accumulate(e)
         # A new merged interval begins where a start lies beyond everything before it.
         new = np.empty(s.size, dtype=np.bool_)
