@@ -166,14 +166,15 @@ def _derive_batch_size(tl: Timeline, links: Links, window: Window) -> int | None
     return int(values[np.argmax(counts)])
 
 
-def _split_gaps_by_step(gaps: Gaps, lo: int, hi: int) -> I64:
-    """Idle ns per cause inside [lo, hi), splitting gaps that straddle the bounds pro rata."""
+def _split_gaps_by_step(gaps: Gaps, lo: int, hi: int, runs: list[tuple[int, int]] | None = None) -> I64:
+    """Idle ns per cause inside [lo, hi), splitting gaps that straddle the bounds pro rata
+    (``runs``: :func:`_device_runs` of the gaps, when already made)."""
     if len(gaps) == 0:
         return np.zeros(gaps.slices.shape[1], dtype=np.int64)
     # Gaps are sorted by start within each device; per device, the ones overlapping [lo, hi)
     # are a contiguous run found by binary search (disjoint intervals: ends sorted too).
     cand = []
-    for d_lo, d_hi in _device_runs(gaps):
+    for d_lo, d_hi in _device_runs(gaps) if runs is None else runs:
         a = d_lo + int(np.searchsorted(gaps.end_ns[d_lo:d_hi], lo, side="right"))
         b = d_lo + int(np.searchsorted(gaps.start_ns[d_lo:d_hi], hi, side="left"))
         if b > a:
@@ -211,15 +212,17 @@ def measure_utilization(tl: Timeline, links: Links, window: Window, gaps: Gaps, 
     kernel = sum((s.compute | s.comm).total() for s in sets)
     comm_total = sum(s.comm.total() for s in sets)
     steps = []
+    comm_only = [s.comm - s.compute for s in sets]  # once, not per step
+    runs = _device_runs(gaps)
     for st in window.steps:
         a, b = st.start_ns, st.end_ns
         comp = sum(s.compute.clip(a, b).total() for s in sets)
-        comm = sum((s.comm - s.compute).clip(a, b).total() for s in sets)
+        comm = sum(c.clip(a, b).total() for c in comm_only)
         mc = sum(s.memcpy.clip(a, b).total() for s in sets)
         ms = sum(s.memset.clip(a, b).total() for s in sets)
         dev_busy = sum(s.busy.clip(a, b).total() for s in sets)
         idle = (b - a) * max(n_dev, 1) - dev_busy
-        by_cause = _split_gaps_by_step(gaps, a, b)
+        by_cause = _split_gaps_by_step(gaps, a, b, runs)
         steps.append(StepFigures(st.number, a, b, comp, comm, mc, ms, idle, tuple(int(x) for x in by_cause)))
     batch: int | None
     if cfg.batch_size is not None:
@@ -233,7 +236,7 @@ def measure_utilization(tl: Timeline, links: Links, window: Window, gaps: Gaps, 
         busy_ns=int(busy),
         kernel_busy_ns=int(kernel),
         compute_ns=int(sum(s.compute.total() for s in sets)),
-        communication_ns=int(sum((s.comm - s.compute).total() for s in sets)),
+        communication_ns=int(sum(c.total() for c in comm_only)),
         communication_total_ns=int(comm_total),
         memcpy_ns=int(sum(s.memcpy.total() for s in sets)),
         memset_ns=int(sum(s.memset.total() for s in sets)),
