@@ -150,15 +150,21 @@ class _Lines:
         self._id: dict[str, int] = {"": 0}
 
     def of(self, string_ids: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.int32]:
-        """The line id of each string id (-1 and strings without a user frame: 0), as int32."""
-        uniq, inverse = unique_inverse(string_ids.astype(np.int64))
+        """The line id of each string id (-1 and strings without a user frame: 0), as int32. Only
+        the ids of a string are sorted (a trace recorded without stacks has none: no sort)."""
+        out = np.zeros(string_ids.size, dtype=np.int32)
+        has = np.flatnonzero(string_ids >= 0)
+        if has.size == 0:
+            return out
+        uniq, inverse = unique_inverse(string_ids[has].astype(np.int64))
         ids = np.zeros(uniq.size, dtype=np.int32)
         for k, sid in enumerate(uniq.tolist()):
-            line = python_line(self.strings[sid]) if sid >= 0 else ""
+            line = python_line(self.strings[sid])
             ids[k] = self._id.setdefault(line, len(self._id))
             if ids[k] == len(self.text):
                 self.text.append(line)
-        return ids[inverse] if uniq.size else np.zeros(0, dtype=np.int32)
+        out[has] = ids[inverse]
+        return out
 
 
 class _Nest:
