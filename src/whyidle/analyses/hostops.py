@@ -263,18 +263,22 @@ def host_sets(
     jit_name = tl.kind_name_mask(lambda s: bool(_JIT_RE.search(s)), Kind.RUNTIME, Kind.PYTHON, Kind.ANNOTATION)
     dirs = copy_directions(tl, links)
     has_launch = links.launch_of >= 0
+    # Made once for every lane: which rows are host records, and off-CPU ranges; each launch's thread.
+    host_kind = one_of(tl.kind, (*_HOST_WORK, int(Kind.ANNOTATION), int(Kind.PYTHON)))
+    off_cpu = (tl.kind == int(Kind.ANNOTATION)) & off_name
+    launch_lane = np.where(has_launch, tl.lane[np.maximum(links.launch_of, 0)], -1)
     result: dict[int, HostSets] = {}
     for lane in lanes:
         lane = int(lane)
         on_lane = tl.lane == lane
-        rows = np.flatnonzero(on_lane & one_of(tl.kind, (*_HOST_WORK, int(Kind.ANNOTATION), int(Kind.PYTHON))))
+        rows = np.flatnonzero(on_lane & host_kind)
         work = rows[one_of(tl.kind[rows], _HOST_WORK)]
         s, e = tl.start_ns, tl.end_ns
         ops = Intervals.union_of(s[work], e[work])
         dl_rows = rows[dl_name[rows]]
         dataloader = Intervals.union_of(s[dl_rows], e[dl_rows])
         # Copy ops that launched an HtoD / DtoH copy from this thread.
-        launches_here = has_launch & (tl.lane[np.maximum(links.launch_of, 0)] == lane)
+        launches_here = launch_lane == lane
         h2d_pts = np.sort(s[links.launch_of[launches_here & (dirs == "HtoD")]])
         d2h_pts = np.sort(s[links.launch_of[launches_here & (dirs == "DtoH")]])
         copy_rows = work[copy_name[work]]
@@ -298,7 +302,7 @@ def host_sets(
         ctx = context_sets(tl, lane, classes, python_overhead_max_ns, ops)
         waits = np.sort(s[runtime[wait_name[runtime]]])
         launches = np.sort(s[runtime[launch_only[runtime]]])
-        off_rows = np.flatnonzero(on_lane & (tl.kind == int(Kind.ANNOTATION)) & off_name)
+        off_rows = np.flatnonzero(on_lane & off_cpu)
         if off_rows.size:
             ctx = msgspec.structs.replace(ctx, off_cpu=Intervals.union_of(s[off_rows], e[off_rows]), has_sched=True)
         jit_rows = rows[jit_name[rows]]
