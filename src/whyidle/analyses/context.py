@@ -106,7 +106,7 @@ class ThreadIndex:
             is_top[1:] = s[1:] >= reach[:-1]
         top = np.flatnonzero(is_top)
         py = np.flatnonzero(on & (tl.kind == int(Kind.PYTHON)))
-        small = np.int32 if len(tl) < 2**31 else np.int64
+        small = tl.row_dtype
         th = _Thread(rows.astype(small), s, e, top.astype(small), s[top], e[top], py.astype(small))
         self._cache[lane] = th
         return th
@@ -262,7 +262,7 @@ def _lane_contexts(tl: Timeline, th: _Thread, nest: _Nest, gs: I64, he: I64) -> 
 def _all_contexts(index: ThreadIndex, gaps: Gaps) -> _Contexts:
     tl = index.tl
     n = len(gaps)
-    small = np.int32 if len(tl) < 2**31 else np.int64
+    small = tl.row_dtype
     cols: dict[str, Ints] = {c: np.full(n, -1, dtype=small) for c in ("before", "outermost", "innermost", "runtime", "during")}
     cols |= {c: np.zeros(n, dtype=small) for c in ("line", "lo", "hi")}
     during_ns = np.zeros(n, dtype=np.int64)

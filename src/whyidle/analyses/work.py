@@ -490,7 +490,7 @@ def op_kernels(tl: Timeline, links: Links, window: Window) -> OpKernels:
     op = _op_of_launch(tl, ops, parent, launch)
     # Rows and indices as int32 where the timeline's rows fit: the busy-time rules read this
     # table after the analyses (2 GB trace: 588k kernels, 1.4M ops; 23 MB less to hold).
-    small = np.int32 if len(tl) < 2**31 else np.int64
+    small = tl.row_dtype
     return OpKernels(rows.astype(small), ns, launch.astype(small), op.astype(small), ops.astype(small), works, parent.astype(small))
 
 
