@@ -125,8 +125,8 @@ def _run_bounds(tl: Timeline, ok: OpKernels, member: npt.NDArray[np.bool_], must
     keep = size >= 2
     if must is not None and sel.size:
         keep &= np.add.reduceat(must[sel].astype(np.int64), first) > 0
-    size = size[keep]
-    return sel[np.repeat(keep, np.diff(np.append(first, sel.size)))], np.cumsum(size) - size
+    kept = size[keep]
+    return sel[np.repeat(keep, size)], np.cumsum(kept) - kept
 
 
 def _run_instances(ok: OpKernels, sel: I64, first: I64) -> tuple[I64, I64, I64]:

@@ -166,15 +166,15 @@ def _derive_batch_size(tl: Timeline, links: Links, window: Window) -> int | None
     return int(values[np.argmax(counts)])
 
 
-def _split_gaps_by_step(gaps: Gaps, lo: int, hi: int, runs: list[tuple[int, int]] | None = None) -> I64:
+def _split_gaps_by_step(gaps: Gaps, lo: int, hi: int, runs: list[tuple[int, int]]) -> I64:
     """Idle ns per cause inside [lo, hi), splitting gaps that straddle the bounds pro rata
-    (``runs``: :func:`_device_runs` of the gaps, when already made)."""
+    (``runs``: :func:`_device_runs` of the gaps)."""
     if len(gaps) == 0:
         return np.zeros(gaps.slices.shape[1], dtype=np.int64)
     # Gaps are sorted by start within each device; per device, the ones overlapping [lo, hi)
     # are a contiguous run found by binary search (disjoint intervals: ends sorted too).
     cand = []
-    for d_lo, d_hi in _device_runs(gaps) if runs is None else runs:
+    for d_lo, d_hi in runs:
         a = d_lo + int(np.searchsorted(gaps.end_ns[d_lo:d_hi], lo, side="right"))
         b = d_lo + int(np.searchsorted(gaps.start_ns[d_lo:d_hi], hi, side="left"))
         if b > a:

@@ -451,6 +451,6 @@ def _split(raw: bytes, path: str) -> tuple[list[msgspec.Raw], Any]:
     if isinstance(doc, list):
         return doc, None
     if doc.traceEvents is None:
-        raise no_events_error(path, raw if isinstance(raw, (bytes, bytearray)) else b"")
+        raise no_events_error(path, raw)
     events, doc.traceEvents = doc.traceEvents, None  # the caller frees them when it is done
     return events, doc
