@@ -19,7 +19,7 @@ import msgspec
 import numpy as np
 
 from whyidle.analyses.hostops import memcpy_direction
-from whyidle.timeline.arrays import one_of, unique_sorted
+from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.intervals import Intervals
 from whyidle.timeline.model import Kind, Timeline
 
@@ -45,7 +45,7 @@ def exposed_h2d_copies(tl: Timeline, lo: int, hi: int, steps: tuple[tuple[int, i
     inside = (tl.end_ns > lo) & (tl.start_ns < hi)
     h2d = np.flatnonzero(inside & (tl.kind == int(Kind.MEMCPY)))
     h2d = h2d[h2d_name[tl.name[h2d]]]
-    kernels = np.flatnonzero(inside & one_of(tl.kind, (int(Kind.KERNEL), int(Kind.COLLECTIVE))))
+    kernels = np.flatnonzero(inside & tl.mask(Kind.KERNEL, Kind.COLLECTIVE))
     dev_h2d, dev_kernels = tl.device_of(h2d), tl.device_of(kernels)
     exposed: list[Intervals] = []  # per device: devices overlap in time, so they are summed, not united
     pageable_ns = copy_ns = 0

@@ -145,7 +145,7 @@ def _device_ns(tl: Timeline, batches: np.ndarray) -> np.ndarray | None:
     """Per batch, the busy time of the device work launched from inside it (union of intervals)."""
     lane = int(tl.lane[batches[0]])
     launches = np.flatnonzero((tl.lane == lane) & (tl.kind == int(Kind.RUNTIME)) & (tl.corr >= 0))
-    dev = np.flatnonzero(one_of(tl.kind, [int(k) for k in DEVICE_WORK_KINDS]) & (tl.corr >= 0))
+    dev = np.flatnonzero(tl.mask(*DEVICE_WORK_KINDS) & (tl.corr >= 0))
     if launches.size == 0 or dev.size == 0:
         return None
     row_by_corr = dict(zip(tl.corr[dev].tolist(), dev.tolist()))

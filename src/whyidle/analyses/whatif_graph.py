@@ -229,8 +229,8 @@ def _anchors(tl: Timeline, links: Links, dv: _Device, on_host: npt.NDArray[np.bo
     ``.to()`` synchronises after the copy): it goes with the copy when copies become asynchronous."""
     rows, launch = dv.rows, dv.launch
     d0, d1 = tl.start_ns[rows], tl.end_ns[rows]
-    sync_rows = np.flatnonzero(on_host & one_of(tl.kind, (int(Kind.RUNTIME), int(Kind.SYNC))) & tl.name_mask(is_sync_call))
-    loader_rows = np.flatnonzero(on_host & one_of(tl.kind, (int(Kind.CPU_OP), int(Kind.ANNOTATION))) & tl.name_mask(is_dataloader))
+    sync_rows = np.flatnonzero(on_host & tl.mask(Kind.RUNTIME, Kind.SYNC) & tl.name_mask(is_sync_call))
+    loader_rows = np.flatnonzero(on_host & tl.mask(Kind.CPU_OP, Kind.ANNOTATION) & tl.name_mask(is_dataloader))
     call_end = tl.end_ns[np.maximum(launch, 0)]
     blocking = (tl.kind[rows] == int(Kind.MEMCPY)) & (launch >= 0) & (np.minimum(call_end, d1) - d0 >= (d1 - d0) // 2) & (d1 > d0)
     h2d_dev = np.flatnonzero(blocking & tl.name_mask(lambda n: memcpy_direction(n) == "HtoD", rows))

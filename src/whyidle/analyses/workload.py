@@ -53,7 +53,7 @@ def _count(tl: Timeline, kinds: tuple[int, ...], pred: Callable[[str], bool]) ->
 
 def workload_kind(tl: Timeline) -> Workload:
     host_kinds = (int(Kind.CPU_OP), int(Kind.RUNTIME), int(Kind.ANNOTATION), int(Kind.PYTHON), int(Kind.STEP))
-    has_device = bool(one_of(tl.kind, [int(k) for k in DEVICE_WORK_KINDS]).any()) if len(tl) else False
+    has_device = bool(tl.mask(*DEVICE_WORK_KINDS).any()) if len(tl) else False
     n_train, train_name = _count(
         tl, (int(Kind.CPU_OP), int(Kind.ANNOTATION), int(Kind.STEP), int(Kind.KERNEL)), lambda s: any(m in s for m in TRAINING_MARKERS)
     )
