@@ -6,6 +6,7 @@ the file (and the field), exit status 2 through the command line."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import tempfile
@@ -435,3 +436,16 @@ def test_a_saved_result_given_as_a_trace_is_named(tmp_path: Path, capsys: pytest
         assert err.count("\n") == 1 and says in err and str(path) in err, (path, err)
         with pytest.raises(whyidle.TraceFormatError, match=says.replace("(", r"\(").replace("'", "'")):
             parse_kineto_stream(path)
+
+
+def test_the_trace_readers_name_every_saved_kind() -> None:
+    """The Kineto readers name a saved result by its kind (sources/kineto.py ``_SAVED_WHAT``, a
+    table kept beside them: the sources layer imports no reader of results); every kind a package
+    registers a reader for must have its words there."""
+    from whyidle.findings import saved
+    from whyidle.sources.kineto import _SAVED_WHAT
+
+    for package in ("comparison", "ranks", "serving", "sweep"):  # the packages that register readers
+        importlib.import_module(f"whyidle.{package}.register")
+    missing = set(saved._READERS) - set(_SAVED_WHAT)
+    assert not missing, f"kinds with a reader but no words in whyidle.sources.kineto._SAVED_WHAT: {sorted(missing)}"
