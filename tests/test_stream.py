@@ -127,6 +127,36 @@ def test_false_cuts_inside_events_and_strings(tmp_path: Path, monkeypatch: pytes
     assert_same_timeline(parse_kineto(p.read_bytes(), path=str(p)), parse_kineto_stream(p, jobs=jobs))
 
 
+@pytest.mark.parametrize("window", [64, 4096])
+def test_plain_file_cut_ahead_of_the_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int) -> None:
+    # A plain file decoded by workers is cut from a small window past each batch, never read
+    # whole by the main process. Windows without a candidate (64 bytes, inside long events), a
+    # run of blank space longer than a window, false candidates inside args, and a tail of
+    # fields after the events longer than a batch: each falls back or is joined, and the
+    # Timeline is exactly the in-memory reader's.
+    monkeypatch.setattr(ks, "_BATCH", 4096)
+    monkeypatch.setattr(ks, "_BLOCK", 4096)
+    monkeypatch.setattr(ks, "_GZ_READ", 4096)
+    monkeypatch.setattr(ks, "_WINDOW", window)
+    cut_at: list[int] = []
+    real = ks._Text.jump
+    monkeypatch.setattr(ks._Text, "jump", lambda self, offset, size: cut_at.append(offset) or real(self, offset, size))
+    ev = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 1000 + i, "dur": 1, "args": {"x": [{"name": 1}, {"ph": "a"}] * (i % 4)}}
+        for i in range(3000)
+    ]
+    text = json.dumps({"schemaVersion": 1, "traceEvents": ev})
+    k = len(text) // 3
+    k = text.index("}, {", k) + 3
+    text = text[:k] + " " * 10_000 + text[k:]  # blank space between two events
+    tail = json.dumps([{"id": i, "name": f"dev{i}", "ph": "X"} for i in range(400)])
+    text = text[:-1] + f', "deviceProperties": {tail}}}'
+    p = tmp_path / "t.json"
+    p.write_text(text)
+    assert_same_timeline(parse_kineto(p.read_bytes(), path=str(p)), parse_kineto_stream(p, jobs=2))
+    assert cut_at, "no batch was cut ahead"
+
+
 @pytest.mark.skipif(not REAL, reason=f"real traces not found in {TRACES}")
 def test_parallel_chunks_same_timeline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ks, "_BATCH", 1 << 20)

@@ -46,7 +46,7 @@ from whyidle.sources.kineto import (
     no_events_error,
 )
 from whyidle.sources.kineto_batches import _Batches, _close
-from whyidle.sources.kineto_cuts import cut, merge_top_level, skip_ws
+from whyidle.sources.kineto_cuts import cut, find_cut, merge_top_level, skip_ws
 from whyidle.sources.rocprof_schema import looks_like_rocprof
 from whyidle.sources.kineto_columns import _Columns, _Local
 from whyidle.timeline.model import Timeline
@@ -62,6 +62,7 @@ _GZ_OUT = 64 << 20  # decompressed bytes produced per step at most (a bomb infla
 _PARALLEL_MIN_BYTES = 64 << 20  # below this, starting worker processes costs more than it saves
 _MAX_FALSE_CUTS = 64  # candidate cuts tried per batch before the text is called malformed
 _BATCH = 16 << 20  # text per decoded batch of events
+_WINDOW = 64 << 10  # plain file, workers decoding: text read past a batch's first _BATCH bytes to cut it
 _MIB = 1 << 20
 
 
@@ -97,9 +98,9 @@ def _settings(settings: ReadSettings | None) -> ReadSettings:
     return ReadSettings() if settings is None else settings
 
 
-def _blocks(path: Path, progress: Progress | None, settings: ReadSettings) -> Generator[bytes, None, None]:
+def _blocks(path: Path, progress: Progress | None, settings: ReadSettings, start: int = 0) -> Generator[bytes, None, None]:
     """The decompressed content, block by block (gzip members one after another), gzip within
-    the settings' limits."""
+    the settings' limits; a plain file's from byte ``start``."""
     check_regular(path)
     try:
         f = open(path, "rb")
@@ -118,7 +119,10 @@ def _blocks(path: Path, progress: Progress | None, settings: ReadSettings) -> Ge
         if not first:
             raise TraceFormatError(path, "the file is empty; expected a profiler trace")
         if not first.startswith(GZIP_MAGIC):
-            yield first
+            if start:
+                f.seek(start)
+            else:
+                yield first
             while blk := f.read(_BLOCK):
                 tell()
                 yield blk
@@ -185,6 +189,8 @@ class _Text:
 
     def __init__(self, path: Path, progress: Progress | None, settings: ReadSettings) -> None:
         self.path = str(path)
+        self.progress = progress
+        self.settings = settings
         self.blocks = _blocks(path, progress, settings)
         self.buf = bytearray()
         self.buf_off = 0  # file offset of buf[0] (plain files)
@@ -219,6 +225,17 @@ class _Text:
         """Forget the first ``n`` bytes of the buffer."""
         del self.buf[:n]
         self.buf_off += n
+
+    def jump(self, offset: int, size: int) -> None:
+        """A plain file: forget the buffer and go on reading at byte ``offset``, the text before
+        it being taken care of (by a worker, see :func:`_cut_ahead`)."""
+        self.blocks.close()
+        self.blocks = _blocks(Path(self.path), self.progress, self.settings, offset)
+        self.buf = bytearray()
+        self.buf_off = offset
+        self.recent = []
+        if self.progress is not None:
+            self.progress(offset, size)
 
 
 def _head(t: _Text, exact: bool) -> tuple[_Doc | None, int]:
@@ -288,8 +305,38 @@ def _last_events(t: _Text, batches: _Batches, cols: _Columns, pos: int) -> None:
     t.buf = bytearray(rest[end + 1 :])
 
 
-def _events(t: _Text, batches: _Batches, cols: _Columns, pos: int, plain: bool) -> int:
+def _read_window(path: str, offset: int, length: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(length)
+
+
+def _cut_ahead(t: _Text, batches: _Batches, offset: int, size: int) -> int | None:
+    """A plain file whose batches the workers read themselves: cut the batch that starts at file
+    byte ``offset`` from a window past its first ``_BATCH`` bytes, without reading the batch here,
+    and submit it; the file offset of the next event (None: read on the usual way instead).
+
+    Only a strict candidate (``find_cut``) in the window is taken, and never near the end of the
+    file, where the array's closing ']' and the fields after it are: anything else (a window
+    without a candidate, white space running past it) is left to the buffered path, which
+    reads the text and owns every error. A wrong candidate (inside an event's ``args``) is
+    joined with the next batch by :class:`_Batches`, as on the buffered path."""
+    start = offset + _BATCH
+    if start + _WINDOW + _BATCH > size:
+        return None
+    win = _read_window(t.path, start, _WINDOW)
+    c = find_cut(win, 0, len(win), True)
+    if c < 0:
+        return None
+    j = skip_ws(win, c)  # at the ','
+    nxt = skip_ws(win, j + 1)  # at the '{' (find_cut checked it is in the window)
+    batches.submit_at(offset, start + c - offset, win[c:nxt])
+    return start + nxt
+
+
+def _events(t: _Text, batches: _Batches, cols: _Columns, pos: int, plain: bool, size: int) -> int:
     """Decode every event from ``pos``; returns the position after the array in the buffer."""
+    ahead = plain and batches.pool is not None
     while True:
         pos = skip_ws(t.buf, pos)
         if pos > _BATCH:  # blank space between events: drop it, never hold it
@@ -297,8 +344,13 @@ def _events(t: _Text, batches: _Batches, cols: _Columns, pos: int, plain: bool) 
             pos = 0
         if pos < len(t.buf) and t.buf[pos] == 0x5D and not batches.carry and not batches.pending:  # ']'
             return pos + 1
-        if len(t.buf) - pos < _BATCH and t.more():
-            continue
+        if len(t.buf) - pos < _BATCH:
+            if ahead and (pos < len(t.buf) or not t.buf) and (nxt := _cut_ahead(t, batches, t.buf_off + pos, size)) is not None:
+                t.jump(nxt, size)
+                pos = 0
+                continue
+            if t.more():
+                continue
         c, loc = _serial_cut(t, batches, pos) if batches.pool is None else (cut(t.buf, pos, len(t.buf)), None)
         if c <= pos:
             if len(t.buf) - pos > t.max_held + _BATCH:
@@ -351,7 +403,7 @@ def _run(path: Path, style: str, exact: bool, settings: ReadSettings, jobs: int 
     doc, pos = _head(t, exact)
     batches = _Batches(cols, exact, jobs)
     try:
-        pos = _events(t, batches, cols, pos, plain)
+        pos = _events(t, batches, cols, pos, plain, size)
         batches.flush()
     finally:
         batches.close()
@@ -364,7 +416,8 @@ def _run(path: Path, style: str, exact: bool, settings: ReadSettings, jobs: int 
         if gc_was_enabled:
             gc.enable()
     _give_back_freed_memory()
-    return timeline, bytes(t.first), b"".join(t.recent)[-_MIB:]
+    last = _read_window(str(path), max(size - _MIB, 0), _MIB) if plain else b"".join(t.recent)[-_MIB:]
+    return timeline, bytes(t.first), last
 
 
 def _give_back_freed_memory() -> None:
