@@ -21,10 +21,10 @@ from whyidle.analyses.quality import Quality, assess_quality
 from whyidle.analyses.utilization import Utilization, measure_utilization
 from whyidle.analyses.window import Window, select_window
 from whyidle.analyses.work import OpKernels, WorkSummary, measure_work, op_kernels
-from whyidle.config import Config
+from whyidle.config import AttributionSettings, Config
 from whyidle.errors import ArgumentError, require_path
-from whyidle.analyses.names import name_times
-from whyidle.analyses.strip import device_activity
+from whyidle.analyses.names import NameTimes, name_times
+from whyidle.analyses.strip import DeviceActivity, device_activity
 from whyidle.diagnosis import Diagnosis, as_diagnosis
 from whyidle.findings.model import rank_key, Finding, GapColumns, GapRecord, Skipped, SourceInfo, WindowInfo
 from whyidle.findings.predict import LeverPredictions, PredictionGraph, attach_predictions, levers_of, prediction_graph, predictions_on, replay_ahead
@@ -45,11 +45,11 @@ def analyse(tl: Timeline, cfg: Config | None = None, links: Links | None = None,
     cfg = cfg or Config()
     links = link_launches(tl) if links is None else links
     window = select_window(tl, links, cfg.window) if window is None else window
-    return _with_kernels(_measure(tl, cfg, links, window), kernel_stats(tl, links, window, cfg.attribution))
+    return _with_kernels(_measure(tl, cfg, links, window), _kernel_side(tl, links, window, cfg.attribution), cfg)
 
 
 class _Measured(msgspec.Struct, frozen=True):
-    """The analyses but the kernel statistics (which a helper may make meanwhile)."""
+    """The analyses that read the gaps."""
 
     tl: Timeline
     window: Window
@@ -57,22 +57,37 @@ class _Measured(msgspec.Struct, frozen=True):
     gaps: Gaps
     utilization: Utilization
     quality: Quality
-    work: WorkSummary | None
-    op_kernels: OpKernels | None  # each kernel's launching op (the work model's; the busy-time rules read it)
 
 
 def _measure(tl: Timeline, cfg: Config, links: Links, window: Window) -> _Measured:
     gaps = find_gaps(tl, links, window, cfg.attribution)
     util = measure_utilization(tl, links, window, gaps, cfg.window)
     quality = assess_quality(tl, links, window, gaps, cfg.attribution)
-    launched_by = op_kernels(tl, links, window) if links.device_rows.size else None
-    work = measure_work(tl, links, window, cfg, launched_by) if launched_by is not None else None
-    return _Measured(tl, window, links, gaps, util, quality, work, launched_by)
+    return _Measured(tl, window, links, gaps, util, quality)
 
 
-def _with_kernels(m: _Measured, kernels: KernelStats) -> Analyses:
-    tl = m.tl
-    return Analyses(tl, m.window, m.gaps, m.utilization, kernels, m.quality, ThreadIndex(tl), m.links, advice_context(tl, m.gaps.workload), m.work, m.op_kernels)
+class _KernelSide(msgspec.Struct, frozen=True):
+    """The analyses of the kernels that do not read the gaps (a helper makes them meanwhile)."""
+
+    stats: KernelStats
+    op_kernels: OpKernels | None  # each kernel's launching op (the work model's; the busy-time rules read it)
+    activity: tuple[DeviceActivity, ...]  # the report's activity strip
+    name_times: NameTimes  # the report's time per name
+
+
+def _kernel_side(tl: Timeline, links: Links, window: Window, attribution: AttributionSettings) -> _KernelSide:
+    return _KernelSide(
+        kernel_stats(tl, links, window, attribution),
+        op_kernels(tl, links, window) if links.device_rows.size else None,
+        device_activity(tl, links, window),
+        name_times(tl, links, window),
+    )
+
+
+def _with_kernels(m: _Measured, k: _KernelSide, cfg: Config) -> Analyses:
+    tl, launched_by = m.tl, k.op_kernels
+    work = measure_work(tl, m.links, m.window, cfg, launched_by) if launched_by is not None else None
+    return Analyses(tl, m.window, m.gaps, m.utilization, k.stats, m.quality, ThreadIndex(tl), m.links, advice_context(tl, m.gaps.workload), work, launched_by)
 
 
 class _Strings:
@@ -174,7 +189,8 @@ def report_from(a: Analyses, cfg: Config) -> Diagnosis:
     """The Diagnosis of the analyses."""
     rules = RuleSettings.of(cfg)
     findings, skipped = _ranked_findings(a, rules)
-    return _with_predictions(a, _report(a, cfg, rules, findings, skipped), rules, None)
+    drawn = (device_activity(a.tl, a.links, a.window), name_times(a.tl, a.links, a.window))
+    return _with_predictions(a, _report(a, cfg, rules, findings, skipped, *drawn), rules, None)
 
 
 def _with_predictions(a: Analyses, report: Diagnosis, rules: RuleSettings, predictions: LeverPredictions | None) -> Diagnosis:
@@ -190,8 +206,17 @@ def _ranked_findings(a: Analyses, rules: RuleSettings) -> tuple[tuple[Finding, .
     return tuple(sorted(findings, key=rank_key)), skipped
 
 
-def _report(a: Analyses, cfg: Config, rules: RuleSettings, findings: tuple[Finding, ...], skipped: tuple[Skipped, ...]) -> Diagnosis:
-    """The Diagnosis of the analyses and their findings, without predictions or critical path."""
+def _report(
+    a: Analyses,
+    cfg: Config,
+    rules: RuleSettings,
+    findings: tuple[Finding, ...],
+    skipped: tuple[Skipped, ...],
+    activity: tuple[DeviceActivity, ...],
+    times: NameTimes,
+) -> Diagnosis:
+    """The Diagnosis of the analyses and their findings, without predictions or critical path;
+    ``activity`` and ``times``: the timeline's :func:`device_activity` and :func:`name_times`."""
     tl = a.tl
     totals = a.gaps.total_by_cause()
     idle_by_cause = {c.key: int(totals[i]) for i, c in enumerate(C.CAUSES)}
@@ -228,9 +253,9 @@ def _report(a: Analyses, cfg: Config, rules: RuleSettings, findings: tuple[Findi
         cold_start=a.quality.cold_start,
         no_device_activity=a.quality.no_device_activity,
         gap_columns=columns,
-        activity=device_activity(tl, a.links, a.window),
+        activity=activity,
         lanes=tuple(tl.lanes),
-        name_times=name_times(tl, a.links, a.window),
+        name_times=times,
         work=a.work,
     )
 
@@ -287,16 +312,17 @@ def _diagnose(tl: Timeline, cfg: Config, helpers: Helpers) -> tuple[Diagnosis, A
     # this process 1.5 ms to fork and 5-6 ms of copy-on-write faults (B200 trace: 21 -> 29 ms).
     with (helpers if errand.worth_a_helper() else Helpers()).beside(errand) as helper:
         measured = _measure(tl, cfg, links, window)
-        a = _with_kernels(measured, helper.early())
+        side = helper.early()
+        a = _with_kernels(measured, side, cfg)
         findings, skipped = _ranked_findings(a, rules)
         helper.ask(levers_of(findings))
-        report = _report(a, cfg, rules, findings, skipped)
+        report = _report(a, cfg, rules, findings, skipped, side.activity, side.name_times)
         return _with_predictions(a, report, rules, helper.result()), a
 
 
 class _Beside(msgspec.Struct, frozen=True):
     """What a helper does beside the diagnosis (an :class:`~whyidle.parallel.Errand`): the kernel
-    statistics first (the gaps are found meanwhile), then the what-if graph while the analyses and
+    statistics and each kernel's launching op first (the gaps are found meanwhile), then the what-if graph while the analyses and
     rules run, the replays of every lever while it waits, and last the predictions of the levers
     the findings name (asked while the report is assembled)."""
 
@@ -308,8 +334,8 @@ class _Beside(msgspec.Struct, frozen=True):
     def worth_a_helper(self) -> bool:
         return bool(self.window.steps) and self.links.device_rows.size > 0
 
-    def early(self) -> KernelStats:
-        return kernel_stats(self.tl, self.links, self.window, self.rules.attribution)
+    def early(self) -> _KernelSide:
+        return _kernel_side(self.tl, self.links, self.window, self.rules.attribution)
 
     def prepare(self) -> PredictionGraph:
         return prediction_graph(self.tl, self.window, self.rules, self.links)
