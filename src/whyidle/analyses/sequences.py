@@ -245,10 +245,17 @@ def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Att
     cache = dict[int, list[int]]()
     op_ns: I64 | None = None  # each op's kernel time, for the bandwidth when the peak is unknown
     ops_of, rows_of, name_of, keys_of, reduces_of = per_inst
+    # A step repeats its chains: the fused bytes and the names of each distinct sequence of ops
+    # (names and recorded inputs, which decide whether an op reduces) are found once.
+    seen: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, tuple[str, ...]]] = {}
     for at, n, kernels, took, shortest, lane, nbytes in runs:
         if n < 2:
             continue
-        fused = _fused_nbytes(tl, keys_of[at : at + n], reduces_of[at : at + n], cache)
+        sig = (tuple(name_of[at : at + n]), tuple(keys_of[at : at + n]))
+        known = seen.get(sig)
+        if known is None:
+            known = seen[sig] = (_fused_nbytes(tl, keys_of[at : at + n], reduces_of[at : at + n], cache), tuple(tl.strings[i] for i in sig[0]))
+        fused, key = known
         if peak is not None:
             bw = peak.mem_tbps * 1e3
         else:
@@ -256,7 +263,6 @@ def fusion_chains(tl: Timeline, ok: OpKernels, peak: DevicePeak | None, cfg: Att
                 op_ns = np.zeros(ok.ops.size, dtype=np.int64)
                 np.add.at(op_ns, ok.op[ok.op >= 0], ok.ns[ok.op >= 0])
             bw = max(ok.works[o].nbytes / max(int(op_ns[o]), 1) for o in ops_of[at : at + n])
-        key = tuple(tl.strings[i] for i in name_of[at : at + n])
         g = groups.get(key) or groups.setdefault(key, _Group())
         g.count += 1
         g.kernels += kernels

