@@ -8,7 +8,11 @@ each in a fresh child process:
              event, build the columns (sources.kineto.parse_kineto) - the parse floor
 * stream x1  the out-of-core reader, one process (sources.kineto_stream, jobs=1)
 * stream xN  the out-of-core reader, chunks decoded in N processes (default: all cores)
-* diagnose   the whole `whyidle diagnose` pipeline (reader chosen by size, then every analysis)
+* diagnose   the library's whole pipeline, ``whyidle.diagnose(path)`` (reader chosen by size, then
+             every analysis; one process beside the reader's chunk workers, the library's default)
+* command    ``whyidle diagnose path`` as a user runs it: the same with the command's default
+             ``--jobs 2`` (a forked helper makes the kernel tables and the what-if graph beside
+             the analyses) and the terminal report rendered
 * hta        HolisticTraceAnalysis parsing the same file (TraceAnalysis(trace_dir=...)), when it
              is installed, for sizes up to --hta-max-gb
 
@@ -113,6 +117,8 @@ _CHILD = {
     "stream x1": "from whyidle.sources.kineto_stream import parse_kineto_stream; tl = parse_kineto_stream(P, jobs=1); print('events', len(tl))",
     "stream xN": "from whyidle.sources.kineto_stream import parse_kineto_stream; tl = parse_kineto_stream(P, jobs=J); print('events', len(tl))",
     "diagnose": "import whyidle; r = whyidle.diagnose(P); print('busy', r.utilization.busy_fraction)",
+    "command": "import contextlib, io\nfrom whyidle.cli import main\nout = io.StringIO()\n"
+    "with contextlib.redirect_stdout(out):\n    rc = main(['diagnose', P])\nprint('rc', rc, 'report', len(out.getvalue()))\nraise SystemExit(rc)",
     "hta": "import os, tempfile; from hta.trace_analysis import TraceAnalysis; d = tempfile.mkdtemp(); "
     "os.symlink(P, os.path.join(d, 'rank-0.json')); a = TraceAnalysis(trace_dir=d); print('events', len(a.t.get_trace(0)))",
 }
