@@ -96,16 +96,21 @@ def test_touching_intervals_merge_and_empty_ones_vanish() -> None:
     assert len(Intervals.union_of([], [])) == 0
 
 
-@given(st.lists(st.integers(-(2**62), 2**62), max_size=40), st.lists(st.integers(-(2**62), 2**62), max_size=40))
-def test_sort_based_set_helpers_match_numpy(a: list[int], b: list[int]) -> None:
+_WIDE = st.integers(-(2**62), 2**62)
+_NARROW = st.integers(-(2**62), 2**62).flatmap(lambda base: st.integers(base - 300, base + 300))  # counted in a table
+
+
+@given(st.one_of(st.lists(_WIDE, max_size=40), st.lists(_NARROW, max_size=40)), st.lists(_WIDE, max_size=40), st.sampled_from([np.int64, np.int32, np.int8]))
+def test_sort_based_set_helpers_match_numpy(a: list[int], b: list[int], dtype: type) -> None:
     from whyidle.timeline.arrays import setdiff_sorted, unique_inverse, unique_sorted
 
-    x = np.array(a, dtype=np.int64)
-    y = np.array(b, dtype=np.int64)
-    assert np.array_equal(unique_sorted(x), np.unique(x))
+    info = np.iinfo(dtype)
+    x = np.array([v % (int(info.max) - int(info.min) + 1) + int(info.min) for v in a] if dtype is not np.int64 else a, dtype=dtype)
+    y = np.array(b, dtype=np.int64).astype(dtype)
+    assert np.array_equal(unique_sorted(x), np.unique(x)) and unique_sorted(x).dtype == x.dtype
     u, inv = unique_inverse(x)
     nu, ninv = np.unique(x, return_inverse=True)
-    assert np.array_equal(u, nu) and np.array_equal(inv, ninv.ravel())
+    assert np.array_equal(u, nu) and np.array_equal(inv, ninv.ravel()) and u.dtype == x.dtype
     assert np.array_equal(setdiff_sorted(x, y), np.setdiff1d(x, y))
 
 

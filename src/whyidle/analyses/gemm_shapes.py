@@ -100,8 +100,7 @@ def _shapes(tl: Timeline, ok: OpKernels) -> list[tuple[int, int, int, int]]:
     used = np.flatnonzero((op_ns > 0) & gemm) if gemm.size else np.zeros(0, dtype=np.int64)
     if used.size == 0:
         return []
-    key = tl.name[ok.ops[used]].astype(np.int64) << 32 | tl.inputs[ok.ops[used]].astype(np.int64)
-    uniq, inverse = unique_inverse(key)
+    uniq, inverse = unique_inverse(tl.op_key(ok.ops[used]))
     count = np.bincount(inverse, minlength=uniq.size)
     ns = np.zeros(uniq.size, dtype=np.int64)
     np.add.at(ns, inverse, op_ns[used])

