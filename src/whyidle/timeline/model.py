@@ -221,22 +221,28 @@ class Timeline(msgspec.Struct):
         strings no row is named (stacks, names of other rows). With ``rows``, only those rows'
         names are tested and the mask is over ``rows``.
         """
-        ids = self.name if rows is None else self.name[rows]
-        strings = self.strings
-        used = np.zeros(len(strings), dtype=np.bool_)  # a scatter, not a sort: O(rows + strings)
-        used[ids] = True
-        table = np.zeros(len(strings), dtype=np.bool_)
-        for i in np.flatnonzero(used).tolist():
-            table[i] = bool(predicate(strings[i]))
-        return table[ids]
+        return self._names_satisfy(predicate, self.name if rows is None else self.name[rows])
 
     def kind_name_mask(self, predicate: Any, *kinds: Kind) -> npt.NDArray[np.bool_]:
         """Whether each row is of one of ``kinds`` and its name satisfies ``predicate``: the
         predicate runs on those rows' names only (a launch-call test need not scan kernel names,
         nor a range test the Python frames)."""
-        out = np.zeros(len(self), dtype=np.bool_)
-        rows = np.flatnonzero(self.mask(*kinds))
-        out[rows] = self.name_mask(predicate, rows)
+        # The other rows read a sentinel past the string table, whose answer is False: no row
+        # numbers to gather and scatter (3M rows: 17 -> 9 ms).
+        return self._names_satisfy(predicate, np.where(self.mask(*kinds), self.name, np.intp(len(self.strings))))
+
+    def _names_satisfy(self, predicate: Any, ids: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.bool_]:
+        """``predicate`` of the string of each id (the id ``len(strings)``: False), tested once per
+        distinct id: a scatter to find them, a table, and one gather. The ids are made intp once
+        (numpy converts int32 indices on every scatter and gather: half their cost)."""
+        strings = self.strings
+        ids = ids.astype(np.intp, copy=False)
+        used = np.zeros(len(strings) + 1, dtype=np.bool_)  # a scatter, not a sort: O(rows + strings)
+        used[ids] = True
+        table = np.zeros(len(strings) + 1, dtype=np.bool_)
+        for i in np.flatnonzero(used[:-1]).tolist():
+            table[i] = bool(predicate(strings[i]))
+        out: npt.NDArray[np.bool_] = table[ids]
         return out
 
     def device_of(self, rows: npt.NDArray[np.integer[Any]] | None = None) -> I64:
