@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import pytest
@@ -254,3 +255,32 @@ def test_a_pipe_is_readable_with_data_or_when_its_writer_is_gone() -> None:
         os.close(r)
         if w >= 0:
             os.close(w)
+
+
+def test_small_pages_for_the_call_and_the_setting_put_back(tmp_path: Path) -> None:
+    import json
+
+    import whyidle
+    from whyidle.lab.synthetic import training_trace
+    from whyidle.parallel.pages import _switch, small_pages
+
+    switch = _switch()
+    if switch is None:
+        pytest.skip("this numpy has no huge-page switch (numpy < 1.20)")
+    was = switch(True)
+    try:
+        for before in (True, False):
+            switch(before)
+            with small_pages():
+                assert switch(False) is False  # off inside (reading it sets it: set it back as read)
+            assert switch(before) is before, "put back as found"
+            with pytest.raises(RuntimeError), small_pages():
+                raise RuntimeError("boom")
+            assert switch(before) is before, "put back after an error too"
+        trace = tmp_path / "t.json"
+        trace.write_text(json.dumps(training_trace("sync", steps=3)))
+        switch(True)
+        whyidle.diagnose(trace)
+        assert switch(True) is True, "the library's diagnose leaves numpy's setting as it found it"
+    finally:
+        switch(was)

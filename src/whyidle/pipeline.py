@@ -32,7 +32,7 @@ from whyidle.findings.registry import apply_rules
 from whyidle.findings.rules import Analyses, capture_advice
 from whyidle.findings.settings import RuleSettings
 from whyidle.analyses.advice_context import advice_context
-from whyidle.parallel import Helpers
+from whyidle.parallel import Helpers, small_pages
 from whyidle.timeline.arrays import unique_sorted
 from whyidle.timeline.model import Timeline
 
@@ -287,18 +287,19 @@ def diagnose(
     cfg = config or Config()
     if overrides:
         cfg = cfg.with_overrides(**overrides)
-    if isinstance(source, Timeline):
-        tl = source
-    else:
-        from whyidle.sources import load
+    with small_pages():  # numpy's arrays in small memory pages for this call (whyidle.parallel.pages)
+        if isinstance(source, Timeline):
+            tl = source
+        else:
+            from whyidle.sources import load
 
-        tl = load(source, jobs=jobs, settings=cfg.read)
-    if tl.meta.counters is not None and len(tl) == 0:
-        return _counter_report(tl, cfg)
-    report, a = _diagnose(tl, cfg, Helpers(fork=jobs >= 2))
-    if counters is not None:
-        report = _join_counters(report, a, counters, cfg)
-    return report
+            tl = load(source, jobs=jobs, settings=cfg.read)
+        if tl.meta.counters is not None and len(tl) == 0:
+            return _counter_report(tl, cfg)
+        report, a = _diagnose(tl, cfg, Helpers(fork=jobs >= 2))
+        if counters is not None:
+            report = _join_counters(report, a, counters, cfg)
+        return report
 
 
 def _diagnose(tl: Timeline, cfg: Config, helpers: Helpers) -> tuple[Diagnosis, Analyses]:

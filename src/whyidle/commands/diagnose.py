@@ -168,11 +168,11 @@ def run(args: argparse.Namespace) -> int:
             emit(run_report, args)
             failures = [f"rank {e.rank}: {m}" for e in run_report.ranks if e.report is not None for m in gate_failures(e.report, cfg.findings)]
         else:
-            from whyidle.parallel import Helpers
+            from whyidle.parallel import Helpers, small_pages
             from whyidle.sources import read
 
             jobs = 2 if args.jobs is None else args.jobs
-            with progress(f"whyidle: reading {args.trace}"):
+            with small_pages(), progress(f"whyidle: reading {args.trace}"):  # small pages: whyidle.parallel.pages
                 timeline = read(args.trace, None, Helpers(fork=jobs >= 2), read_ahead=read_ahead, settings=cfg.read)
                 from whyidle.pipeline import diagnose  # imported by load already when it forked
 

@@ -12,6 +12,9 @@ Forking is the caller's choice (``jobs=2``; the command line makes it, library c
 one process): a process whose other threads hold native locks (a training job's CUDA or OpenMP
 threads) should not fork.
 
+And one setting that is not a helper: :func:`small_pages`, numpy's arrays in small memory pages
+while whyidle works (:mod:`whyidle.parallel.pages`).
+
 This package imports nothing of whyidle's (a leaf): the readers (``sources``) and the pipeline
 both call it.
 """
@@ -25,8 +28,9 @@ import msgspec
 
 from whyidle.parallel.errand import Beside, Errand
 from whyidle.parallel.forked import Relay, can_fork, planned_map, quiet_worker
+from whyidle.parallel.pages import small_pages
 
-__all__ = ["Helpers", "Errand", "Beside", "can_fork", "quiet_worker"]
+__all__ = ["Helpers", "Errand", "Beside", "can_fork", "quiet_worker", "small_pages"]
 
 T = TypeVar("T")
 P = TypeVar("P")

@@ -44,6 +44,7 @@ from collections.abc import Callable
 from typing import IO, Any, TypeVar
 
 from whyidle.parallel.errand import Beside, Errand
+from whyidle.parallel.pages import no_huge_pages
 
 __all__ = ["can_fork", "planned_map", "Relay", "quiet_worker"]
 
@@ -77,8 +78,10 @@ def can_fork() -> bool:
 def quiet_worker() -> None:
     """Process-pool initializer: Ctrl-C reaches every process of the terminal's group; workers
     leave it to the parent (which stops the pool and says "interrupted" once) instead of each
-    printing a KeyboardInterrupt traceback."""
+    printing a KeyboardInterrupt traceback. And numpy's arrays in small pages (see
+    :mod:`whyidle.parallel.pages`): a worker makes and drops arrays batch after batch."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    no_huge_pages()
 
 
 def planned_map(
