@@ -18,7 +18,9 @@ each in a fresh child process:
 
 Peak memory is the largest resident set of the child's whole process tree (sampled every 20 ms
 with psutil, so a worker pool is counted in full), and the child's own max RSS from
-resource.getrusage(RUSAGE_CHILDREN). A child whose tree grows past --kill-gb is stopped and
+resource.getrusage(RUSAGE_CHILDREN). A forked helper shares its parent's pages, which the sum of
+resident sets counts twice: the tree's proportional set size (PSS, each shared page split between
+its processes; sampled every 100 ms) is printed beside it. A child whose tree grows past --kill-gb is stopped and
 reported as such (so HTA cannot take the machine down).
 
     python3 benchmarks/bench_scale.py                 # 0.5 GB and 2 GB
@@ -131,6 +133,8 @@ t0 = time.perf_counter()
 p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 proc = psutil.Process(p.pid)
 peak = 0
+pss_peak = 0
+tick = 0
 killed = False
 while p.poll() is None:
     try:
@@ -142,6 +146,15 @@ while p.poll() is None:
             except psutil.Error:
                 pass
         peak = max(peak, rss)
+        tick += 1
+        if tick % 5 == 0 and hasattr(proc, "memory_full_info"):  # every 100 ms: reading smaps costs more
+            pss = 0
+            for q in tree:
+                try:
+                    pss += getattr(q.memory_full_info(), "pss", 0)
+                except psutil.Error:
+                    pass
+            pss_peak = max(pss_peak, pss)
         if rss > limit:
             for q in reversed(tree):
                 try:
@@ -156,7 +169,7 @@ out, err = p.communicate()
 wall = time.perf_counter() - t0
 ru = resource.getrusage(resource.RUSAGE_CHILDREN)
 maxrss = ru.ru_maxrss * 1024
-print(json.dumps({"rc": p.returncode, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "tree_peak_bytes": peak, "child_maxrss_bytes": maxrss,
+print(json.dumps({"rc": p.returncode, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "tree_peak_bytes": peak, "tree_pss_peak_bytes": pss_peak, "child_maxrss_bytes": maxrss,
                   "killed": killed, "out": out.decode()[-300:], "err": err.decode()[-600:]}))
 """
 
@@ -222,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             status = "killed (over --kill-gb)" if r.get("killed") else ("ok" if r["rc"] == 0 else f"failed rc={r['rc']}: {r.get('err', '')[-200:]}")
             print(
                 f"{size / 1e9:5.2f} GB  {what:<10} {r['wall_s']:8.1f} s (cpu {r.get('cpu_s', float('nan')):6.1f} s)  peak tree RSS {r['tree_peak_bytes'] / 1e9:6.2f} GB  "
-                f"(max process {r['child_maxrss_bytes'] / 1e9:5.2f} GB)  {status}",
+                f"(PSS {r.get('tree_pss_peak_bytes', 0) / 1e9:5.2f} GB, max process {r['child_maxrss_bytes'] / 1e9:5.2f} GB)  {status}",
                 flush=True,
             )
         floor = rows.get("floor")
