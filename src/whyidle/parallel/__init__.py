@@ -10,7 +10,10 @@ the same calls (Linux, two usable cores; elsewhere it runs here too): the same r
 
 Forking is the caller's choice (``jobs=2``; the command line makes it, library calls default to
 one process): a process whose other threads hold native locks (a training job's CUDA or OpenMP
-threads) should not fork.
+threads) should not fork. One exception: a Kineto trace too large for memory (from
+``ReadSettings.stream_min_bytes``, 256 MiB) is decoded by a process pool whatever ``jobs`` says
+(:attr:`Helpers.chunk_jobs` None: by size), started the way :mod:`multiprocessing` starts
+processes by default (a fork on Linux before Python 3.14); its workers only decode text.
 
 And one setting that is not a helper: :func:`small_pages`, numpy's arrays in small memory pages
 while whyidle works (:mod:`whyidle.parallel.pages`).
