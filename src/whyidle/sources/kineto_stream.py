@@ -233,7 +233,6 @@ class _Text:
         self.blocks = _blocks(Path(self.path), self.progress, self.settings, offset)
         self.buf = bytearray()
         self.buf_off = offset
-        self.recent = []
         if self.progress is not None:
             self.progress(offset, size)
 
@@ -345,6 +344,8 @@ def _events(t: _Text, batches: _Batches, cols: _Columns, pos: int, plain: bool, 
         if pos < len(t.buf) and t.buf[pos] == 0x5D and not batches.carry and not batches.pending:  # ']'
             return pos + 1
         if len(t.buf) - pos < _BATCH:
+            # Cut ahead only from an event's start: ``pos`` inside the buffer (past the blank
+            # space), or an empty buffer after a jump (which lands on the '{' that find_cut saw).
             if ahead and (pos < len(t.buf) or not t.buf) and (nxt := _cut_ahead(t, batches, t.buf_off + pos, size)) is not None:
                 t.jump(nxt, size)
                 pos = 0

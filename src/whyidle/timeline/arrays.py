@@ -26,15 +26,19 @@ _TABLE_PER_ELEMENT = 4
 _TABLE_EXTRA = 1024
 
 
-def _table(a: npt.NDArray[Any]) -> tuple[int, npt.NDArray[np.int64]] | None:
-    """(lowest value, each element's offset from it) when ``a`` holds integers in a range small
-    enough to count in a table (ids of a string table, codes built from two of them); else None."""
+def _table(a: npt.NDArray[_I]) -> tuple[npt.NDArray[_I], npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None:
+    """When ``a`` holds integers in a range small enough to count in a table (ids of a string
+    table, codes built from two of them): its distinct values ascending, which offsets from the
+    lowest are present, and each element's offset. Else None."""
     if not (a.dtype.kind == "i" or (a.dtype.kind == "u" and a.dtype.itemsize < 8)) or a.size == 0:
         return None
     lo, hi = int(a.min()), int(a.max())
     if hi - lo >= _TABLE_PER_ELEMENT * a.size + _TABLE_EXTRA:
         return None
-    return lo, np.subtract(a, lo, dtype=np.int64)
+    off = np.subtract(a, lo, dtype=np.int64)
+    present = np.zeros(hi - lo + 1, dtype=np.bool_)
+    present[off] = True
+    return (np.flatnonzero(present) + lo).astype(a.dtype), present, off
 
 
 def unique_sorted(a: npt.NDArray[_I]) -> npt.NDArray[_I]:
@@ -43,9 +47,7 @@ def unique_sorted(a: npt.NDArray[_I]) -> npt.NDArray[_I]:
         return np.sort(a)
     t = _table(a)
     if t is not None:  # a table of the range: O(n + range), no sort
-        present = np.zeros(int(t[1].max()) + 1, dtype=np.bool_)
-        present[t[1]] = True
-        return (np.flatnonzero(present) + t[0]).astype(a.dtype)
+        return t[0]
     s = np.sort(a)
     keep = np.empty(s.size, dtype=np.bool_)
     keep[0] = True
@@ -62,12 +64,10 @@ def unique_inverse(a: npt.NDArray[_I]) -> tuple[npt.NDArray[_I], npt.NDArray[np.
         return np.sort(a), np.empty(0, dtype=np.int64)
     t = _table(a)
     if t is not None:
-        lo, off = t
-        present = np.zeros(int(off.max()) + 1, dtype=np.bool_)
-        present[off] = True
+        values, present, off = t
         rank = np.cumsum(present, dtype=np.int64)
         rank -= 1
-        return (np.flatnonzero(present) + lo).astype(a.dtype), rank[off]
+        return values, rank[off]
     order = np.argsort(a, kind="stable")
     s = a[order]
     first = np.empty(s.size, dtype=np.bool_)

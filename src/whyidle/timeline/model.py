@@ -228,7 +228,7 @@ class Timeline(msgspec.Struct):
         predicate runs on those rows' names only (a launch-call test need not scan kernel names,
         nor a range test the Python frames)."""
         # The other rows read a sentinel past the string table, whose answer is False: no row
-        # numbers to gather and scatter (3M rows: 17 -> 9 ms).
+        # numbers to gather and scatter (3M rows: 17 -> 12 ms, with the ids made intp once).
         return self._names_satisfy(predicate, np.where(self.mask(*kinds), self.name, np.intp(len(self.strings))))
 
     def _names_satisfy(self, predicate: Any, ids: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.bool_]:
