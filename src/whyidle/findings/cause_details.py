@@ -87,7 +87,7 @@ def _host_overhead_steps(facts: dict[str, Any], base: tuple[str, ...], per_param
         named.append(f"Seen here: {opt or 'optimizer'}.step() launches {launches} kernels per call (a per-parameter loop); {use}.")
     short = facts.get("short_kernel_share")
     med, launch = facts.get("median_kernel_ns"), facts.get("mean_launch_call_ns")
-    if med is not None and launch is not None and med < launch:
+    if med is not None and launch is not None and 0 < med < launch:  # kernels recorded with no duration: nothing to compare
         named.append(
             f"Seen here: the median kernel ({med / 1e3:.1f} us) is shorter than the host time of one launch "
             f"({launch / 1e3:.1f} us); {short:.0%} of kernels are short. Bigger batches or fusion help most."
